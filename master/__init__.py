@@ -1,0 +1,1 @@
+"""Master-side logic: election, shard assignment and rebalancing."""

@@ -1,0 +1,263 @@
+"""Configuration, read once at start-up and passed down as frozen value objects.
+
+Sources, later ones winning: the defaults below, an optional TOML file (``DELAYQ_CONFIG`` or
+``--config``; keys are the setting names without the ``DELAYQ_`` prefix, lower case), then
+``DELAYQ_*`` environment variables. ``SETTINGS`` is the single table of every setting: the loader,
+``delayq node --help`` and the README's reference are all made from it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from shared.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    cluster: str
+    node_id: str
+    host: str
+    port: int
+    advertise_host: str
+
+
+@dataclass(frozen=True)
+class MySQLSettings:
+    url: str
+    timeout_ms: int
+    pool_size: int
+
+
+@dataclass(frozen=True)
+class AmqpSettings:
+    url: str
+    timeout_ms: int
+    exchange: str
+    max_in_flight: int
+    confirm_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class ZkSettings:
+    hosts: str
+    session_timeout_ms: int
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class SchedulingSettings:
+    shards: int
+    window_ms: int
+    scan_interval_ms: int
+    memory_cap: int
+    dispatch_batch: int
+    publish_retry_ms: int
+
+
+@dataclass(frozen=True)
+class LimitSettings:
+    max_payload_bytes: int
+    max_horizon_ms: int
+    max_batch: int
+    max_frame_bytes: int
+    thrift_workers: int
+    idle_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: str
+    format: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    node: NodeSettings
+    mysql: MySQLSettings
+    amqp: AmqpSettings
+    zk: ZkSettings
+    scheduling: SchedulingSettings
+    limits: LimitSettings
+    log: LogSettings
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str            # DELAYQ_<NAME>
+    group: str          # field of Settings
+    field: str          # field of the group's dataclass
+    kind: Callable[[str], Any]
+    default: Any        # a value, or a callable taking the partly built raw dict
+    help: str
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _default_node_id(raw: Mapping[str, Any]) -> str:
+    return f"{socket.gethostname()}-{raw['DELAYQ_PORT']}"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("DELAYQ_CLUSTER", "node", "cluster", str, "default",
+            "Cluster name: nodes of one cluster share shards and ZooKeeper paths."),
+    Setting("DELAYQ_NODE_ID", "node", "node_id", str, _default_node_id,
+            "This node's id, unique in the cluster (default: <hostname>-<port>)."),
+    Setting("DELAYQ_HOST", "node", "host", str, "127.0.0.1",
+            "Address the Thrift server binds to (0.0.0.0 to accept remote clients)."),
+    Setting("DELAYQ_PORT", "node", "port", int, 9090, "Thrift server port."),
+    Setting("DELAYQ_ADVERTISE_HOST", "node", "advertise_host", str,
+            lambda raw: raw["DELAYQ_HOST"] if raw["DELAYQ_HOST"] != "0.0.0.0" else socket.gethostname(),
+            "Host clients should use to reach this node (published in ZooKeeper)."),
+    Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
+            "SQLAlchemy URL of the MySQL/MariaDB database."),
+    Setting("DELAYQ_MYSQL_TIMEOUT_MS", "mysql", "timeout_ms", int, 5000,
+            "Connect, read and write timeout of every MySQL call."),
+    Setting("DELAYQ_MYSQL_POOL_SIZE", "mysql", "pool_size", int, 16,
+            "MySQL connections this node keeps open at most."),
+    Setting("DELAYQ_AMQP_URL", "amqp", "url", str, "amqp://guest:guest@127.0.0.1:5672/%2F",
+            "AMQP URL of RabbitMQ."),
+    Setting("DELAYQ_AMQP_TIMEOUT_MS", "amqp", "timeout_ms", int, 5000,
+            "Connect and socket timeout of RabbitMQ connections."),
+    Setting("DELAYQ_EXCHANGE", "amqp", "exchange", str, "delayq",
+            "Default exchange (durable, topic) for services that name none."),
+    Setting("DELAYQ_MAX_IN_FLIGHT", "amqp", "max_in_flight", int, 10000,
+            "Published messages waiting for the broker's confirm, at most."),
+    Setting("DELAYQ_CONFIRM_TIMEOUT_MS", "amqp", "confirm_timeout_ms", int, 30000,
+            "A publish not confirmed within this time counts as failed and is dispatched again."),
+    Setting("DELAYQ_ZK_HOSTS", "zk", "hosts", str, "127.0.0.1:2181", "ZooKeeper connect string."),
+    Setting("DELAYQ_ZK_SESSION_TIMEOUT_MS", "zk", "session_timeout_ms", int, 6000,
+            "ZooKeeper session timeout: how long a silent node keeps its shards."),
+    Setting("DELAYQ_ZK_ENABLED", "zk", "enabled", _bool, True,
+            "Register the node in ZooKeeper (false: standalone node owning every shard)."),
+    Setting("DELAYQ_SHARDS", "scheduling", "shards", int, 64,
+            "Logical shards, used by `delayq db init` when it creates a cluster."),
+    Setting("DELAYQ_WINDOW_MS", "scheduling", "window_ms", int, 60000,
+            "Look-ahead window: tasks due within it are held in memory."),
+    Setting("DELAYQ_SCAN_INTERVAL_MS", "scheduling", "scan_interval_ms", int, 5000,
+            "How often the loader scans MySQL for the window (must be below the window)."),
+    Setting("DELAYQ_MEMORY_CAP", "scheduling", "memory_cap", int, 200000,
+            "Tasks held in memory at most; the window shrinks to fit."),
+    Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,
+            "Due tasks claimed in one MySQL statement at most."),
+    Setting("DELAYQ_PUBLISH_RETRY_MS", "scheduling", "publish_retry_ms", int, 1000,
+            "Delay before a task whose publish failed (broker down) is dispatched again."),
+    Setting("DELAYQ_MAX_PAYLOAD_BYTES", "limits", "max_payload_bytes", int, 65536,
+            "Largest payload accepted."),
+    Setting("DELAYQ_MAX_HORIZON_MS", "limits", "max_horizon_ms", int, 30 * 24 * 3600 * 1000,
+            "Latest due time accepted, from now."),
+    Setting("DELAYQ_MAX_BATCH", "limits", "max_batch", int, 1000, "Tasks in one submitBatch at most."),
+    Setting("DELAYQ_MAX_FRAME_BYTES", "limits", "max_frame_bytes", int, 8 * 1024 * 1024,
+            "Largest Thrift frame; a larger one closes the connection."),
+    Setting("DELAYQ_THRIFT_WORKERS", "limits", "thrift_workers", int, 64,
+            "Thrift connections served at once; more are refused."),
+    Setting("DELAYQ_IDLE_TIMEOUT_MS", "limits", "idle_timeout_ms", int, 60000,
+            "A Thrift connection silent this long is closed."),
+    Setting("DELAYQ_LOG_LEVEL", "log", "level", str, "INFO", "DEBUG, INFO, WARNING or ERROR."),
+    Setting("DELAYQ_LOG_FORMAT", "log", "format", str, "plain", "plain or json."),
+)
+
+_GROUPS = {f.name: f.type for f in dataclasses.fields(Settings)}
+_CLASSES = {
+    "node": NodeSettings, "mysql": MySQLSettings, "amqp": AmqpSettings, "zk": ZkSettings,
+    "scheduling": SchedulingSettings, "limits": LimitSettings, "log": LogSettings,
+}
+ENV_NAMES = frozenset(s.env for s in SETTINGS)
+
+
+def load(environ: Mapping[str, str] | None = None, file: str | None = None,
+         overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Build Settings from defaults, the TOML file, the environment and explicit overrides."""
+    environ = os.environ if environ is None else environ
+    file = file or environ.get("DELAYQ_CONFIG")
+    from_file = _read_file(file) if file else {}
+    raw: dict[str, Any] = {}
+    derived = []
+    for s in SETTINGS:
+        key = s.env.removeprefix("DELAYQ_").lower()
+        if overrides and s.env in overrides:
+            raw[s.env] = overrides[s.env]
+        elif s.env in environ:
+            raw[s.env] = _convert(s, environ[s.env])
+        elif key in from_file:
+            raw[s.env] = _convert(s, from_file.pop(key))
+        elif callable(s.default):
+            derived.append(s)
+        else:
+            raw[s.env] = s.default
+    for s in derived:
+        raw[s.env] = s.default(raw)
+    if from_file:
+        raise ConfigError(f"unknown setting(s) in {file}: {', '.join(sorted(from_file))}")
+    groups: dict[str, dict[str, Any]] = {name: {} for name in _CLASSES}
+    for s in SETTINGS:
+        groups[s.group][s.field] = raw[s.env]
+    settings = Settings(**{name: _CLASSES[name](**values) for name, values in groups.items()})
+    _check(settings)
+    return settings
+
+
+def _convert(setting: Setting, value: Any) -> Any:
+    if not isinstance(value, str):
+        value = str(value).lower() if isinstance(value, bool) else str(value)
+    try:
+        return setting.kind(value)
+    except ValueError as e:
+        raise ConfigError(f"{setting.env}={value!r}: {e}") from None
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return dict(tomllib.load(fh))
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+
+
+def _check(s: Settings) -> None:
+    positive = {
+        "DELAYQ_PORT": s.node.port, "DELAYQ_WINDOW_MS": s.scheduling.window_ms,
+        "DELAYQ_SCAN_INTERVAL_MS": s.scheduling.scan_interval_ms,
+        "DELAYQ_MEMORY_CAP": s.scheduling.memory_cap, "DELAYQ_DISPATCH_BATCH": s.scheduling.dispatch_batch,
+        "DELAYQ_SHARDS": s.scheduling.shards, "DELAYQ_MAX_BATCH": s.limits.max_batch,
+        "DELAYQ_THRIFT_WORKERS": s.limits.thrift_workers, "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight,
+        "DELAYQ_MYSQL_TIMEOUT_MS": s.mysql.timeout_ms, "DELAYQ_AMQP_TIMEOUT_MS": s.amqp.timeout_ms,
+        "DELAYQ_IDLE_TIMEOUT_MS": s.limits.idle_timeout_ms,
+        "DELAYQ_MAX_FRAME_BYTES": s.limits.max_frame_bytes,
+        "DELAYQ_ZK_SESSION_TIMEOUT_MS": s.zk.session_timeout_ms,
+    }
+    for env, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{env} must be positive, got {value}")
+    if s.scheduling.scan_interval_ms >= s.scheduling.window_ms:
+        raise ConfigError("DELAYQ_SCAN_INTERVAL_MS must be smaller than DELAYQ_WINDOW_MS")
+    if not 1 <= s.scheduling.shards <= 4096:
+        raise ConfigError("DELAYQ_SHARDS must be between 1 and 4096")
+    if s.log.format not in ("plain", "json"):
+        raise ConfigError(f"DELAYQ_LOG_FORMAT must be plain or json, got {s.log.format!r}")
+    if s.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"DELAYQ_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {s.log.level!r}")
+    if s.limits.max_frame_bytes < s.limits.max_payload_bytes + 4096:
+        raise ConfigError("DELAYQ_MAX_FRAME_BYTES must exceed DELAYQ_MAX_PAYLOAD_BYTES by 4 KiB at least")
+
+
+def reference() -> str:
+    """The settings as text, for `--help` and the README."""
+    lines = []
+    for s in SETTINGS:
+        default = "(derived)" if callable(s.default) else repr(s.default)
+        lines.append(f"{s.env} = {default}\n    {s.help}")
+    return "\n".join(lines)

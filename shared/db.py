@@ -1,0 +1,60 @@
+"""The MySQL engine, with a timeout on every call, and the translation of driver errors."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import sqlalchemy.exc
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+
+from shared.config import MySQLSettings
+from shared.errors import StoreUnavailable
+
+
+def make_engine(settings: MySQLSettings, database: bool = True) -> Engine:
+    """An engine whose connections time out; database=False connects to the server only."""
+    url = make_url(settings.url)
+    if not database:
+        url = url._replace(database=None)
+    timeout = max(1, settings.timeout_ms // 1000)
+    return create_engine(
+        url,
+        pool_size=settings.pool_size,
+        max_overflow=0,
+        pool_timeout=timeout,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        connect_args={
+            "connect_timeout": timeout,
+            "read_timeout": timeout,
+            "write_timeout": timeout,
+            "charset": "utf8mb4",
+        },
+    )
+
+
+def database_name(settings: MySQLSettings) -> str:
+    name = make_url(settings.url).database
+    if not name:
+        raise ValueError("DELAYQ_MYSQL_URL names no database")
+    return name
+
+
+# Errors that mean "the database cannot be reached or gave up": the call may succeed later.
+_UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+                sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError)
+
+
+@contextlib.contextmanager
+def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
+    """Turn a lost or refused database connection into StoreUnavailable."""
+    try:
+        yield
+    except _UNAVAILABLE as e:
+        raise StoreUnavailable(f"{what} unavailable: {_short(e)}") from None
+
+
+def _short(e: Exception) -> str:
+    orig = getattr(e, "orig", None)
+    return str(orig if orig is not None else e).splitlines()[0][:200]

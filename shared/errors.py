@@ -1,0 +1,65 @@
+"""delayq's errors, one small tree. The Thrift handler maps them to the IDL's exceptions in one place.
+
+    DelayqError
+    ├── InvalidTask        bad input: names the field, the reason and, in a batch, the index
+    ├── InvalidService     bad callback-service definition
+    ├── UnknownTopic       no enabled callback service for the topic
+    ├── Conflict           same task id, different content; or a state that forbids the change
+    ├── NotFound           no such task, live or archived
+    ├── Unavailable        retriable: MySQL, RabbitMQ or ZooKeeper cannot be reached right now
+    │   ├── StoreUnavailable
+    │   └── BrokerUnavailable
+    └── ConfigError        a setting that cannot be used; raised at start-up only
+"""
+from __future__ import annotations
+
+
+class DelayqError(Exception):
+    """Root of every error delayq raises on purpose."""
+
+
+class InvalidTask(DelayqError):
+    def __init__(self, field: str, reason: str, index: int | None = None):
+        where = f"tasks[{index}].{field}" if index is not None else field
+        super().__init__(f"{where}: {reason}")
+        self.field, self.reason, self.index = field, reason, index
+
+
+class InvalidService(DelayqError):
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+class UnknownTopic(DelayqError):
+    def __init__(self, topic: str):
+        super().__init__(f"no enabled callback service for topic {topic!r}")
+        self.topic = topic
+
+
+class Conflict(DelayqError):
+    def __init__(self, task_id: str, reason: str):
+        super().__init__(f"task {task_id!r}: {reason}")
+        self.task_id, self.reason = task_id, reason
+
+
+class NotFound(DelayqError):
+    def __init__(self, task_id: str):
+        super().__init__(f"no task {task_id!r}")
+        self.task_id = task_id
+
+
+class Unavailable(DelayqError):
+    """A dependency is down; the same call may succeed later."""
+
+
+class StoreUnavailable(Unavailable):
+    pass
+
+
+class BrokerUnavailable(Unavailable):
+    pass
+
+
+class ConfigError(DelayqError):
+    pass

@@ -1,0 +1,116 @@
+"""Versioned schema migrations from sql/NNN_name.sql, and cluster creation.
+
+`migrate` applies, in order, every file whose version is above the one recorded in
+delayq_schema_version; each statement is idempotent (IF NOT EXISTS), so a run cut short can simply
+be repeated. `init_cluster` sets the shard count once and creates the job_shard rows.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, text
+
+from shared import tables
+from shared.clock import SYSTEM_CLOCK, Clock
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS delayq_schema_version (
+  version     INT NOT NULL,
+  name        VARCHAR(128) NOT NULL,
+  applied_ms  BIGINT NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+def migrations(sql_dir: Path = SQL_DIR) -> list[Migration]:
+    found = []
+    for path in sorted(sql_dir.glob("*.sql")):
+        m = _NAME.match(path.name)
+        if not m:
+            raise ValueError(f"migration file name must be NNN_name.sql: {path.name}")
+        found.append(Migration(int(m.group(1)), m.group(2), tuple(split_statements(path.read_text()))))
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"migration versions must run 1..N without gaps, found {versions}")
+    return found
+
+
+def split_statements(sql: str) -> list[str]:
+    """Statements end with ';' at the end of a line; '--' comment lines are dropped."""
+    body = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    return [s.strip() for s in re.split(r";\s*$", body, flags=re.M) if s.strip()]
+
+
+def current_version(conn: Connection) -> int:
+    conn.execute(text(_VERSION_TABLE))
+    return conn.execute(text("SELECT COALESCE(MAX(version), 0) FROM delayq_schema_version")).scalar_one()
+
+
+def migrate(engine: Engine, clock: Clock = SYSTEM_CLOCK) -> list[int]:
+    """Apply pending migrations; returns the versions applied (empty when up to date)."""
+    applied = []
+    with engine.connect() as conn:
+        version = current_version(conn)
+        conn.commit()
+        for mig in migrations():
+            if mig.version <= version:
+                continue
+            for stmt in mig.statements:
+                conn.execute(text(stmt))
+            conn.execute(text("INSERT INTO delayq_schema_version (version, name, applied_ms) "
+                              "VALUES (:v, :n, :t)"), {"v": mig.version, "n": mig.name, "t": clock.now_ms()})
+            conn.commit()
+            log.info("applied schema migration %03d_%s", mig.version, mig.name)
+            applied.append(mig.version)
+    return applied
+
+
+def init_cluster(engine: Engine, shards: int, clock: Clock = SYSTEM_CLOCK) -> int:
+    """Record the shard count on first run and create the shard rows; returns the cluster's count.
+
+    An existing cluster keeps its count (resharding changes it, not init).
+    """
+    with engine.begin() as conn:
+        existing = conn.execute(tables.meta.select().where(tables.meta.c.name == "shard_count")
+                                .with_for_update()).first()
+        if existing is None:
+            conn.execute(tables.meta.insert().values(name="shard_count", value=str(shards)))
+            count = shards
+        else:
+            count = int(existing.value)
+        have = {r.shard_id for r in conn.execute(tables.shard.select())}
+        missing = [{"shard_id": s, "owner": None, "epoch": 0, "updated_ms": clock.now_ms()}
+                   for s in range(count) if s not in have]
+        if missing:
+            conn.execute(tables.shard.insert(), missing)
+    return count
+
+
+def shard_count(conn: Connection) -> int:
+    value = conn.execute(tables.meta.select().where(tables.meta.c.name == "shard_count")).first()
+    if value is None:
+        raise LookupError("the cluster has no shard count: run `delayq db init`")
+    return int(value.value)
+
+
+def create_database(server_engine: Engine, name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"database name must be letters, digits and _: {name!r}")
+    with server_engine.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"))

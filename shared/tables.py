@@ -1,0 +1,84 @@
+"""SQLAlchemy Core views of the tables in sql/ (the SQL files are the truth; a test checks they agree)."""
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, SmallInteger, String, Table
+
+metadata = MetaData()
+
+callback_service = Table(
+    "job_callback_service", metadata,
+    Column("topic", String(128), primary_key=True),
+    Column("exchange", String(255), nullable=False),
+    Column("routing_key", String(255), nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("backoff", String(16), nullable=False),
+    Column("retry_backoff_ms", Integer, nullable=False),
+    Column("retry_backoff_max_ms", Integer, nullable=False),
+    Column("ttr_ms", Integer, nullable=False),
+    Column("enabled", SmallInteger, nullable=False),
+    Column("dead_letter_exchange", String(255)),
+    Column("misfire_threshold_ms", BigInteger),
+    Column("misfire_policy", String(16), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+task = Table(
+    "job_delay_task", metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("topic", String(128), nullable=False),
+    Column("shard_id", Integer, nullable=False),
+    Column("due_ms", BigInteger, nullable=False),
+    Column("status", SmallInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("spec_hash", LargeBinary(16), nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("ttr_ms", Integer, nullable=False),
+    Column("deadline_ms", BigInteger),
+    Column("node_id", String(128)),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+execlog = Table(
+    "job_delay_task_execlog", metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("dispatched_ms", BigInteger, nullable=False),
+    Column("result", String(16)),
+    Column("result_ms", BigInteger),
+    Column("message", String(1024)),
+)
+
+backlog = Table(
+    "job_delay_task_backlog", metadata,
+    Column("task_id", String(64), primary_key=True),
+    Column("topic", String(128), nullable=False),
+    Column("shard_id", Integer, nullable=False),
+    Column("due_ms", BigInteger, nullable=False),
+    Column("status", SmallInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("spec_hash", LargeBinary(16), nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("ttr_ms", Integer, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("finished_ms", BigInteger, nullable=False),
+    Column("message", String(1024)),
+)
+
+shard = Table(
+    "job_shard", metadata,
+    Column("shard_id", Integer, primary_key=True),
+    Column("owner", String(128)),
+    Column("epoch", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+meta = Table(
+    "delayq_meta", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(255), nullable=False),
+)

@@ -1,0 +1,27 @@
+"""Every RabbitMQ name and message header delayq uses, in one place (the message contract)."""
+from __future__ import annotations
+
+DEFAULT_EXCHANGE = "delayq"
+EXCHANGE_TYPE = "topic"
+RESULTS_QUEUE = "delayq.results"
+
+HEADER_TASK_ID = "x-delayq-task-id"
+HEADER_TOPIC = "x-delayq-topic"
+HEADER_ATTEMPT = "x-delayq-attempt"
+HEADER_DUE_AT = "x-delayq-due-at"
+HEADER_DISPATCHED_AT = "x-delayq-dispatched-at"
+
+
+def queue_name(topic: str) -> str:
+    """The queue the consumer helper declares for a topic."""
+    return f"delayq.{topic}"
+
+
+def message_id(task_id: str, attempt: int) -> str:
+    """Unique per dispatch attempt: a consumer drops a second delivery of the same id."""
+    return f"{task_id}:{attempt}"
+
+
+def parse_message_id(mid: str) -> tuple[str, int]:
+    task_id, _, attempt = mid.rpartition(":")
+    return task_id, int(attempt)

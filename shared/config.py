@@ -254,10 +254,7 @@ def _check(s: Settings) -> None:
         raise ConfigError("DELAYQ_MAX_FRAME_BYTES must exceed DELAYQ_MAX_PAYLOAD_BYTES by 4 KiB at least")
 
 
-def reference() -> str:
-    """The settings as text, for `--help` and the README."""
-    lines = []
-    for s in SETTINGS:
-        default = "(derived)" if callable(s.default) else repr(s.default)
-        lines.append(f"{s.env} = {default}\n    {s.help}")
-    return "\n".join(lines)
+def reference() -> list[str]:
+    """One paragraph per setting, for `--help` and the README."""
+    return [f"{s.env} = {'(derived)' if callable(s.default) else repr(s.default)}\n    {s.help}"
+            for s in SETTINGS]

@@ -1,0 +1,1 @@
+"""The scheduling node: Thrift handler, task store, loader, DelayQueue, dispatcher and recorder."""

@@ -1,0 +1,136 @@
+"""The `delayq` command: run a node, manage the schema, run the demo.
+
+Exit codes: 0 success, 1 failure (a refused request, a task that did not arrive), 2 usage error,
+3 a dependency (MySQL, RabbitMQ, ZooKeeper) is unavailable.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+
+import click
+
+from shared import config as config_mod
+from shared.errors import ConfigError, Unavailable
+
+EXIT_UNAVAILABLE = 3
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+               "level": record.levelname, "logger": record.name, "msg": record.getMessage(),
+               "thread": record.threadName}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("pika").setLevel(logging.WARNING)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def _settings(config_file: str | None) -> config_mod.Settings:
+    try:
+        return config_mod.load(file=config_file)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """delayq: a distributed delayed-task scheduler (Thrift in, MySQL as truth, RabbitMQ out)."""
+
+
+@main.command(epilog="\b\nSettings (environment variables, or keys of the --config TOML file):\n\n"
+              + "\n\n".join("\b\n" + para for para in config_mod.reference()))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings.")
+def node(config_file: str | None) -> None:
+    """Run a scheduling node until SIGTERM or SIGINT."""
+    from nodes.main import NodeRuntime
+    settings = _settings(config_file)
+    setup_logging(settings.log.level, settings.log.format)
+    runtime = NodeRuntime(settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        runtime.start()
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    stop.wait()
+    runtime.stop()
+
+
+@main.group()
+def db() -> None:
+    """Create and migrate the schema."""
+
+
+@db.command("init")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+@click.option("--shards", type=click.IntRange(1, 4096), default=None,
+              help="Logical shards of a new cluster (default: DELAYQ_SHARDS, 64). An existing cluster keeps its count.")
+def db_init(config_file: str | None, shards: int | None) -> None:
+    """Create the database if missing, apply migrations, create the cluster's shards. Idempotent."""
+    from shared import db as dbm, schema
+    settings = _settings(config_file)
+    setup_logging("WARNING", settings.log.format)
+    try:
+        schema.create_database(dbm.make_engine(settings.mysql, database=False), dbm.database_name(settings.mysql))
+        engine = dbm.make_engine(settings.mysql)
+        with dbm.unavailable_on_failure():
+            applied = schema.migrate(engine)
+            count = schema.init_cluster(engine, shards or settings.scheduling.shards)
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
+    click.echo(f"cluster: {count} shards")
+
+
+@db.command("migrate")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+def db_migrate(config_file: str | None) -> None:
+    """Apply pending schema migrations."""
+    from shared import db as dbm, schema
+    settings = _settings(config_file)
+    try:
+        with dbm.unavailable_on_failure():
+            applied = schema.migrate(dbm.make_engine(settings.mysql))
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
+
+
+@main.command()
+@click.option("--endpoint", "endpoints", multiple=True, default=["127.0.0.1:9090"], show_default=True,
+              help="A node's Thrift endpoint (repeat for several).")
+@click.option("--tasks", type=click.IntRange(1, 10_000), default=10, show_default=True)
+@click.option("--spread-ms", type=click.IntRange(0, 600_000), default=5000, show_default=True,
+              help="Due times are spread over this span, starting 1 s from now.")
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: float, config_file: str | None) -> None:
+    """Register the topic `demo`, submit tasks and print them as they fire from RabbitMQ."""
+    from shared.demo import run_demo
+    settings = _settings(config_file)
+    setup_logging("WARNING", settings.log.format)
+    if not run_demo(list(endpoints), settings.amqp.url, tasks, spread_ms, timeout_s):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

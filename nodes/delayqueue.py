@@ -1,0 +1,155 @@
+"""The in-memory DelayQueue: near-due task references ordered by due time.
+
+It is a cache of MySQL rows (ARCHITECTURE invariant 1): it holds only (task id, shard, due time),
+losing it loses nothing, and the dispatcher re-checks every entry against MySQL when it claims it.
+
+    q = DelayQueue(clock)
+    q.offer(Entry("t1", shard_id=3, due_ms=clock.now_ms() + 500))
+    due = q.take_due(max_items=500, timeout=1.0)   # blocks until t1 is due (or 1 s passes)
+
+Threads: any number of producers (loader, Thrift handlers, recorder) and one consumer (dispatcher).
+A producer whose entry becomes the new head wakes the consumer, which then waits only until that
+entry is due: no polling. `close()` wakes the consumer for good.
+
+`horizon_ms` is the due time up to which the queue holds *every* DELAY task of the node's shards;
+the loader advances it after each scan, and a submit adds its task only when it falls below it.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Iterable
+
+from shared.clock import Clock
+
+
+@dataclass(frozen=True)
+class Entry:
+    task_id: str
+    shard_id: int
+    due_ms: int
+
+
+class DelayQueue:
+    def __init__(self, clock: Clock, cap: int = 1_000_000):
+        self._clock = clock
+        self._cap = cap
+        self._cond = threading.Condition()
+        self._heap: list[tuple[int, int, str]] = []   # (due_ms, seq, task_id); stale items skipped
+        self._live: dict[str, tuple[Entry, int]] = {}  # task_id -> (entry, seq of its heap item)
+        self._seq = itertools.count()
+        self._closed = False
+        self.horizon_ms = 0
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._live)
+
+    def offer(self, entry: Entry) -> bool:
+        """Add or re-time an entry; False when the queue is full (the task stays in MySQL only)."""
+        return self.offer_many([entry]) == 1
+
+    def offer_many(self, entries: Iterable[Entry]) -> int:
+        added = 0
+        with self._cond:
+            head = self._heap[0][0] if self._heap else None
+            for e in entries:
+                current = self._live.get(e.task_id)
+                if current is not None and current[0] == e:
+                    continue
+                if current is None and len(self._live) >= self._cap:
+                    # Full: everything from this due time on is no longer known to be in memory.
+                    self.horizon_ms = min(self.horizon_ms, e.due_ms)
+                    continue
+                seq = next(self._seq)
+                self._live[e.task_id] = (e, seq)
+                heapq.heappush(self._heap, (e.due_ms, seq, e.task_id))
+                added += 1
+            if self._heap and (head is None or self._heap[0][0] < head):
+                self._cond.notify_all()
+            self._compact_if_stale()
+        return added
+
+    def remove(self, task_id: str) -> bool:
+        with self._cond:
+            return self._live.pop(task_id, None) is not None
+
+    def remove_shards(self, shards: set[int]) -> int:
+        """Forget every entry of these shards (the node lost them)."""
+        with self._cond:
+            gone = [tid for tid, (e, _) in self._live.items() if e.shard_id in shards]
+            for tid in gone:
+                del self._live[tid]
+            self._compact_if_stale()
+            return len(gone)
+
+    def clear(self) -> None:
+        with self._cond:
+            self._live.clear()
+            self._heap.clear()
+            self.horizon_ms = 0
+
+    def set_horizon(self, horizon_ms: int) -> None:
+        with self._cond:
+            self.horizon_ms = horizon_ms
+
+    def accepts(self, due_ms: int) -> bool:
+        """True when a task due then belongs in memory now (below the loaded horizon)."""
+        with self._cond:
+            return due_ms < self.horizon_ms and len(self._live) < self._cap
+
+    def next_due_ms(self) -> int | None:
+        with self._cond:
+            self._drop_stale_head()
+            return self._heap[0][0] if self._heap else None
+
+    def take_due(self, max_items: int, timeout: float | None = None) -> list[Entry]:
+        """Remove and return up to max_items entries that are due, waiting for the first one.
+
+        Returns [] when the timeout passes with nothing due, or when the queue is closed.
+        """
+        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        with self._cond:
+            while not self._closed:
+                self._drop_stale_head()
+                now = self._clock.now_ms()
+                if self._heap and self._heap[0][0] <= now:
+                    return self._pop_due(now, max_items)
+                wait = None if not self._heap else (self._heap[0][0] - now) / 1000.0
+                if deadline is not None:
+                    left = deadline - self._clock.monotonic()
+                    if left <= 0:
+                        return []
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+            return []
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _pop_due(self, now: int, max_items: int) -> list[Entry]:
+        out = []
+        while self._heap and len(out) < max_items and self._heap[0][0] <= now:
+            _, seq, tid = heapq.heappop(self._heap)
+            current = self._live.get(tid)
+            if current is not None and current[1] == seq:
+                del self._live[tid]
+                out.append(current[0])
+        return out
+
+    def _drop_stale_head(self) -> None:
+        while self._heap:
+            _, seq, tid = self._heap[0]
+            current = self._live.get(tid)
+            if current is not None and current[1] == seq:
+                return
+            heapq.heappop(self._heap)
+
+    def _compact_if_stale(self) -> None:
+        if len(self._heap) > 2 * len(self._live) + 1024:
+            self._heap = [(e.due_ms, seq, tid) for tid, (e, seq) in self._live.items()]
+            heapq.heapify(self._heap)

@@ -1,0 +1,92 @@
+"""Dispatcher: takes due tasks from the DelayQueue in batches, claims them in MySQL (fenced) and
+hands the claimed ones to the publisher.
+
+Only a task whose claim matched may be published (ARCHITECTURE invariant 2). What happens after the
+publish is the Recorder's job: it gets every publish outcome. A claim that fails because MySQL is
+down drops the batch from memory: the rows are still DELAY and the next window scan reloads them.
+
+Thread: one, owned here; `stop()` closes nothing it does not own and joins it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from shared import topology
+from shared.clock import Clock
+from shared.errors import Unavailable
+from shared.publisher import ConfirmedPublisher, Outgoing
+from nodes.delayqueue import DelayQueue
+from nodes.ownership import Ownership
+from nodes.services import ServiceRegistry
+from nodes.store import Claimed, TaskStore
+
+log = logging.getLogger(__name__)
+
+
+def build_message(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int) -> Outgoing:
+    """The message contract: body = payload, id = <taskId>:<attempt>, the x-delayq-* headers."""
+    headers = {
+        topology.HEADER_TASK_ID: c.task_id,
+        topology.HEADER_TOPIC: c.topic,
+        topology.HEADER_ATTEMPT: c.attempt,
+        topology.HEADER_DUE_AT: c.due_ms,
+        topology.HEADER_DISPATCHED_AT: dispatched_ms,
+    }
+    return Outgoing(exchange, routing_key, c.payload, topology.message_id(c.task_id, c.attempt), headers,
+                    ref=(c, dispatched_ms))
+
+
+class Dispatcher:
+    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
+                 publisher: ConfirmedPublisher, clock: Clock, *, batch: int, default_exchange: str):
+        self._store, self._queue, self._ownership = store, queue, ownership
+        self._services, self._publisher, self._clock = services, publisher, clock
+        self._batch = batch
+        self._default_exchange = default_exchange
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.claimed = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="dispatcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._queue.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            due = self._queue.take_due(self._batch, timeout=1.0)
+            if not due:
+                continue
+            if not self._publisher.ready:
+                # Nothing could be published: leave the tasks in MySQL; the loader brings them back.
+                log.debug("broker not ready: %d due tasks left for the next scan", len(due))
+                self._queue.set_horizon(0)
+                self._stop.wait(0.2)
+                continue
+            try:
+                claimed = self._store.claim(due, self._ownership.node_id, self._ownership.fence(),
+                                            self._clock.now_ms())
+            except Unavailable as e:
+                log.warning("claim of %d due tasks failed: %s", len(due), e)
+                self._queue.set_horizon(0)
+                self._stop.wait(0.5)
+                continue
+            self.claimed += len(claimed)
+            if claimed:
+                self._publish(claimed)
+
+    def _publish(self, claimed: list[Claimed]) -> None:
+        now = self._clock.now_ms()
+        out = []
+        for c in claimed:
+            svc = self._services.find(c.topic)
+            exchange = svc.exchange if svc else self._default_exchange
+            routing_key = svc.routing_key if svc else c.topic
+            out.append(build_message(c, exchange, routing_key, now))
+        self._publisher.publish(out)

@@ -1,0 +1,105 @@
+"""Loader: keeps the DelayQueue filled with the window of the node's shards, and times out
+attempts whose time-to-run has passed.
+
+Every scan interval (and at once when shards are gained) it loads the DELAY tasks due before
+now + window, earliest first, up to the memory cap, and moves the queue's horizon to what it knows
+is complete. Overdue tasks are part of every scan, so a task a crash left behind is found again.
+In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail).
+
+Thread: one, owned here; `stop()` ends it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from shared.clock import Clock
+from shared.errors import DelayqError, Unavailable
+from shared.lifecycle import Result, Status
+from nodes.delayqueue import DelayQueue, Entry
+from nodes.ownership import Ownership
+from nodes.services import ServiceRegistry
+from nodes.store import TaskStore
+
+log = logging.getLogger(__name__)
+
+
+class Loader:
+    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
+                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int):
+        self._store, self._queue, self._ownership = store, queue, ownership
+        self._services, self._clock = services, clock
+        self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.scans = 0
+        ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="loader", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _on_change(self, gained: set[int], lost: set[int]) -> None:
+        if lost:
+            dropped = self._queue.remove_shards(lost)
+            log.info("dropped %d queued tasks of lost shards %s", dropped, sorted(lost))
+        if gained:
+            self._wake.set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self.scan_once()
+                failures = 0
+                wait = self._interval_ms / 1000.0
+            except Unavailable as e:
+                failures += 1
+                wait = min(30.0, 0.5 * 2 ** min(failures, 6))
+                log.warning("window scan failed: %s; retrying in %.1f s", e, wait)
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def scan_once(self) -> int:
+        """One pass: load the window, then time out expired attempts. Returns tasks loaded."""
+        shards = self._ownership.shards()
+        if not shards or not self._ownership.claimable:
+            self._queue.set_horizon(0)
+            return 0
+        now = self._clock.now_ms()
+        end = now + self._window_ms
+        room = max(1, self._cap)
+        # Raise the horizon before reading: a submit committed before the read is in the result,
+        # one that sees the new horizon adds itself to memory.
+        self._queue.set_horizon(end)
+        entries = self._store.scan_due(shards, end, room)
+        if len(entries) >= room:
+            # The window did not fit: only what precedes the last due time is complete.
+            self._queue.set_horizon(entries[-1].due_ms)
+        # Entries of shards lost meanwhile would only fail their claim; skip them.
+        owned = self._ownership.shards()
+        self._queue.offer_many(e for e in entries if e.shard_id in owned)
+        self.scans += 1
+        self._time_out(owned, now)
+        return len(entries)
+
+    def _time_out(self, shards: set[int], now: int) -> None:
+        for task_id, attempt in self._store.expired(shards, now, 1000):
+            try:
+                t = self._store.apply_result(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run",
+                                             now, self._services.policy, self._ownership.node_id)
+            except DelayqError as e:
+                log.warning("time-out of %s attempt %d not applied: %s", task_id, attempt, e)
+                continue
+            if t.applied and t.status is Status.DELAY and t.due_ms is not None and self._queue.accepts(t.due_ms):
+                self._queue.offer(Entry(task_id, t.shard_id, t.due_ms))

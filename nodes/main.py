@@ -1,0 +1,127 @@
+"""NodeRuntime: builds a scheduling node's parts from Settings, and starts and stops them in order.
+
+It owns no logic: each part is its own class with its own thread (see their docstrings). Start
+order is MySQL (ownership) -> publisher -> recorder -> dispatcher -> loader -> Thrift server; stop
+is the reverse, letting unconfirmed publishes settle first so nothing is left half done.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import pika
+
+from shared.clock import SYSTEM_CLOCK, Clock
+from shared.config import Settings
+from shared.db import make_engine
+from shared.errors import ConfigError, Unavailable
+from shared.gen.delayq_thrift import DelayScheduler, ttypes
+from shared.publisher import ConfirmedPublisher
+from shared.validation import Limits
+from nodes.delayqueue import DelayQueue
+from nodes.dispatcher import Dispatcher
+from nodes.handler import Handler
+from nodes.loader import Loader
+from nodes.ownership import Ownership
+from nodes.recorder import Recorder
+from nodes.server import ThriftServer
+from nodes.services import ServiceRegistry
+from nodes.store import TaskStore
+
+log = logging.getLogger(__name__)
+
+
+def amqp_parameters(url: str, timeout_ms: int) -> pika.URLParameters:
+    params = pika.URLParameters(url)
+    timeout = max(1.0, timeout_ms / 1000.0)
+    params.socket_timeout = timeout
+    params.stack_timeout = timeout * 2
+    params.blocked_connection_timeout = max(30.0, timeout)
+    params.connection_attempts = 1
+    params.heartbeat = 30
+    return params
+
+
+class NodeRuntime:
+    def __init__(self, settings: Settings, clock: Clock = SYSTEM_CLOCK):
+        s = self.settings = settings
+        self.clock = clock
+        self.engine = make_engine(s.mysql)
+        self.store = TaskStore(self.engine)
+        self.services = ServiceRegistry(self.engine, clock)
+        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)
+        self.ownership = Ownership(s.node.node_id)
+        self.recorder = Recorder(self.store, self.queue, self.ownership, self.services, clock,
+                                 publish_retry_ms=s.scheduling.publish_retry_ms)
+        self.publisher = ConfirmedPublisher(
+            amqp_parameters(s.amqp.url, s.amqp.timeout_ms), self.recorder.on_outcome,
+            max_in_flight=s.amqp.max_in_flight, confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
+            exchanges=(s.amqp.exchange,))
+        self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher, clock,
+                                     batch=s.scheduling.dispatch_batch, default_exchange=s.amqp.exchange)
+        self.loader = Loader(self.store, self.queue, self.ownership, self.services, clock,
+                             window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
+                             cap=s.scheduling.memory_cap)
+        self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock,
+                               limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
+                               max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
+                               default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
+                               cluster_info=self.cluster_info)
+        self.server = ThriftServer(DelayScheduler.Processor(self.handler), s.node.host, s.node.port,
+                                   workers=s.limits.thrift_workers, max_frame=s.limits.max_frame_bytes,
+                                   idle_timeout=s.limits.idle_timeout_ms / 1000.0)
+        self._epoch = 0
+
+    def start(self, wait_s: float = 60.0) -> None:
+        self._take_shards(wait_s)
+        self.publisher.start()
+        if not self.publisher.wait_ready(min(wait_s, 10.0)):
+            log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
+        self.recorder.start()
+        self.dispatcher.start()
+        self.loader.start()
+        self.server.start()
+        log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
+                 len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
+
+    def _take_shards(self, wait_s: float) -> None:
+        """Standalone mode: this node owns every shard (at a new epoch, fencing any previous owner)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                shards = self.store.shard_ids()
+                if not shards:
+                    raise ConfigError("the database has no shards: run `delayq db init` first")
+                fence = self.store.take_shards(self.settings.node.node_id, shards, self.clock.now_ms())
+                self.services.refresh()
+                break
+            except Unavailable as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("waiting for MySQL: %s", e)
+                time.sleep(1.0)
+        self._epoch = max(fence.values())
+        self.ownership.set(fence, shards)
+        log.info("took shards %d-%d at epoch %d", min(shards), max(shards), self._epoch)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.stop()
+        self.loader.stop()
+        self.dispatcher.stop()
+        deadline = time.monotonic() + timeout
+        while self.publisher.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.publisher.stop()
+        self.recorder.stop(max(1.0, deadline - time.monotonic()))
+        self.engine.dispose()
+        log.info("node %s stopped", self.settings.node.node_id)
+
+    def cluster_info(self) -> ttypes.ClusterInfo:
+        s = self.settings
+        node = s.node.node_id
+        shards = sorted(self.ownership.shards())
+        return ttypes.ClusterInfo(
+            cluster=s.node.cluster, shardCount=len(self.ownership.all_shards()), epoch=self._epoch, master=node,
+            nodes=[ttypes.NodeInfo(nodeId=node, endpoint=f"{s.node.advertise_host}:{self.server.port}",
+                                   shardCount=len(shards), queueSize=len(self.queue), master=True)],
+            assignment={sh: node for sh in shards})

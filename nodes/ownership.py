@@ -1,0 +1,76 @@
+"""Ownership: the shards this node may claim, each with the epoch it was granted at.
+
+The claim statement checks the same (owner, epoch) against job_shard in MySQL, so a stale view here
+can only make a claim fail, never succeed wrongly. `claimable` is off while the node must not claim
+at all (ZooKeeper session suspended).
+
+Thread-safe. Listeners (gained, lost) run on the thread that changed the ownership.
+"""
+from __future__ import annotations
+
+import random
+import threading
+from typing import Callable, Iterable
+
+Listener = Callable[[set[int], set[int]], None]
+
+
+class Ownership:
+    def __init__(self, node_id: str, rng: random.Random | None = None):
+        self.node_id = node_id
+        self._lock = threading.Lock()
+        self._fence: dict[int, int] = {}
+        self._all: tuple[int, ...] = ()
+        self._claimable = True
+        self._listeners: list[Listener] = []
+        self._rng = rng or random.Random()
+
+    def on_change(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def set(self, fence: dict[int, int], all_shards: Iterable[int]) -> None:
+        """Replace the owned shards (shard -> epoch) and the cluster's shard list."""
+        with self._lock:
+            before = set(self._fence)
+            changed = {s for s, e in fence.items() if self._fence.get(s) != e}
+            self._fence = dict(fence)
+            self._all = tuple(sorted(all_shards))
+        gained, lost = changed, before - set(fence)
+        if gained or lost:
+            for listener in self._listeners:
+                listener(gained, lost)
+
+    def set_claimable(self, claimable: bool) -> None:
+        with self._lock:
+            self._claimable = claimable
+
+    @property
+    def claimable(self) -> bool:
+        with self._lock:
+            return self._claimable
+
+    def fence(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._fence) if self._claimable else {}
+
+    def shards(self) -> set[int]:
+        with self._lock:
+            return set(self._fence)
+
+    def owns(self, shard_id: int) -> bool:
+        with self._lock:
+            return shard_id in self._fence
+
+    def all_shards(self) -> tuple[int, ...]:
+        with self._lock:
+            return self._all
+
+    def pick_shard(self, near: bool) -> int:
+        """A shard for a new task: one of ours when it is due soon (it goes straight to memory),
+        otherwise any shard, evenly."""
+        with self._lock:
+            if near and self._fence and self._claimable:
+                return self._rng.choice(tuple(self._fence))
+            if not self._all:
+                raise LookupError("the cluster has no shards yet")
+            return self._rng.choice(self._all)

@@ -1,0 +1,115 @@
+"""Recorder: turns publish outcomes into MySQL records, in batches, off the publisher's thread.
+
+    CONFIRMED   execlog row for the attempt (ARCHITECTURE invariant 4: confirmed before recorded);
+                a task that expects no result (ttr 0) is FINISHED here
+    FAILED      the attempt did not happen: back to DELAY, dispatched again after publish_retry_ms
+    UNROUTABLE  a failed attempt (no queue bound): retried with the service's backoff, then FAILED
+
+If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
+task that was never recorded times out after its time-to-run and is dispatched again.
+
+Thread: one, owned here; `stop()` drains what is queued (bounded by its timeout) and joins it.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from shared.clock import Clock
+from shared.errors import DelayqError, Unavailable
+from shared.lifecycle import Result, Status
+from shared.publisher import CONFIRMED, FAILED, UNROUTABLE
+from nodes.delayqueue import DelayQueue, Entry
+from nodes.ownership import Ownership
+from nodes.services import ServiceRegistry
+from nodes.store import Claimed, TaskStore
+
+log = logging.getLogger(__name__)
+
+
+class Recorder:
+    def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, services: ServiceRegistry,
+                 clock: Clock, *, publish_retry_ms: int, batch: int = 1000):
+        self._store, self._queue, self._ownership = store, queue_, ownership
+        self._services, self._clock = services, clock
+        self._retry_ms = publish_retry_ms
+        self._batch = batch
+        self._inbox: queue.Queue[tuple[Any, str, str | None]] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.confirmed = 0
+        self.failed = 0
+
+    def on_outcome(self, ref: Any, outcome: str, reason: str | None) -> None:
+        """Publisher callback: never blocks."""
+        self._inbox.put((ref, outcome, reason))
+
+    @property
+    def backlog(self) -> int:
+        return self._inbox.qsize()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        pending: list[tuple[Any, str, str | None]] = []
+        while not (self._stop.is_set() and not pending and self._inbox.empty()):
+            if not pending:
+                try:
+                    pending.append(self._inbox.get(timeout=0.2))
+                except queue.Empty:
+                    continue
+            while len(pending) < self._batch:
+                try:
+                    pending.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self._record(pending)
+                pending = []
+            except Unavailable as e:
+                log.warning("cannot record %d publish outcomes: %s; retrying", len(pending), e)
+                if self._stop.wait(1.0):
+                    return
+
+    def _record(self, items: list[tuple[Any, str, str | None]]) -> None:
+        confirmed = [ref for ref, outcome, _ in items if outcome == CONFIRMED]
+        failed = [ref[0] for ref, outcome, _ in items if outcome == FAILED]
+        unroutable = [(ref[0], reason) for ref, outcome, reason in items if outcome == UNROUTABLE]
+        if confirmed:
+            self._store.record_dispatched(confirmed, self._ownership.node_id)
+            self.confirmed += len(confirmed)
+        if failed:
+            due = self._clock.now_ms() + self._retry_ms
+            self._store.release(failed, due)
+            self.failed += len(failed)
+            log.warning("%d publishes failed (%s): dispatching again in %d ms",
+                        len(failed), next(r for _, o, r in items if o == FAILED), self._retry_ms)
+            self._requeue([(c, due) for c in failed])
+        for c, reason in unroutable:
+            self._unroutable(c, reason)
+
+    def _unroutable(self, c: Claimed, reason: str | None) -> None:
+        log.warning("task %s attempt %d unroutable: %s", c.task_id, c.attempt, reason)
+        try:
+            t = self._store.apply_result(c.task_id, c.attempt, Result.UNROUTABLE, reason, self._clock.now_ms(),
+                                         self._services.policy, self._ownership.node_id)
+        except Unavailable:
+            raise
+        except DelayqError as e:
+            log.warning("unroutable task %s not updated: %s", c.task_id, e)
+            return
+        if t.applied and t.status is Status.DELAY and t.due_ms is not None:
+            self._requeue([(c, t.due_ms)])
+
+    def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
+        self._queue.offer_many(Entry(c.task_id, c.shard_id, due) for c, due in items
+                               if self._ownership.owns(c.shard_id) and self._queue.accepts(due))

@@ -1,0 +1,94 @@
+"""ServiceRegistry: the callback services (topic -> exchange, routing key, retry rules), cached.
+
+Every node reads the table at start and again every `refresh_s`; a topic it does not know is
+looked up in MySQL before a submit is refused, so a service registered on another node is usable
+at once. Thread-safe.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict
+
+from sqlalchemy import Engine, select
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+from shared import tables
+from shared.clock import Clock
+from shared.db import unavailable_on_failure
+from shared.errors import UnknownTopic
+from shared.lifecycle import RetryPolicy
+from shared.validation import ServiceSpec, check_service
+
+C = tables.callback_service
+
+
+class ServiceRegistry:
+    def __init__(self, engine: Engine, clock: Clock, refresh_s: float = 10.0):
+        self._engine = engine
+        self._clock = clock
+        self._refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._by_topic: dict[str, ServiceSpec] = {}
+        self._loaded_at = float("-inf")
+
+    def get(self, topic: str) -> ServiceSpec:
+        """The enabled service for a topic, or UnknownTopic."""
+        svc = self._cached(topic)
+        if svc is None:
+            self.refresh()
+            svc = self._cached(topic)
+        if svc is None or not svc.enabled:
+            raise UnknownTopic(topic)
+        return svc
+
+    def find(self, topic: str) -> ServiceSpec | None:
+        """The service for a topic, enabled or not, without refusing (used by the dispatch path)."""
+        svc = self._cached(topic)
+        if svc is None:
+            self.refresh()
+            svc = self._cached(topic)
+        return svc
+
+    def policy(self, topic: str, max_retries: int) -> RetryPolicy:
+        svc = self.find(topic) or ServiceSpec(topic, "", topic)
+        return RetryPolicy(max_retries, svc.backoff, svc.retry_backoff_ms, svc.retry_backoff_max_ms)
+
+    def all(self) -> list[ServiceSpec]:
+        self.refresh()
+        with self._lock:
+            return sorted(self._by_topic.values(), key=lambda s: s.topic)
+
+    def upsert(self, svc: ServiceSpec) -> ServiceSpec:
+        check_service(svc)
+        now = self._clock.now_ms()
+        row = {k: v for k, v in asdict(svc).items()}
+        row["enabled"] = 1 if svc.enabled else 0
+        stmt = mysql_insert(C).values(**row, created_ms=now, updated_ms=now)
+        stmt = stmt.on_duplicate_key_update({k: stmt.inserted[k] for k in row if k != "topic"} | {"updated_ms": now})
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            conn.execute(stmt)
+        with self._lock:
+            self._by_topic[svc.topic] = svc
+        return svc
+
+    def refresh(self) -> None:
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.execute(select(C)).mappings().all()
+        fresh = {}
+        for r in rows:
+            fields = {k: r[k] for k in ServiceSpec.__dataclass_fields__}
+            fields["enabled"] = bool(fields["enabled"])
+            fresh[r["topic"]] = ServiceSpec(**fields)
+        with self._lock:
+            self._by_topic = fresh
+            self._loaded_at = self._clock.monotonic()
+
+    def _cached(self, topic: str) -> ServiceSpec | None:
+        with self._lock:
+            stale = self._clock.monotonic() - self._loaded_at > self._refresh_s
+            svc = self._by_topic.get(topic)
+        if stale:
+            self.refresh()
+            with self._lock:
+                svc = self._by_topic.get(topic)
+        return svc

@@ -1,0 +1,329 @@
+"""TaskStore: every read and write of tasks, on SQLAlchemy Core, one transaction per unit of work.
+
+MySQL is the truth (ARCHITECTURE invariant 1). Each state change is conditional on the row's
+current status and attempt, so whatever races it (another node, a late report, a stale memory
+entry) it either applies once or changes nothing. The claim is fenced (invariant 3): it locks the
+shard rows in share mode and only takes tasks of shards this node owns at its epoch.
+
+Thread-safe: it holds only the engine; each call checks a connection out of the pool.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+import sqlalchemy.exc
+from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, literal, select, update
+
+from shared import tables
+from shared.db import unavailable_on_failure
+from shared.errors import Conflict, NotFound
+from shared.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
+from nodes.delayqueue import Entry
+
+log = logging.getLogger(__name__)
+T, X, B, S = tables.task, tables.execlog, tables.backlog, tables.shard
+
+# A fire-and-forget attempt (ttr 0) that was claimed but never confirmed is recovered after this.
+UNCONFIRMED_GRACE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class NewTask:
+    task_id: str
+    topic: str
+    shard_id: int
+    due_ms: int
+    payload: bytes
+    spec_hash: bytes
+    max_retries: int
+    ttr_ms: int
+    created_ms: int
+
+
+@dataclass(frozen=True)
+class Submitted:
+    task_id: str
+    shard_id: int
+    due_ms: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A task this node won the right to dispatch, as attempt number `attempt`."""
+    task_id: str
+    topic: str
+    shard_id: int
+    due_ms: int
+    attempt: int
+    payload: bytes
+    ttr_ms: int
+    max_retries: int
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The outcome of a result or timeout: applied or not, and the task's state after it."""
+    applied: bool
+    status: Status
+    shard_id: int = -1
+    due_ms: int | None = None
+
+
+class TaskStore:
+    def __init__(self, engine: Engine, rng: random.Random | None = None):
+        self._engine = engine
+        self._rng = rng or random.Random()
+
+    # ---- submit -------------------------------------------------------------------------------
+
+    def insert_tasks(self, new: Sequence[NewTask]) -> list[Submitted]:
+        """Insert all or nothing. A task id that exists with the same spec hash is returned with
+        created=False; with another hash it raises Conflict (and nothing is inserted)."""
+        for attempt in range(3):
+            try:
+                with unavailable_on_failure(), self._engine.begin() as conn:
+                    return self._insert(conn, new)
+            except sqlalchemy.exc.IntegrityError:
+                # A concurrent submit of the same client id won the race: look again.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _insert(self, conn: Connection, new: Sequence[NewTask]) -> list[Submitted]:
+        ids = list({t.task_id for t in new})
+        prior: dict[str, tuple[bytes, int, int]] = {}
+        for table in (T, B):
+            for chunk in _chunks(ids, 1000):
+                for r in conn.execute(select(table.c.task_id, table.c.spec_hash, table.c.shard_id,
+                                             table.c.due_ms).where(table.c.task_id.in_(chunk))):
+                    prior.setdefault(r.task_id, (bytes(r.spec_hash), r.shard_id, r.due_ms))
+        out, rows = [], []
+        for t in new:
+            seen = prior.get(t.task_id)
+            if seen is not None:
+                if seen[0] != t.spec_hash:
+                    raise Conflict(t.task_id, "exists with different content")
+                out.append(Submitted(t.task_id, seen[1], seen[2], False))
+                continue
+            prior[t.task_id] = (t.spec_hash, t.shard_id, t.due_ms)
+            rows.append(t)
+            out.append(Submitted(t.task_id, t.shard_id, t.due_ms, True))
+        if rows:
+            conn.execute(insert(T), [_task_row(t) for t in rows])
+        return out
+
+    # ---- loading and claiming -----------------------------------------------------------------
+
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int) -> list[Entry]:
+        """DELAY tasks of these shards due before before_ms, earliest first (a range scan per shard)."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.execute(
+                select(T.c.task_id, T.c.shard_id, T.c.due_ms)
+                .where(T.c.shard_id.in_(shards), T.c.status == int(Status.DELAY), T.c.due_ms < before_ms)
+                .order_by(T.c.due_ms).limit(limit))
+            return [Entry(r.task_id, r.shard_id, r.due_ms) for r in rows]
+
+    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int) -> list[Claimed]:
+        """DELAY -> READY, attempt + 1, for the entries still due and of shards `owner` holds at
+        the epochs in `fence`. Only the returned tasks may be published."""
+        if not entries:
+            return []
+        wanted = {e.task_id: e for e in entries}
+        shards = sorted({e.shard_id for e in entries if e.shard_id in fence})
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            held = {r.shard_id for r in conn.execute(
+                select(S.c.shard_id, S.c.owner, S.c.epoch).where(S.c.shard_id.in_(shards))
+                .with_for_update(read=True))
+                if r.owner == owner and r.epoch == fence[r.shard_id]}
+            if not held:
+                return []
+            rows = conn.execute(
+                select(T.c.task_id, T.c.topic, T.c.shard_id, T.c.due_ms, T.c.attempt, T.c.payload,
+                       T.c.ttr_ms, T.c.max_retries)
+                .where(T.c.task_id.in_(list(wanted)), T.c.status == int(Status.DELAY), T.c.shard_id.in_(held))
+                .with_for_update()).all()
+            # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
+            rows = [r for r in rows if r.due_ms <= wanted[r.task_id].due_ms]
+            if not rows:
+                return []
+            conn.execute(
+                update(T).where(T.c.task_id.in_([r.task_id for r in rows]), T.c.status == int(Status.DELAY))
+                .values(status=int(Status.READY), attempt=T.c.attempt + 1, node_id=owner, updated_ms=now_ms,
+                        deadline_ms=now_ms + case((T.c.ttr_ms > 0, T.c.ttr_ms), else_=UNCONFIRMED_GRACE_MS)))
+        return [Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt + 1, bytes(r.payload),
+                        r.ttr_ms, r.max_retries) for r in rows]
+
+    def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
+        """The broker confirmed these publishes: write their execlog rows. Tasks that expect no
+        result (ttr 0) finish here. Returns the tasks finished."""
+        if not confirmed:
+            return []
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            conn.execute(insert(X).prefix_with("IGNORE"),
+                         [{"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id,
+                           "dispatched_ms": at} for c, at in confirmed])
+            done = [(c, at) for c, at in confirmed if c.ttr_ms == 0]
+            finished = []
+            for c, at in done:
+                if self._finalize(conn, c.task_id, c.attempt, (Status.READY,), Status.FINISHED, at, None):
+                    conn.execute(update(X).where(X.c.task_id == c.task_id, X.c.attempt == c.attempt)
+                                 .values(result="CONFIRMED", result_ms=at))
+                    finished.append(c)
+            return finished
+
+    def release(self, claimed: Sequence[Claimed], due_ms: int) -> int:
+        """The publish failed (broker down, nack, no confirm): the attempt did not happen. Back to
+        DELAY with the attempt number returned, to be dispatched again at due_ms."""
+        if not claimed:
+            return 0
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            n = 0
+            for c in claimed:
+                n += conn.execute(
+                    update(T).where(T.c.task_id == c.task_id, T.c.status == int(Status.READY),
+                                    T.c.attempt == c.attempt)
+                    .values(status=int(Status.DELAY), attempt=c.attempt - 1, due_ms=due_ms,
+                            deadline_ms=None, node_id=None, updated_ms=due_ms)).rowcount
+            return n
+
+    # ---- results, timeouts, cancel, reschedule ------------------------------------------------
+
+    def apply_result(self, task_id: str, attempt: int, result: Result, message: str | None,
+                     now_ms: int, policy: Callable[[str, int], RetryPolicy], node_id: str | None = None) -> Transition:
+        """Apply a result (or a timeout) to attempt `attempt`; a stale or duplicate one changes nothing."""
+        message = message[:1024] if message else None
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            row = conn.execute(select(T.c.status, T.c.attempt, T.c.topic, T.c.shard_id, T.c.max_retries)
+                               .where(T.c.task_id == task_id).with_for_update()).first()
+            if row is None:
+                final = conn.execute(select(B.c.status).where(B.c.task_id == task_id)).first()
+                if final is None:
+                    raise NotFound(task_id)
+                return Transition(False, Status(final.status))
+            status = Status(row.status)
+            decision = on_result(status, result, row.attempt, policy(row.topic, row.max_retries),
+                                 now_ms, self._rng) if row.attempt == attempt else None
+            if decision is None:
+                return Transition(False, status, row.shard_id)
+            if result is not Result.STARTED:
+                conn.execute(insert(X).prefix_with("IGNORE").values(
+                    task_id=task_id, attempt=attempt, node_id=node_id or "?", dispatched_ms=now_ms))
+                conn.execute(update(X).where(X.c.task_id == task_id, X.c.attempt == attempt)
+                             .values(result=result.value, result_ms=now_ms, message=message))
+            self._apply(conn, task_id, attempt, status, decision, now_ms, message)
+            return Transition(True, decision.status, row.shard_id, decision.due_ms)
+
+    def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
+               now_ms: int, message: str | None) -> None:
+        if d.status in FINAL:
+            self._finalize(conn, task_id, attempt, (status,), d.status, now_ms, message)
+        elif d.status is Status.RUNNING:
+            conn.execute(update(T).where(T.c.task_id == task_id).values(status=int(Status.RUNNING), updated_ms=now_ms))
+        else:
+            conn.execute(update(T).where(T.c.task_id == task_id).values(
+                status=int(Status.DELAY), due_ms=d.due_ms, deadline_ms=None, node_id=None, updated_ms=now_ms))
+
+    def expired(self, shards: Iterable[int], now_ms: int, limit: int) -> list[tuple[str, int]]:
+        """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.execute(select(T.c.task_id, T.c.attempt).where(
+                T.c.shard_id.in_(shards), T.c.status.in_([int(Status.READY), int(Status.RUNNING)]),
+                T.c.deadline_ms < now_ms).limit(limit))
+            return [(r.task_id, r.attempt) for r in rows]
+
+    def cancel(self, task_id: str, now_ms: int) -> str:
+        """CANCELLED, ALREADY_DISPATCHED or NOT_FOUND."""
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            row = conn.execute(select(T.c.status, T.c.attempt).where(T.c.task_id == task_id).with_for_update()).first()
+            if row is not None:
+                if row.status != Status.DELAY:
+                    return "ALREADY_DISPATCHED"
+                self._finalize(conn, task_id, row.attempt, (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled")
+                return "CANCELLED"
+            final = conn.execute(select(B.c.status).where(B.c.task_id == task_id)).first()
+            if final is None:
+                return "NOT_FOUND"
+            return "CANCELLED" if final.status == Status.CANCELLED else "ALREADY_DISPATCHED"
+
+    def reschedule(self, task_id: str, due_ms: int, shard_id: int | None, now_ms: int) -> tuple[int, int]:
+        """Move a DELAY task to due_ms (and to shard_id when given); returns (shard, due)."""
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            row = conn.execute(select(T.c.status, T.c.shard_id).where(T.c.task_id == task_id).with_for_update()).first()
+            if row is None:
+                if conn.execute(select(B.c.status).where(B.c.task_id == task_id)).first() is None:
+                    raise NotFound(task_id)
+                raise Conflict(task_id, "has ended; only a task that has not fired can be rescheduled")
+            if row.status != Status.DELAY:
+                raise Conflict(task_id, f"is {Status(row.status).name}; only a task that has not fired can be rescheduled")
+            shard = row.shard_id if shard_id is None else shard_id
+            conn.execute(update(T).where(T.c.task_id == task_id).values(due_ms=due_ms, shard_id=shard, updated_ms=now_ms))
+            return shard, due_ms
+
+    def get(self, task_id: str) -> tuple[Mapping, list[Mapping]]:
+        """The task (live or archived) as a mapping, and its attempts from the execlog."""
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            row = conn.execute(select(T).where(T.c.task_id == task_id)).mappings().first()
+            if row is None:
+                row = conn.execute(select(B).where(B.c.task_id == task_id)).mappings().first()
+            if row is None:
+                raise NotFound(task_id)
+            attempts = conn.execute(select(X).where(X.c.task_id == task_id).order_by(X.c.attempt)).mappings().all()
+            return dict(row), [dict(a) for a in attempts]
+
+    # ---- shard ownership ----------------------------------------------------------------------
+
+    def take_shards(self, owner: str, shards: Iterable[int], now_ms: int) -> dict[int, int]:
+        """Make `owner` the holder of these shards at a new epoch each; returns shard -> epoch.
+        Any previous holder's claims fail from the commit on."""
+        shards = sorted(shards)
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            top = conn.execute(select(func.coalesce(func.max(S.c.epoch), 0)).with_for_update()).scalar_one()
+            epoch = top + 1
+            conn.execute(update(S).where(S.c.shard_id.in_(shards)).values(owner=owner, epoch=epoch, updated_ms=now_ms))
+            return {s: epoch for s in shards}
+
+    def shard_ids(self) -> list[int]:
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            return [r.shard_id for r in conn.execute(select(S.c.shard_id).order_by(S.c.shard_id))]
+
+    def ping(self) -> None:
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            conn.execute(select(literal(1)))
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _finalize(self, conn: Connection, task_id: str, attempt: int, statuses: Iterable[Status],
+                  final: Status, now_ms: int, message: str | None) -> bool:
+        """Move one live task to the backlog with its final status, if it is still as expected."""
+        cond = and_(T.c.task_id == task_id, T.c.attempt == attempt, T.c.status.in_([int(s) for s in statuses]))
+        copied = conn.execute(insert(B).from_select(
+            [B.c.task_id, B.c.topic, B.c.shard_id, B.c.due_ms, B.c.status, B.c.attempt, B.c.payload,
+             B.c.spec_hash, B.c.max_retries, B.c.ttr_ms, B.c.created_ms, B.c.finished_ms, B.c.message],
+            select(T.c.task_id, T.c.topic, T.c.shard_id, T.c.due_ms, literal(int(final)), T.c.attempt, T.c.payload,
+                   T.c.spec_hash, T.c.max_retries, T.c.ttr_ms, T.c.created_ms, literal(now_ms), literal(message))
+            .where(cond))).rowcount
+        if copied:
+            conn.execute(delete(T).where(cond))
+        return bool(copied)
+
+
+def _task_row(t: NewTask) -> dict:
+    return {"task_id": t.task_id, "topic": t.topic, "shard_id": t.shard_id, "due_ms": t.due_ms,
+            "status": int(Status.DELAY), "attempt": 0, "payload": t.payload, "spec_hash": t.spec_hash,
+            "max_retries": t.max_retries, "ttr_ms": t.ttr_ms, "deadline_ms": None, "node_id": None,
+            "created_ms": t.created_ms, "updated_ms": t.created_ms}
+
+
+def _chunks(items: list, n: int) -> Iterable[list]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]

@@ -1,0 +1,95 @@
+"""DelayqClient: the Python client for business systems.
+
+    with DelayqClient(["127.0.0.1:9090"], timeout_s=5) as dq:
+        ref = dq.submit(TaskSpec(topic="order.cancel", taskId="order-42", delayMs=30_000, payload=b"42"))
+
+It spreads calls over the endpoints it is given and retries a call that failed because a node was
+unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
+taskId). Every call has a timeout. Not thread-safe: use one client per thread.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+from thrift.protocol import TBinaryProtocol
+from thrift.transport import TSocket, TTransport
+
+from shared.gen.delayq_thrift import DelayScheduler, ttypes
+from shared.gen.delayq_thrift.ttypes import (CallbackService, CancelResult, ReportOutcome, ResultStatus,  # noqa: F401
+                                             TaskSpec, TaskStatus)
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (host or "127.0.0.1"), int(port)
+
+
+def connect(host: str, port: int, timeout_s: float = 5.0) -> tuple[DelayScheduler.Client, TTransport.TTransportBase]:
+    """One connection to one node: (client, transport); close the transport when done."""
+    sock = TSocket.TSocket(host, port)
+    sock.setTimeout(int(timeout_s * 1000))
+    transport = TTransport.TFramedTransport(sock)
+    transport.open()
+    return DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport)), transport
+
+
+class DelayqClient:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0, rng: random.Random | None = None):
+        if not endpoints:
+            raise ValueError("no delayq endpoints given")
+        self._endpoints = [parse_endpoint(e) for e in endpoints]
+        (rng or random).shuffle(self._endpoints)
+        self._timeout_s = timeout_s
+        self._current: tuple[DelayScheduler.Client, TTransport.TTransportBase] | None = None
+        self._index = 0
+
+    def __enter__(self) -> "DelayqClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current[1].close()
+            self._current = None
+
+    def __getattr__(self, method: str) -> Any:
+        if not hasattr(DelayScheduler.Iface, method):
+            raise AttributeError(method)
+        return lambda *args: self._call(method, args)
+
+    def _call(self, method: str, args: tuple) -> Any:
+        last: Exception | None = None
+        for _ in range(len(self._endpoints)):
+            try:
+                if self._current is None:
+                    host, port = self._endpoints[self._index % len(self._endpoints)]
+                    self._current = connect(host, port, self._timeout_s)
+            except (TTransport.TTransportException, OSError) as e:
+                last = e             # never reached the node: always safe to try the next one
+                self._current = None
+                self._index += 1
+                continue
+            try:
+                return getattr(self._current[0], method)(*args)
+            except ttypes.Unavailable as e:
+                last = e             # the node wrote nothing: try the next one
+            except (TTransport.TTransportException, OSError) as e:
+                if not _idempotent(method, args):
+                    self.close()
+                    raise            # the node may have applied it: retrying could submit twice
+                last = e
+            self.close()
+            self._index += 1
+        assert last is not None
+        raise last
+
+
+def _idempotent(method: str, args: tuple) -> bool:
+    if method == "submit":
+        return bool(args and args[0].taskId)
+    if method == "submitBatch":
+        return bool(args and all(t.taskId for t in args[0]))
+    return True

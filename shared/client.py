@@ -62,7 +62,7 @@ class DelayqClient:
 
     def _call(self, method: str, args: tuple) -> Any:
         last: Exception | None = None
-        for _ in range(len(self._endpoints)):
+        for _ in range(max(2, len(self._endpoints))):
             try:
                 if self._current is None:
                     host, port = self._endpoints[self._index % len(self._endpoints)]

@@ -18,10 +18,12 @@ import collections
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 import pika
+from thrift.Thrift import TException
 
 from shared import topology
 from shared.gen.delayq_thrift.ttypes import ResultStatus
@@ -55,7 +57,8 @@ def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
 class TaskConsumer:
     def __init__(self, topic: str, handler: Callable[[Delivery], None], *, results=None,
                  amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F", exchange: str = topology.DEFAULT_EXCHANGE,
-                 routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000):
+                 routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000,
+                 report_timeout_s: float = 30.0):
         self.topic = topic
         self._handler = handler
         self._results = results            # a DelayqClient, or None to only ack
@@ -67,6 +70,7 @@ class TaskConsumer:
         self._prefetch = prefetch
         self._done: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._remember = remember
+        self._report_timeout_s = report_timeout_s
         self._conn: pika.BlockingConnection | None = None
         self._channel = None
         self._ready = threading.Event()
@@ -103,6 +107,24 @@ class TaskConsumer:
         if conn is not None and channel is not None and conn.is_open:
             conn.add_callback_threadsafe(channel.stop_consuming)
 
+    def _report(self, task: Delivery, status: int, message: str) -> None:
+        """Report the result, retrying while the nodes are unreachable. Past report_timeout_s the
+        message is acked anyway: the task's time-to-run then dispatches it again (at least once)."""
+        deadline = time.monotonic() + self._report_timeout_s
+        delay = 0.1
+        while True:
+            try:
+                self._results.reportResult(task.task_id, task.attempt, status, message)
+                return
+            except (TException, OSError) as e:
+                if time.monotonic() + delay > deadline:
+                    log.error("could not report %s for %s: %s; its time-to-run will retry it",
+                              ResultStatus._VALUES_TO_NAMES.get(status), task.message_id, e)
+                    return
+                log.warning("reporting %s failed (%s); retrying in %.1f s", task.message_id, e, delay)
+                self._conn.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
     def _on_message(self, channel, method, properties, body) -> None:
         mid = properties.message_id or ""
         if mid and mid in self._done:
@@ -124,7 +146,7 @@ class TaskConsumer:
             log.exception("handler failed on %s", mid)
             status, message = ResultStatus.FATAL, f"{type(e).__name__}: {e}"
         if self._results is not None:
-            self._results.reportResult(task.task_id, task.attempt, status, message[:1024])
+            self._report(task, status, message[:1024])
         channel.basic_ack(method.delivery_tag)
         self.handled += 1
         self._done[mid] = None

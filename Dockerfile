@@ -1,0 +1,27 @@
+# delayq node image: `docker run IMAGE` runs a node; `docker run IMAGE db init` or
+# `docker run IMAGE demo ...` run the other `delayq` sub-commands.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+
+COPY . /app
+
+# Editable install on purpose: shared/schema.py reads the migrations from the `sql/` directory
+# next to the packages (Path(__file__).parent.parent / "sql"), which a regular wheel install
+# would leave behind. With -e the code keeps running from /app, where sql/ is.
+RUN pip install --no-cache-dir -e .
+
+# Run as an unprivileged user; /app stays owned by root, so the code is read-only to the node.
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin delayq
+USER delayq
+
+# Thrift port (DELAYQ_PORT's default).
+EXPOSE 9090
+
+# Exec form: `delayq` is PID 1 and gets SIGTERM itself, which the node handles by draining.
+ENTRYPOINT ["delayq"]
+CMD ["node"]

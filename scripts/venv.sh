@@ -1,0 +1,79 @@
+# shellcheck shell=bash
+# Source me:  . scripts/venv.sh
+# Ensures a Python >= 3.11, creates <repo>/.venv if missing, activates it, and runs
+# `pip install -e ".[${DELAYQ_EXTRAS:-test}]"` only when setup.cfg (or the extras) changed
+# since the last install (stamp: .venv/.delayq-installed).
+# Does not change the caller's shell options; returns non-zero on failure.
+# Env: DELAYQ_PYTHON (interpreter to use), DELAYQ_EXTRAS (default: test).
+
+_delayq_py_ok() {  # _delayq_py_ok PYTHON: runs and is >= 3.11
+    "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1
+}
+
+_delayq_apt() {  # apt-get install, as root or via sudo
+    command -v apt-get >/dev/null 2>&1 || { echo "venv.sh: no apt-get; install $* by hand" >&2; return 1; }
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || { echo "venv.sh: need root or sudo to install $*" >&2; return 1; }
+        sudo="sudo"
+    fi
+    echo "venv.sh: installing $* with apt-get" >&2
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+_delayq_find_python() {  # prints the first usable interpreter
+    local c
+    for c in ${DELAYQ_PYTHON:-} python3 python3.13 python3.12 python3.11; do
+        if command -v "$c" >/dev/null 2>&1 && _delayq_py_ok "$c"; then command -v "$c"; return 0; fi
+    done
+    return 1
+}
+
+_delayq_venv() {
+    local root py ver stamp extras="${DELAYQ_EXTRAS:-test}" f need=""
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || return 1
+
+    if ! py="$(_delayq_find_python)"; then
+        _delayq_apt python3 python3-venv python3-pip || return 1
+        # e.g. Ubuntu 22.04: python3 is 3.10, but python3.11 is packaged
+        _delayq_find_python >/dev/null || _delayq_apt python3.11 python3.11-venv || true
+        py="$(_delayq_find_python)" || {
+            echo "venv.sh: need Python >= 3.11, found $(python3 --version 2>&1 || echo 'no usable python3')" >&2; return 1; }
+    fi
+
+    # (Re)create the venv if missing, broken, or too old.
+    if ! _delayq_py_ok "$root/.venv/bin/python"; then
+        if ! "$py" -m venv --clear "$root/.venv" >/dev/null 2>&1; then
+            # Debian/Ubuntu ship ensurepip separately (python3-venv / python3.X-venv).
+            ver="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+            _delayq_apt python3-venv "python${ver}-venv" || _delayq_apt python3-venv || return 1
+            "$py" -m venv --clear "$root/.venv" || { echo "venv.sh: python -m venv failed" >&2; return 1; }
+        fi
+        echo "venv.sh: created $root/.venv ($("$root/.venv/bin/python" --version 2>&1))" >&2
+    fi
+
+    # shellcheck disable=SC1091
+    . "$root/.venv/bin/activate" || return 1
+
+    stamp="$root/.venv/.delayq-installed"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$extras" ]; then need=1; fi
+    for f in setup.cfg setup.py pyproject.toml; do
+        if [ -f "$root/$f" ] && [ "$root/$f" -nt "$stamp" ]; then need=1; fi
+    done
+    if [ -n "$need" ]; then
+        echo "venv.sh: pip install -e .[$extras]" >&2
+        (cd "$root" && python -m pip install -q -e ".[$extras]") || {
+            echo "venv.sh: pip install failed" >&2; return 1; }
+        printf '%s\n' "$extras" >"$stamp"
+    fi
+}
+
+_delayq_venv
+_delayq_venv_rc=$?
+unset -f _delayq_venv _delayq_find_python _delayq_apt _delayq_py_ok
+if [ "$_delayq_venv_rc" -ne 0 ]; then
+    unset _delayq_venv_rc
+    return 1 2>/dev/null || exit 1
+fi
+unset _delayq_venv_rc

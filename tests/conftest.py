@@ -1,0 +1,264 @@
+"""Fixtures for integration tests against the real ZooKeeper, MariaDB/MySQL and RabbitMQ.
+
+`scripts/test.sh` brings the services up first; here each test module gets a database of its own,
+nodes run as real `delayq node` processes (so they can be killed), and a Collector consumes a
+RabbitMQ queue on its own thread, stamping each message with its receive time.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pika
+import pytest
+
+from shared import config, db as dbm, schema
+from shared.client import CallbackService, DelayqClient, connect
+
+MYSQL_SERVER = os.environ.get("DELAYQ_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
+AMQP_URL = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
+ZK_HOSTS = os.environ.get("DELAYQ_TEST_ZK", "127.0.0.1:2181")
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.02, what: str = "condition"):
+    """Poll predicate until it returns something truthy; fail the test after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---- databases -----------------------------------------------------------------------------------
+
+@dataclass
+class Database:
+    url: str
+    name: str
+    shards: int
+
+
+@pytest.fixture(scope="module")
+def database(request) -> Database:
+    """A fresh, migrated database with 8 shards for this module; dropped afterwards."""
+    name = f"delayq_t_{uuid.uuid4().hex[:10]}"
+    settings = config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}"})
+    server = dbm.make_engine(settings.mysql, database=False)
+    schema.create_database(server, name)
+    engine = dbm.make_engine(settings.mysql)
+    schema.migrate(engine)
+    shards = getattr(request.module, "SHARDS", 8)
+    schema.init_cluster(engine, shards)
+    engine.dispose()
+    yield Database(settings.mysql.url, name, shards)
+    with server.begin() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+    server.dispose()
+
+
+# ---- nodes ---------------------------------------------------------------------------------------
+
+@dataclass
+class NodeProcess:
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.env["DELAYQ_PORT"])
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def node_id(self) -> str:
+        return self.env["DELAYQ_NODE_ID"]
+
+    def start(self, wait: bool = True) -> "NodeProcess":
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "nodes.cli", "node"], env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        if wait:
+            wait_until(self.answers, 30, 0.05, f"node {self.node_id} to serve\n{self.log_tail()}")
+        return self
+
+    def answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            pytest.fail(f"node {self.node_id} exited with {self.proc.returncode}\n{self.log_tail()}")
+        try:
+            client, transport = connect("127.0.0.1", self.port, 1.0)
+        except OSError:
+            return False
+        except Exception:  # noqa: BLE001 - thrift raises its own transport errors while starting
+            return False
+        try:
+            client.cluster()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+        finally:
+            transport.close()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def client(self, timeout_s: float = 10.0) -> DelayqClient:
+        return DelayqClient([self.endpoint], timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def node_factory(database, tmp_path_factory):
+    """make(**settings) -> a started NodeProcess against this module's database; all stopped after."""
+    made: list[NodeProcess] = []
+    logs = tmp_path_factory.mktemp("nodes")
+
+    def make(start: bool = True, **overrides: str) -> NodeProcess:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
+        env.update({
+            "DELAYQ_MYSQL_URL": database.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
+            "DELAYQ_PORT": str(port), "DELAYQ_NODE_ID": f"n{len(made) + 1}-{port}",
+            "DELAYQ_CLUSTER": database.name, "DELAYQ_ZK_ENABLED": "false",
+            "DELAYQ_WINDOW_MS": "3000", "DELAYQ_SCAN_INTERVAL_MS": "500",
+            "DELAYQ_IDLE_TIMEOUT_MS": "2000", "PYTHONUNBUFFERED": "1",
+        })
+        env.update({k: str(v) for k, v in overrides.items()})
+        node = NodeProcess(env, logs / f"{env['DELAYQ_NODE_ID']}.log")
+        made.append(node)
+        return node.start() if start else node
+
+    yield make
+    for node in made:
+        node.stop()
+
+
+@pytest.fixture(scope="module")
+def node(node_factory) -> NodeProcess:
+    return node_factory()
+
+
+# ---- RabbitMQ ------------------------------------------------------------------------------------
+
+@dataclass
+class Received:
+    at_ms: int
+    properties: pika.BasicProperties
+    body: bytes
+
+    @property
+    def headers(self) -> dict:
+        return self.properties.headers or {}
+
+
+@dataclass
+class Collector:
+    """Consumes one exclusive queue bound to `exchange` with `routing_key`, on its own thread."""
+    exchange: str
+    routing_key: str
+    messages: list[Received] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"collector-{self.routing_key}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError(f"collector could not start: {self._error}")
+
+    def _run(self) -> None:
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+            ch = conn.channel()
+            ch.exchange_declare(self.exchange, exchange_type="topic", durable=True)
+            queue = ch.queue_declare("", exclusive=True).method.queue
+            ch.queue_bind(queue, self.exchange, self.routing_key)
+            ch.basic_consume(queue, self._on_message, auto_ack=True)
+        except BaseException as e:  # noqa: BLE001 - reported by __post_init__
+            self._error = e
+            return
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                conn.process_data_events(time_limit=0.05)
+        finally:
+            conn.close()
+
+    def _on_message(self, ch, method, properties, body) -> None:
+        with self._lock:
+            self.messages.append(Received(now_ms(), properties, body))
+
+    def snapshot(self) -> list[Received]:
+        with self._lock:
+            return list(self.messages)
+
+    def task_ids(self) -> list[str]:
+        return [m.headers.get("x-delayq-task-id") for m in self.snapshot()]
+
+    def wait_for(self, count: int, timeout: float) -> list[Received]:
+        return wait_until(lambda: len(self.messages) >= count and self.snapshot(), timeout,
+                          what=f"{count} messages on {self.routing_key} (got {len(self.messages)})")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def topic(node) -> str:
+    """A fresh topic registered on the node (ttr 0: a task finishes at the broker's confirm)."""
+    name = f"t.{uuid.uuid4().hex[:10]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=name, ttrMs=0))
+    return name
+
+
+@pytest.fixture
+def collector(topic):
+    c = Collector("delayq", topic)
+    yield c
+    c.close()

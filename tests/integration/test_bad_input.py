@@ -1,0 +1,164 @@
+"""Bad input gets a declared exception or a closed connection; the node keeps serving; nothing is
+half written."""
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+
+import pytest
+
+from conftest import now_ms, wait_until
+from shared.client import CallbackService, TaskSpec
+from shared.gen.delayq_thrift import ttypes
+
+pytestmark = pytest.mark.integration
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture(scope="module")
+def node(node_factory):
+    return node_factory(DELAYQ_MAX_PAYLOAD_BYTES="1024", DELAYQ_MAX_FRAME_BYTES="65536",
+                        DELAYQ_IDLE_TIMEOUT_MS="1000", DELAYQ_THRIFT_WORKERS="4")
+
+
+@pytest.fixture(scope="module")
+def known(node) -> str:
+    name = f"t.{uuid.uuid4().hex[:10]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=name, ttrMs=0))
+    return name
+
+
+@pytest.mark.parametrize("spec, field, reason", [
+    (dict(topic=""), "topic", "is required"),
+    (dict(topic="x" * 129), "topic", "at most 128"),
+    (dict(topic="bad topic!"), "topic", "must be"),
+    (dict(delayMs=-1), "delayMs", "must not be negative"),
+    (dict(delayMs=None), "delayMs", "exactly one"),
+    (dict(dueAtMs=1), "delayMs", "exactly one"),
+    (dict(delayMs=31 * DAY_MS), "delayMs", "beyond the horizon"),
+    (dict(delayMs=None, dueAtMs=-5), "dueAtMs", "must not be negative"),
+    (dict(payload=b"x" * 1025), "payload", "at most 1024"),
+    (dict(taskId="x" * 65), "taskId", "at most 64"),
+    (dict(taskId="has space"), "taskId", "must be"),
+    (dict(maxRetries=-1), "maxRetries", "between"),
+    (dict(ttrMs=-1), "ttrMs", "between"),
+])
+def test_invalid_tasks_are_refused_with_the_field_and_reason(node, known, spec, field, reason):
+    args = dict(topic=known, delayMs=1000) | spec
+    with node.client() as c, pytest.raises(ttypes.InvalidTask) as e:
+        c.submit(TaskSpec(**args))
+    assert e.value.field == field and reason in e.value.reason and e.value.index is None
+
+
+def test_a_past_due_time_fires_now_rather_than_being_refused(node, known):
+    with node.client() as c:
+        ref = c.submit(TaskSpec(topic=known, dueAtMs=now_ms() - 60_000))
+    assert abs(ref.dueAtMs - now_ms()) < 5_000
+
+
+def test_unknown_topic(node):
+    with node.client() as c, pytest.raises(ttypes.UnknownTopic) as e:
+        c.submit(TaskSpec(topic="nobody.listens", delayMs=10))
+    assert e.value.topic == "nobody.listens"
+
+
+def test_one_bad_task_refuses_the_whole_batch_and_writes_nothing(node, known):
+    ids = [f"b-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    specs = [TaskSpec(topic=known, taskId=ids[0], delayMs=60_000),
+             TaskSpec(topic=known, taskId=ids[1], delayMs=60_000),
+             TaskSpec(topic=known, taskId=ids[2], delayMs=-3)]
+    with node.client() as c:
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submitBatch(specs)
+        assert (e.value.index, e.value.field) == (2, "delayMs")
+        for tid in ids:
+            with pytest.raises(ttypes.NotFound):
+                c.get(tid)
+        with pytest.raises(ttypes.InvalidTask):
+            c.submitBatch([])
+
+
+def test_a_conflicting_id_refuses_the_batch_and_writes_nothing(node, known):
+    taken, fresh = f"c-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
+    with node.client() as c:
+        c.submit(TaskSpec(topic=known, taskId=taken, delayMs=60_000, payload=b"one"))
+        with pytest.raises(ttypes.Conflict) as e:
+            c.submitBatch([TaskSpec(topic=known, taskId=fresh, delayMs=60_000),
+                           TaskSpec(topic=known, taskId=taken, delayMs=60_000, payload=b"two")])
+        assert e.value.taskId == taken
+        with pytest.raises(ttypes.NotFound):
+            c.get(fresh)
+
+
+def test_resubmitting_the_same_task_is_idempotent(node, known):
+    tid = f"i-{uuid.uuid4().hex[:8]}"
+    spec = TaskSpec(topic=known, taskId=tid, delayMs=60_000, payload=b"same")
+    with node.client() as c:
+        first, again = c.submit(spec), c.submit(spec)
+        [dup] = c.submitBatch([spec])
+    assert first.created and not again.created and not dup.created
+    assert first.dueAtMs == again.dueAtMs == dup.dueAtMs
+
+
+def test_reschedule_and_get_refuse_what_they_cannot_do(node, known):
+    with node.client() as c:
+        with pytest.raises(ttypes.NotFound):
+            c.reschedule("missing-task", now_ms() + 1000)
+        with pytest.raises(ttypes.InvalidTask):
+            c.get("")
+        ref = c.submit(TaskSpec(topic=known, delayMs=60_000))
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.reschedule(ref.taskId, now_ms() + 40 * DAY_MS)
+        assert e.value.field == "dueAtMs"
+
+
+def test_invalid_services_are_refused(node):
+    with node.client() as c:
+        with pytest.raises(ttypes.InvalidService) as e:
+            c.registerService(CallbackService(topic="ok.topic", backoff="sometimes"))
+        assert e.value.field == "backoff"
+        with pytest.raises(ttypes.InvalidService):
+            c.registerService(CallbackService(topic="bad topic"))
+        assert "ok.topic" not in {s.topic for s in c.listServices()}
+
+
+def _raw(node) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", node.port), timeout=5)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_an_oversized_frame_closes_the_connection_and_the_node_keeps_serving(node, known):
+    with _raw(node) as s:
+        s.sendall(struct.pack("!i", 1 << 30))     # claims a 1 GiB frame
+        assert _closed_by_peer(s)
+    with _raw(node) as s:
+        s.sendall(struct.pack("!i", 64) + b"\xff" * 64)   # a frame of garbage
+        assert _closed_by_peer(s)
+    with node.client() as c:
+        assert c.submit(TaskSpec(topic=known, delayMs=60_000)).created
+
+
+def test_a_silent_client_is_disconnected_and_cannot_starve_others(node, known):
+    silent = [_raw(node) for _ in range(4)]          # as many as the node has workers
+    try:
+        # Past the idle timeout (1 s) the node drops them and serves a new client again.
+        def served() -> bool:
+            try:
+                with node.client(timeout_s=2) as c:
+                    return c.submit(TaskSpec(topic=known, delayMs=60_000)).created
+            except Exception:  # noqa: BLE001 - refused while the silent ones hold the workers
+                return False
+        wait_until(served, 10, 0.2, what="the node to serve again")
+        assert all(_closed_by_peer(s) for s in silent)
+    finally:
+        for s in silent:
+            s.close()

@@ -6,12 +6,20 @@ is the reverse, letting unconfirmed publishes settle first so nothing is left ha
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
+
+from kazoo.exceptions import KazooException, NoNodeError
 
 import pika
 
 from shared.clock import SYSTEM_CLOCK, Clock
+from shared.coordination import ZkSession
+from shared.zkpaths import AssignmentDoc, ZkPaths, node_of
+from master.election import Election
+from master.rebalancer import Rebalancer
+from master.shardtable import ShardTable
 from shared.config import Settings
 from shared.db import make_engine
 from shared.errors import ConfigError, Unavailable
@@ -20,6 +28,8 @@ from shared.publisher import ConfirmedPublisher
 from shared.validation import Limits
 from nodes.delayqueue import DelayQueue
 from nodes.dispatcher import Dispatcher
+from nodes.follower import AssignmentFollower
+from nodes.membership import Membership
 from nodes.handler import Handler
 from nodes.loader import Loader
 from nodes.ownership import Ownership
@@ -71,9 +81,34 @@ class NodeRuntime:
                                    workers=s.limits.thrift_workers, max_frame=s.limits.max_frame_bytes,
                                    idle_timeout=s.limits.idle_timeout_ms / 1000.0)
         self._epoch = 0
+        self.zk: ZkSession | None = None
+        if s.zk.enabled:
+            self._build_cluster(s)
+
+    def _build_cluster(self, s: Settings) -> None:
+        """ZooKeeper mode: membership, the assignment follower, and the master role (election and
+        rebalancer), all on one ZooKeeper session. Subscription order matters: the member name
+        exists before the follower and the election use it."""
+        self.paths = ZkPaths(s.node.cluster)
+        self.zk = ZkSession(s.zk)
+        endpoint = f"{s.node.advertise_host}:{s.node.port}"
+        self.membership = Membership(self.zk, self.paths, s.node.node_id, endpoint, self._stats)
+        self.follower = AssignmentFollower(self.zk, self.paths, self.ownership, lambda: self.membership.member,
+                                           self.store.shard_ids)
+        self.rebalancer = Rebalancer(self.zk, self.paths, ShardTable(self.engine, self.clock), self.clock,
+                                     lambda: self.membership.member)
+        self.election = Election(self.zk, self.paths, lambda: self.membership.member, self.rebalancer.set_leader)
+
+    def _stats(self) -> dict:
+        return {"shards": len(self.ownership.shards()), "queue": len(self.queue)}
 
     def start(self, wait_s: float = 60.0) -> None:
-        self._take_shards(wait_s)
+        if self.zk is None:
+            self._take_shards(wait_s)
+        else:
+            self._wait_for_mysql(wait_s)
+            self.rebalancer.start()
+            self.zk.start(timeout=min(wait_s, 15.0))
         self.publisher.start()
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
@@ -83,6 +118,20 @@ class NodeRuntime:
         self.server.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
+
+    def _wait_for_mysql(self, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                if not self.store.shard_ids():
+                    raise ConfigError("the database has no shards: run `delayq db init` first")
+                self.services.refresh()
+                return
+            except Unavailable as e:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("waiting for MySQL: %s", e)
+                time.sleep(1.0)
 
     def _take_shards(self, wait_s: float) -> None:
         """Standalone mode: this node owns every shard (at a new epoch, fencing any previous owner)."""
@@ -106,6 +155,9 @@ class NodeRuntime:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.stop()
+        if self.zk is not None:
+            self.rebalancer.stop()
+            self.zk.stop()
         self.loader.stop()
         self.dispatcher.stop()
         deadline = time.monotonic() + timeout
@@ -117,6 +169,8 @@ class NodeRuntime:
         log.info("node %s stopped", self.settings.node.node_id)
 
     def cluster_info(self) -> ttypes.ClusterInfo:
+        if self.zk is not None:
+            return self._zk_cluster_info()
         s = self.settings
         node = s.node.node_id
         shards = sorted(self.ownership.shards())
@@ -125,3 +179,31 @@ class NodeRuntime:
             nodes=[ttypes.NodeInfo(nodeId=node, endpoint=f"{s.node.advertise_host}:{self.server.port}",
                                    shardCount=len(shards), queueSize=len(self.queue), master=True)],
             assignment={sh: node for sh in shards})
+
+    def _zk_cluster_info(self) -> ttypes.ClusterInfo:
+        zk, paths = self.zk.client, self.paths
+        try:
+            members = sorted(zk.get_children(paths.nodes))
+            candidates = sorted(zk.get_children(paths.election))
+            master = zk.get(f"{paths.election}/{candidates[0]}")[0].decode() if candidates else None
+            try:
+                doc = AssignmentDoc.decode(zk.get(paths.assignment)[0])
+            except NoNodeError:
+                doc = AssignmentDoc(0)
+            nodes = []
+            for m in members:
+                try:
+                    info = json.loads(zk.get(paths.member(m))[0] or b"{}")
+                except NoNodeError:
+                    continue
+                nodes.append(ttypes.NodeInfo(
+                    nodeId=node_of(m), endpoint=info.get("endpoint", ""),
+                    shardCount=sum(1 for g in doc.shards.values() if g.member == m),
+                    queueSize=len(self.queue) if m == self.membership.member else int(info.get("queue", 0)),
+                    master=m == master))
+        except KazooException as e:
+            raise Unavailable(f"ZooKeeper: {e!r}") from None
+        return ttypes.ClusterInfo(
+            cluster=self.settings.node.cluster, shardCount=len(doc.shards) or len(self.ownership.all_shards()),
+            epoch=doc.epoch, master=node_of(master) if master else None, nodes=nodes,
+            assignment={s: node_of(g.member) for s, g in doc.shards.items()})

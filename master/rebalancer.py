@@ -1,0 +1,177 @@
+"""Rebalancer: the master's job. While this node is master it keeps the assignment right.
+
+    members change / intents change / became master
+        -> debounce (membership blips settle: wait `debounce_s` of quiet, at most `max_delay_s`)
+        -> assign() over the live members (balanced +-1, sticky, pins, drains)
+        -> new epoch = max(ZooKeeper epoch, MySQL epoch) + 1 for the shards that move
+        -> write /assignment with a version check (a stale master's write fails)
+        -> write the moved shards' (owner, epoch) to MySQL job_shard: from that commit on the old
+           owner's claims fail, the new owner's succeed
+A master that crashed between the two writes is repaired by the next master's first pass, which
+also writes every grant of the current assignment that MySQL lacks.
+
+Thread: one, "rebalancer", owned here; idle unless master. `stop()` ends it.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+
+from shared.clock import Clock
+from shared.coordination import ZkSession
+from shared.errors import Unavailable
+from shared.zkpaths import AssignmentDoc, Grant, Intents, ZkPaths, node_of
+from master.assignment import AssignmentInput, assign, moves
+from master.shardtable import ShardTable
+
+log = logging.getLogger(__name__)
+
+
+class Rebalancer:
+    def __init__(self, session: ZkSession, paths: ZkPaths, shards: ShardTable, clock: Clock,
+                 me: Callable[[], str | None], *, debounce_s: float = 0.5, max_delay_s: float = 2.0):
+        self._session, self._paths, self._shards, self._clock = session, paths, shards, clock
+        self._me = me
+        self._debounce_s, self._max_delay_s = debounce_s, max_delay_s
+        self._cond = threading.Condition()
+        self._leader = False
+        self._dirty_since: float | None = None
+        self._last_change = 0.0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="rebalancer", daemon=True)
+        self.passes = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(5)
+
+    def set_leader(self, leader: bool) -> None:
+        """Election callback (on the session thread): never blocks."""
+        with self._cond:
+            self._leader = leader
+        if leader:
+            self._session.post(self._watch_members)
+            self._session.post(self._watch_intents)
+            self.poke(now=True)
+
+    def poke(self, now: bool = False) -> None:
+        with self._cond:
+            t = time.monotonic()
+            if self._dirty_since is None:
+                self._dirty_since = t
+            self._last_change = t - (self._debounce_s if now else 0.0)
+            self._cond.notify_all()
+
+    def _watch_members(self) -> None:
+        if self._leader:
+            self._watch(lambda w: self._session.client.get_children(self._paths.nodes, watch=w), self._watch_members)
+
+    def _watch_intents(self) -> None:
+        if self._leader:
+            self._watch(lambda w: self._session.client.exists(self._paths.intents, watch=w), self._watch_intents)
+
+    def _watch(self, arm: Callable, again: Callable[[], None]) -> None:
+        try:
+            self._session.client.ensure_path(self._paths.nodes)
+            arm(self._session.watcher(lambda: (self.poke(), again())))
+        except KazooException as e:
+            log.warning("master watch failed: %s; retrying", e)
+            self._session.post(again, 1.0)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not (self._leader and self._dirty_since is not None and self._settled()):
+                    self._cond.wait(self._wait_time())
+                if self._stop:
+                    return
+                self._dirty_since = None
+            try:
+                self.rebalance()
+            except (KazooException, Unavailable) as e:
+                log.warning("rebalance failed: %s; retrying in 1 s", e)
+                with self._cond:
+                    if self._dirty_since is None:
+                        self._dirty_since = time.monotonic()
+                    self._last_change = time.monotonic() + 1.0 - self._debounce_s
+
+    def _settled(self) -> bool:
+        t = time.monotonic()
+        return t - self._last_change >= self._debounce_s or t - self._dirty_since >= self._max_delay_s
+
+    def _wait_time(self) -> float | None:
+        if not self._leader or self._dirty_since is None:
+            return None
+        t = time.monotonic()
+        return max(0.01, min(self._last_change + self._debounce_s, self._dirty_since + self._max_delay_s) - t)
+
+    def rebalance(self) -> AssignmentDoc | None:
+        """One pass; returns the assignment written, or None when nothing had to move."""
+        zk = self._session.client
+        me = self._me()
+        if not self._leader or me is None:
+            return None
+        members = frozenset(zk.get_children(self._paths.nodes))
+        try:
+            data, stat = zk.get(self._paths.assignment)
+            version = stat.version
+        except NoNodeError:
+            data, version = None, None
+        current = AssignmentDoc.decode(data)
+        try:
+            intents = Intents.decode(zk.get(self._paths.intents)[0])
+        except NoNodeError:
+            intents = Intents()
+        stored = self._shards.read()
+        shard_ids = sorted(stored)
+        by_node = {node_of(m): m for m in sorted(members)}     # a restarted node: its newest session
+        target = assign(AssignmentInput(
+            shard_count=len(shard_ids), members=members,
+            current={s: g.member for s, g in current.shards.items()},
+            drained=frozenset(by_node[n] for n in intents.drained if n in by_node),
+            pinned={s: by_node[n] for s, n in intents.pinned.items() if n in by_node}))
+        moved = moves({s: g.member for s, g in current.shards.items() if s < len(shard_ids)}, target)
+        # A shard whose MySQL epoch ran ahead of its grant (e.g. a standalone node took it) is granted
+        # again at the new epoch, or its owner's claims would keep failing.
+        moved.update({s: (g.member, g.member) for s, g in current.shards.items()
+                      if s in target and stored.get(s, (None, 0))[1] > g.epoch})
+        self.passes += 1
+        if not moved and len(current.shards) == len(shard_ids):
+            self._repair(current, stored)
+            return None
+        epoch = max(current.epoch, self._shards.max_epoch()) + 1
+        doc = AssignmentDoc(epoch, {s: current.shards[s] if s not in moved else Grant(m, epoch)
+                                    for s, m in target.items()}, master=me, updated_ms=self._clock.now_ms())
+        try:
+            if version is None:
+                zk.create(self._paths.assignment, doc.encode(), makepath=True)
+            else:
+                zk.set(self._paths.assignment, doc.encode(), version=version)
+        except (BadVersionError, NodeExistsError):
+            log.warning("the assignment changed under us (another master?): not applied")
+            self.poke()
+            return None
+        self._shards.grant({s: (doc.shards[s].member, epoch) for s in moved if s in doc.shards})
+        per_node: dict[str, int] = {}
+        for g in doc.shards.values():
+            per_node[node_of(g.member)] = per_node.get(node_of(g.member), 0) + 1
+        log.info("assignment epoch %d: moved %d shards %s; shards per node %s", epoch, len(moved),
+                 sorted(moved), dict(sorted(per_node.items())))
+        return doc
+
+    def _repair(self, doc: AssignmentDoc, stored: dict[int, tuple[str | None, int]]) -> None:
+        """Write to MySQL any grant of the current assignment it lacks (a master died mid-write)."""
+        missing = {s: (g.member, g.epoch) for s, g in doc.shards.items()
+                   if stored.get(s, (None, -1)) != (g.member, g.epoch)}
+        if missing:
+            fixed = self._shards.grant(missing)
+            log.info("repaired %d shard grants in MySQL at epoch %d", fixed, doc.epoch)

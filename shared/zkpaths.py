@@ -1,0 +1,83 @@
+"""Every ZooKeeper path delayq uses, member names, and the assignment document.
+
+    /delayq/<cluster>/nodes/<node_id>@<session>   ephemeral; data: endpoint, shard count, queue size
+    /delayq/<cluster>/election/n_0000000007       ephemeral sequential; data: member name; smallest = master
+    /delayq/<cluster>/assignment                  written by the master only: epoch, shard -> (member, epoch)
+    /delayq/<cluster>/intents                     written by ops: drained nodes, pinned shards
+
+A member name carries the ZooKeeper session id, so a restarted node (or one that lost its session)
+is a new member: nothing it owned before is valid for it any more.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+class ZkPaths:
+    def __init__(self, cluster: str):
+        self.root = f"/delayq/{cluster}"
+        self.nodes = f"{self.root}/nodes"
+        self.election = f"{self.root}/election"
+        self.candidate_prefix = f"{self.election}/n_"
+        self.assignment = f"{self.root}/assignment"
+        self.intents = f"{self.root}/intents"
+
+    def member(self, name: str) -> str:
+        return f"{self.nodes}/{name}"
+
+
+def member_name(node_id: str, session_id: int) -> str:
+    return f"{node_id}@{session_id:x}"
+
+
+def node_of(member: str) -> str:
+    return member.rpartition("@")[0] or member
+
+
+@dataclass(frozen=True)
+class Grant:
+    member: str
+    epoch: int          # the assignment epoch at which this member got the shard
+
+
+@dataclass(frozen=True)
+class AssignmentDoc:
+    epoch: int
+    shards: dict[int, Grant] = field(default_factory=dict)
+    master: str = ""
+    updated_ms: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps({"epoch": self.epoch, "master": self.master, "updated_ms": self.updated_ms,
+                           "shards": {str(s): [g.member, g.epoch] for s, g in sorted(self.shards.items())}},
+                          separators=(",", ":")).encode()
+
+    @staticmethod
+    def decode(data: bytes | None) -> "AssignmentDoc":
+        if not data:
+            return AssignmentDoc(0)
+        raw = json.loads(data)
+        return AssignmentDoc(int(raw["epoch"]), {int(s): Grant(m, int(e)) for s, (m, e) in raw["shards"].items()},
+                             raw.get("master", ""), int(raw.get("updated_ms", 0)))
+
+    def owned_by(self, member: str) -> dict[int, int]:
+        """shard -> grant epoch of the shards this member holds."""
+        return {s: g.epoch for s, g in self.shards.items() if g.member == member}
+
+
+@dataclass(frozen=True)
+class Intents:
+    drained: frozenset[str] = frozenset()       # node ids
+    pinned: dict[int, str] = field(default_factory=dict)   # shard -> node id
+
+    def encode(self) -> bytes:
+        return json.dumps({"drained": sorted(self.drained),
+                           "pinned": {str(s): n for s, n in sorted(self.pinned.items())}}).encode()
+
+    @staticmethod
+    def decode(data: bytes | None) -> "Intents":
+        if not data:
+            return Intents()
+        raw = json.loads(data)
+        return Intents(frozenset(raw.get("drained", [])), {int(s): n for s, n in raw.get("pinned", {}).items()})

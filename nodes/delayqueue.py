@@ -48,7 +48,8 @@ class DelayQueue:
             return len(self._live)
 
     def offer(self, entry: Entry) -> bool:
-        """Add or re-time an entry; False when the queue is full (the task stays in MySQL only)."""
+        """Add or re-time an entry; False when it was not added: already queued as it is, or the
+        queue is full (then the task stays in MySQL only)."""
         return self.offer_many([entry]) == 1
 
     def offer_many(self, entries: Iterable[Entry]) -> int:

@@ -142,6 +142,9 @@ class TaskStore:
                 select(S.c.shard_id, S.c.owner, S.c.epoch).where(S.c.shard_id.in_(shards))
                 .with_for_update(read=True))
                 if r.owner == owner and r.epoch == fence[r.shard_id]}
+            if len(held) < len(shards):
+                log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)",
+                            sorted(set(shards) - held))
             if not held:
                 return []
             rows = conn.execute(

@@ -186,12 +186,13 @@ def load(environ: Mapping[str, str] | None = None, file: str | None = None,
     derived = []
     for s in SETTINGS:
         key = s.env.removeprefix("DELAYQ_").lower()
+        in_file = from_file.pop(key, None)
         if overrides and s.env in overrides:
             raw[s.env] = overrides[s.env]
         elif s.env in environ:
             raw[s.env] = _convert(s, environ[s.env])
-        elif key in from_file:
-            raw[s.env] = _convert(s, from_file.pop(key))
+        elif in_file is not None:
+            raw[s.env] = _convert(s, in_file)
         elif callable(s.default):
             derived.append(s)
         else:

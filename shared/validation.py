@@ -86,7 +86,8 @@ def check_task(req: TaskRequest, limits: Limits, index: int | None = None) -> No
 
 
 def spec_hash(req: TaskRequest) -> bytes:
-    """What "the same content" means for an idempotent submit: every field the client sent."""
+    """What "the same content" means for an idempotent submit: every field the client sent.
+    No payload and an empty payload are the same content (both are stored as empty)."""
     h = hashlib.blake2b(digest_size=16)
     for value in (req.topic, req.delay_ms, req.due_at_ms, req.max_retries, req.ttr_ms):
         h.update(b"\x00" if value is None else b"\x01" + str(value).encode() + b"\x00")

@@ -6,6 +6,7 @@ RabbitMQ queue on its own thread, stamping each message with its receive time.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -60,22 +61,30 @@ class Database:
     shards: int
 
 
-@pytest.fixture(scope="module")
-def database(request) -> Database:
-    """A fresh, migrated database with 8 shards for this module; dropped afterwards."""
+@contextlib.contextmanager
+def fresh_database(shards: int):
+    """A new, migrated database with `shards` shards; dropped afterwards."""
     name = f"delayq_t_{uuid.uuid4().hex[:10]}"
     settings = config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}"})
     server = dbm.make_engine(settings.mysql, database=False)
     schema.create_database(server, name)
     engine = dbm.make_engine(settings.mysql)
     schema.migrate(engine)
-    shards = getattr(request.module, "SHARDS", 8)
     schema.init_cluster(engine, shards)
     engine.dispose()
-    yield Database(settings.mysql.url, name, shards)
-    with server.begin() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-    server.dispose()
+    try:
+        yield Database(settings.mysql.url, name, shards)
+    finally:
+        with server.begin() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        server.dispose()
+
+
+@pytest.fixture(scope="module")
+def database(request) -> Database:
+    """A database for this module (SHARDS in the module sets its shard count, default 8)."""
+    with fresh_database(getattr(request.module, "SHARDS", 8)) as db:
+        yield db
 
 
 # ---- nodes ---------------------------------------------------------------------------------------
@@ -149,30 +158,43 @@ class NodeProcess:
         return DelayqClient([self.endpoint], timeout_s=timeout_s)
 
 
-@pytest.fixture(scope="module")
-def node_factory(database, tmp_path_factory):
-    """make(**settings) -> a started NodeProcess against this module's database; all stopped after."""
-    made: list[NodeProcess] = []
-    logs = tmp_path_factory.mktemp("nodes")
+class NodeFactory:
+    """make(**settings) -> a started NodeProcess against one database; stop_all() at the end.
 
-    def make(start: bool = True, **overrides: str) -> NodeProcess:
+    Standalone nodes (no ZooKeeper) unless DELAYQ_ZK_ENABLED=true is given; the cluster name is the
+    database's, so each test database is its own cluster in ZooKeeper too."""
+
+    def __init__(self, database: Database, logs: Path):
+        self.database, self.logs = database, logs
+        self.made: list[NodeProcess] = []
+
+    def __call__(self, start: bool = True, **overrides: str) -> NodeProcess:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
         env.update({
-            "DELAYQ_MYSQL_URL": database.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
-            "DELAYQ_PORT": str(port), "DELAYQ_NODE_ID": f"n{len(made) + 1}-{port}",
-            "DELAYQ_CLUSTER": database.name, "DELAYQ_ZK_ENABLED": "false",
+            "DELAYQ_MYSQL_URL": self.database.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
+            "DELAYQ_PORT": str(port), "DELAYQ_NODE_ID": f"n{len(self.made) + 1}",
+            "DELAYQ_CLUSTER": self.database.name, "DELAYQ_ZK_ENABLED": "false",
             "DELAYQ_WINDOW_MS": "3000", "DELAYQ_SCAN_INTERVAL_MS": "500",
             "DELAYQ_IDLE_TIMEOUT_MS": "2000", "PYTHONUNBUFFERED": "1",
         })
         env.update({k: str(v) for k, v in overrides.items()})
-        node = NodeProcess(env, logs / f"{env['DELAYQ_NODE_ID']}.log")
-        made.append(node)
+        node = NodeProcess(env, self.logs / f"{self.database.name}-{env['DELAYQ_NODE_ID']}.log")
+        self.made.append(node)
         return node.start() if start else node
 
-    yield make
-    for node in made:
-        node.stop()
+    def stop_all(self) -> None:
+        for node in self.made:
+            if node.proc is not None and node.proc.poll() is None:
+                os.kill(node.proc.pid, signal.SIGCONT)   # a test may have left one stopped
+            node.stop()
+
+
+@pytest.fixture(scope="module")
+def node_factory(database, tmp_path_factory):
+    factory = NodeFactory(database, tmp_path_factory.mktemp("nodes"))
+    yield factory
+    factory.stop_all()
 
 
 @pytest.fixture(scope="module")

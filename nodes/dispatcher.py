@@ -70,8 +70,8 @@ class Dispatcher:
                 self._stop.wait(0.2)
                 continue
             try:
-                claimed = self._store.claim(due, self._ownership.node_id, self._ownership.fence(),
-                                            self._clock.now_ms())
+                owner, fence = self._ownership.fence()
+                claimed = self._store.claim(due, owner, fence, self._clock.now_ms())
             except Unavailable as e:
                 log.warning("claim of %d due tasks failed: %s", len(due), e)
                 self._queue.set_horizon(0)

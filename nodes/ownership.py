@@ -19,6 +19,7 @@ class Ownership:
     def __init__(self, node_id: str, rng: random.Random | None = None):
         self.node_id = node_id
         self._lock = threading.Lock()
+        self._owner = node_id                  # the name job_shard records: node id, or node@session
         self._fence: dict[int, int] = {}
         self._all: tuple[int, ...] = ()
         self._claimable = True
@@ -28,11 +29,13 @@ class Ownership:
     def on_change(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def set(self, fence: dict[int, int], all_shards: Iterable[int]) -> None:
-        """Replace the owned shards (shard -> epoch) and the cluster's shard list."""
+    def set(self, fence: dict[int, int], all_shards: Iterable[int], owner: str | None = None) -> None:
+        """Replace the owned shards (shard -> epoch), held as `owner`, and the cluster's shard list."""
         with self._lock:
             before = set(self._fence)
             changed = {s for s, e in fence.items() if self._fence.get(s) != e}
+            if owner is not None and owner != self._owner:
+                self._owner, changed = owner, set(fence)
             self._fence = dict(fence)
             self._all = tuple(sorted(all_shards))
         gained, lost = changed, before - set(fence)
@@ -49,9 +52,10 @@ class Ownership:
         with self._lock:
             return self._claimable
 
-    def fence(self) -> dict[int, int]:
+    def fence(self) -> tuple[str, dict[int, int]]:
+        """(owner, shard -> epoch) to claim with; no shards while claiming is suspended."""
         with self._lock:
-            return dict(self._fence) if self._claimable else {}
+            return self._owner, (dict(self._fence) if self._claimable else {})
 
     def shards(self) -> set[int]:
         with self._lock:

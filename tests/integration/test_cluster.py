@@ -1,0 +1,199 @@
+"""Several node processes coordinated by the real ZooKeeper: election, rebalancing, failover and
+fencing. Every run counts at a RabbitMQ consumer that each task arrived, each attempt at most once."""
+from __future__ import annotations
+
+import collections
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
+from shared.client import CallbackService, DelayqClient, TaskSpec, TaskStatus
+from shared.consumer import TaskConsumer
+
+pytestmark = pytest.mark.integration
+
+SHARDS = 16
+SESSION_MS = 3000
+FAILOVER_BOUND_S = SESSION_MS / 1000 + 2
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """make() -> a node of a fresh cluster (own database, own ZooKeeper tree)."""
+    with fresh_database(SHARDS) as db:
+        factory = NodeFactory(db, tmp_path)
+
+        def make(**overrides):
+            return factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_SESSION_TIMEOUT_MS=str(SESSION_MS), **overrides)
+        make.factory = factory
+        make.database = db
+        try:
+            yield make
+        finally:
+            factory.stop_all()
+
+
+def info(node):
+    with node.client() as c:
+        return c.cluster()
+
+
+def owners(node) -> dict[int, str]:
+    return dict(info(node).assignment)
+
+
+def balanced(node, expected_nodes: set[str]):
+    """The cluster info once every shard is assigned, to exactly these nodes, balanced to +-1."""
+    ci = info(node)
+    counts = collections.Counter(ci.assignment.values())
+    if len(ci.assignment) == SHARDS and set(counts) == expected_nodes and max(counts.values()) - min(counts.values()) <= 1:
+        return ci
+    return None
+
+
+def test_election_and_rebalancing_move_only_the_shards_they_must(cluster):
+    n1 = cluster()
+    ci = wait_until(lambda: balanced(n1, {"n1"}), 10, 0.05, what="n1 to own every shard")
+    assert ci.master == "n1" and ci.epoch >= 1
+
+    n2 = cluster()
+    before = owners(n1)
+    ci = wait_until(lambda: balanced(n1, {"n1", "n2"}), 10, 0.05, what="n2 to get its share")
+    moved = {s for s in before if before[s] != ci.assignment[s]}
+    assert len(moved) == SHARDS // 2 and {ci.assignment[s] for s in moved} == {"n2"}
+
+    n3 = cluster()
+    before = dict(ci.assignment)
+    ci = wait_until(lambda: balanced(n1, {"n1", "n2", "n3"}), 10, 0.05, what="n3 to get its share")
+    moved = {s for s in before if before[s] != ci.assignment[s]}
+    assert len(moved) == SHARDS // 3 and {ci.assignment[s] for s in moved} == {"n3"}
+    assert ci.master == "n1" and {n.nodeId for n in ci.nodes if n.master} == {"n1"}
+    assert sorted(n.shardCount for n in ci.nodes) == [5, 5, 6]
+
+    n3.stop()   # a clean stop closes its session: its shards move at once
+    before = dict(ci.assignment)
+    ci = wait_until(lambda: balanced(n1, {"n1", "n2"}), 10, 0.05, what="n3's shards to move")
+    moved = {s for s in before if before[s] != ci.assignment[s]}
+    assert moved == {s for s, n in before.items() if n == "n3"}
+
+    killed_at = time.monotonic()
+    n1.kill()   # the master
+    ci = wait_until(lambda: balanced(n2, {"n2"}), FAILOVER_BOUND_S + 5, 0.05, what="n2 to take over")
+    took = time.monotonic() - killed_at
+    assert ci.master == "n2"
+    assert took <= FAILOVER_BOUND_S, f"new master after {took:.1f} s"
+
+
+def _register(node, topic: str) -> None:
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=3000, maxRetries=5, backoff="fixed",
+                                          retryBackoffMs=200))
+
+
+class Downstream:
+    """A raw collector (to count deliveries) and a TaskConsumer reporting results to any node."""
+
+    def __init__(self, topic: str, endpoints: list[str]):
+        self.collector = Collector("delayq", topic)
+        self.consumer = TaskConsumer(topic, lambda task: None, results=DelayqClient(endpoints), amqp_url=AMQP_URL)
+        self.thread = threading.Thread(target=self.consumer.run, daemon=True)
+        self.thread.start()
+        assert self.consumer.wait_ready(10)
+
+    def close(self) -> None:
+        self.consumer.stop()
+        self.thread.join(5)
+        self.collector.close()
+
+    def assert_each_attempt_at_most_once(self) -> None:
+        mids = collections.Counter(m.properties.message_id for m in self.collector.snapshot())
+        assert max(mids.values()) == 1, [m for m, n in mids.items() if n > 1]
+
+
+def test_sigkill_of_a_node_under_a_steady_stream_loses_nothing(cluster):
+    nodes = [cluster(), cluster(), cluster()]
+    wait_until(lambda: balanced(nodes[0], {"n1", "n2", "n3"}), 15, 0.05, what="three balanced nodes")
+    topic = f"t.{uuid.uuid4().hex[:10]}"
+    _register(nodes[0], topic)
+    down = Downstream(topic, [n.endpoint for n in nodes])
+    try:
+        # Due 4-10 s from now (beyond the 3 s window), so shards are spread over every node.
+        start = now_ms() + 4000
+        with nodes[0].client() as c:
+            refs = c.submitBatch([TaskSpec(topic=topic, dueAtMs=start + i * 10, payload=b"p") for i in range(600)])
+        ids = {r.taskId for r in refs}
+        wait_until(lambda: len(down.collector.messages) >= 100, 15, what="the stream to start")
+        assignment = owners(nodes[0])
+        victim = next(n for n in nodes[1:] if n.node_id in assignment.values())
+        victim_shards = {s for s, n in assignment.items() if n == victim.node_id}
+        victim.kill()
+        killed_ms = now_ms()
+
+        wait_until(lambda: ids <= set(down.collector.task_ids()), 40,
+                   what=f"every task ({len(ids - set(down.collector.task_ids()))} missing)")
+        down.assert_each_attempt_at_most_once()
+        with nodes[0].client() as c:
+            shard_of = {t: c.get(t).shardId for t in ids}
+            wait_until(lambda: all(c.get(t).status == TaskStatus.FINISHED for t in ids), 30,
+                       what="every task to finish")
+        # Failover: the first task of the dead node's shards that was overdue at the kill, delivered.
+        overdue = [m for m in down.collector.snapshot()
+                   if shard_of[m.headers["x-delayq-task-id"]] in victim_shards
+                   and m.headers["x-delayq-due-at"] < m.at_ms and m.at_ms > killed_ms
+                   and m.headers["x-delayq-due-at"] <= killed_ms + 1000]
+        assert overdue, "the dead node's shards had tasks due after the kill"
+        failover_s = (min(m.at_ms for m in overdue) - killed_ms) / 1000
+        print(f"failover: first overdue task of the dead node's shards delivered {failover_s:.2f} s after SIGKILL")
+        assert failover_s <= FAILOVER_BOUND_S
+    finally:
+        down.close()
+
+
+def test_a_node_paused_past_its_session_dispatches_nothing_of_the_shards_it_lost(cluster):
+    nodes = [cluster(), cluster(), cluster()]
+    wait_until(lambda: balanced(nodes[0], {"n1", "n2", "n3"}), 15, 0.05, what="three balanced nodes")
+    topic = f"t.{uuid.uuid4().hex[:10]}"
+    _register(nodes[0], topic)
+    zombie = nodes[2]
+    down = Downstream(topic, [n.endpoint for n in nodes[:2]])
+    try:
+        zombie_shards = {s for s, n in owners(nodes[0]).items() if n == zombie.node_id}
+        # Submitted through the zombie and due within its window: they sit in its memory, on its shards.
+        pause_s = SESSION_MS / 1000 + 3
+        due = now_ms() + int(pause_s * 1000) + 300
+        with zombie.client() as c:
+            refs = c.submitBatch([TaskSpec(topic=topic, dueAtMs=due + i, payload=b"z")
+                                  for i in range(200)])
+        ids = {r.taskId for r in refs}
+        zombie.kill(signal.SIGSTOP)
+        stopped_ms = now_ms()
+        wait_until(lambda: zombie.node_id not in owners(nodes[0]).values(), pause_s + 5, 0.05,
+                   what="the master to take the zombie's shards")
+        assert now_ms() - stopped_ms >= SESSION_MS - 500
+        wait_until(lambda: now_ms() >= due - 500, pause_s + 5, 0.05, what="the tasks to come due")
+        zombie.kill(signal.SIGCONT)
+
+        wait_until(lambda: ids <= set(down.collector.task_ids()), 30, what="every task")
+        down.assert_each_attempt_at_most_once()
+        engine = create_engine(zombie.env["DELAYQ_MYSQL_URL"])
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text(
+                    "SELECT t.shard_id, x.node_id FROM job_delay_task_execlog x "
+                    "JOIN (SELECT task_id, shard_id FROM job_delay_task UNION ALL "
+                    "      SELECT task_id, shard_id FROM job_delay_task_backlog) t ON t.task_id = x.task_id "
+                    "WHERE x.attempt = 1 AND x.task_id LIKE :p"), {"p": "%"}).all()
+        finally:
+            engine.dispose()
+        by_task = [(s, n) for s, n in rows]
+        ours = [(s, n) for s, n in by_task if s in zombie_shards]
+        assert ours, "the zombie's old shards held some of the tasks"
+        assert all(n != zombie.node_id for s, n in ours), "the zombie dispatched a task of a shard it had lost"
+        assert "fenced" in zombie.log_tail(400) or "lost" in zombie.log_tail(400)
+    finally:
+        down.close()

@@ -116,6 +116,24 @@ def db_migrate(config_file: str | None) -> None:
 
 
 @main.command()
+@click.option("--endpoint", "endpoints", multiple=True,
+              help="A node's Thrift endpoint (default: the live nodes found in ZooKeeper).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -> None:
+    """Show the cluster: master, nodes with their shards and DelayQueue sizes, epoch, task counts."""
+    from nodes.status import collect, render
+    settings = _settings(config_file)
+    setup_logging("ERROR", settings.log.format)
+    try:
+        report = collect(settings, list(endpoints))
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else render(report))
+
+
+@main.command()
 @click.option("--endpoint", "endpoints", multiple=True, default=["127.0.0.1:9090"], show_default=True,
               help="A node's Thrift endpoint (repeat for several).")
 @click.option("--tasks", type=click.IntRange(1, 10_000), default=10, show_default=True)

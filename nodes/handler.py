@@ -151,8 +151,11 @@ class Handler:
             raise errors.InvalidTask("status", f"unknown result status {status}")
         if attempt is None or attempt < 1:
             raise errors.InvalidTask("attempt", "must be 1 or more")
+        # A retry lands on one of our shards, so it waits in our memory rather than for the
+        # owner's next scan.
+        retry_shard = self._ownership.pick_shard(near=True) if self._ownership.shards() else None
         t = self._store.apply_result(taskId, attempt, result, message, self._clock.now_ms(),
-                                     self._services.policy, self._ownership.node_id)
+                                     self._services.policy, self._ownership.node_id, retry_shard)
         if not t.applied:
             return ttypes.ReportOutcome.STALE
         if t.status is Status.DELAY and t.due_ms is not None:

@@ -199,8 +199,11 @@ class TaskStore:
     # ---- results, timeouts, cancel, reschedule ------------------------------------------------
 
     def apply_result(self, task_id: str, attempt: int, result: Result, message: str | None,
-                     now_ms: int, policy: Callable[[str, int], RetryPolicy], node_id: str | None = None) -> Transition:
-        """Apply a result (or a timeout) to attempt `attempt`; a stale or duplicate one changes nothing."""
+                     now_ms: int, policy: Callable[[str, int], RetryPolicy], node_id: str | None = None,
+                     retry_shard: int | None = None) -> Transition:
+        """Apply a result (or a timeout) to attempt `attempt`; a stale or duplicate one changes nothing.
+        A retry moves the task to retry_shard when given (a shard of the caller's, so it can hold
+        the retry in memory)."""
         message = message[:1024] if message else None
         with unavailable_on_failure(), self._engine.begin() as conn:
             row = conn.execute(select(T.c.status, T.c.attempt, T.c.topic, T.c.shard_id, T.c.max_retries)
@@ -220,18 +223,20 @@ class TaskStore:
                     task_id=task_id, attempt=attempt, node_id=node_id or "?", dispatched_ms=now_ms))
                 conn.execute(update(X).where(X.c.task_id == task_id, X.c.attempt == attempt)
                              .values(result=result.value, result_ms=now_ms, message=message))
-            self._apply(conn, task_id, attempt, status, decision, now_ms, message)
-            return Transition(True, decision.status, row.shard_id, decision.due_ms)
+            shard = row.shard_id if retry_shard is None or decision.status is not Status.DELAY else retry_shard
+            self._apply(conn, task_id, attempt, status, decision, now_ms, message, shard)
+            return Transition(True, decision.status, shard, decision.due_ms)
 
     def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
-               now_ms: int, message: str | None) -> None:
+               now_ms: int, message: str | None, shard_id: int) -> None:
         if d.status in FINAL:
             self._finalize(conn, task_id, attempt, (status,), d.status, now_ms, message)
         elif d.status is Status.RUNNING:
             conn.execute(update(T).where(T.c.task_id == task_id).values(status=int(Status.RUNNING), updated_ms=now_ms))
         else:
             conn.execute(update(T).where(T.c.task_id == task_id).values(
-                status=int(Status.DELAY), due_ms=d.due_ms, deadline_ms=None, node_id=None, updated_ms=now_ms))
+                status=int(Status.DELAY), due_ms=d.due_ms, shard_id=shard_id, deadline_ms=None, node_id=None,
+                updated_ms=now_ms))
 
     def expired(self, shards: Iterable[int], now_ms: int, limit: int) -> list[tuple[str, int]]:
         """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed."""

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Bring up the real stack and run delayq's main job on a fresh Debian/Ubuntu machine:
-# services (ZooKeeper, MariaDB, RabbitMQ), delayq in .venv, the schema, a node, then the demo:
-# register a topic, submit tasks, print them as they fire from RabbitMQ.
-# DELAYQ_KEEP=1 leaves the node running afterwards (logs in var/).
+# services (ZooKeeper, MariaDB, RabbitMQ), delayq in .venv, the schema, a 3-node cluster on
+# 127.0.0.1:9090-9092, then the demo: register a topic, submit tasks, print them as they fire.
+# DELAYQ_KEEP=1 leaves the nodes running afterwards (logs in var/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
-DELAYQ_EXTRAS=test . scripts/venv.sh
+. scripts/venv.sh
 mkdir -p var
 delayq db init
 
@@ -19,17 +19,28 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=${DELAYQ_PORT:-9090}
-if python -c "import socket,sys; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; then
-    echo "a node already answers on 127.0.0.1:$port: using it"
-else
-    DELAYQ_PORT=$port delayq node >"var/node-$port.log" 2>&1 &
+answers() { python -c "import socket,sys; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; }
+
+endpoints=()
+for i in 1 2 3; do
+    port=$((9089 + i))
+    endpoints+=(--endpoint "127.0.0.1:$port")
+    if answers "$port"; then
+        echo "a node already answers on 127.0.0.1:$port: using it"
+        continue
+    fi
+    DELAYQ_PORT=$port DELAYQ_NODE_ID="node$i" delayq node >"var/node$i.log" 2>&1 &
     pids+=($!)
-    for _ in $(seq 1 100); do
-        python -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
-        kill -0 "${pids[-1]}" 2>/dev/null || { tail -20 "var/node-$port.log"; exit 1; }
-        sleep 0.2
+done
+deadline=$((SECONDS + 60))
+until delayq status "${endpoints[@]}" --json 2>/dev/null |
+        python -c "import json,sys; r=json.load(sys.stdin); sys.exit(not (len(r['nodes']) >= 3 and len(r['assignment']) == r['shards']))" 2>/dev/null; do
+    for pid in "${pids[@]}"; do
+        kill -0 "$pid" 2>/dev/null || { echo "a node exited:"; tail -20 var/node*.log; exit 1; }
     done
-    echo "node started on 127.0.0.1:$port (log: var/node-$port.log)"
-fi
-delayq demo --endpoint "127.0.0.1:$port"
+    [ $SECONDS -lt $deadline ] || { echo "the cluster did not form within 60 s"; tail -20 var/node*.log; exit 1; }
+    sleep 0.5
+done
+delayq status "${endpoints[@]}"
+echo
+delayq demo "${endpoints[@]}"

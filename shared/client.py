@@ -3,14 +3,16 @@
     with DelayqClient(["127.0.0.1:9090"], timeout_s=5) as dq:
         ref = dq.submit(TaskSpec(topic="order.cancel", taskId="order-42", delayMs=30_000, payload=b"42"))
 
-It spreads calls over the endpoints it is given and retries a call that failed because a node was
+It spreads calls over the endpoints it is given (or finds them in ZooKeeper:
+`DelayqClient.from_zookeeper("127.0.0.1:2181", cluster="default")`) and retries a call that failed because a node was
 unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
 taskId). Every call has a timeout. Not thread-safe: use one client per thread.
 """
 from __future__ import annotations
 
+import json
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
@@ -34,15 +36,55 @@ def connect(host: str, port: int, timeout_s: float = 5.0) -> tuple[DelaySchedule
     return DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport)), transport
 
 
+def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> list[str]:
+    """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from shared.zkpaths import ZkPaths
+
+    paths = ZkPaths(cluster)
+    zk = KazooClient(hosts=zk_hosts, timeout=timeout_s)
+    try:
+        zk.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
+    try:
+        endpoints = []
+        for member in zk.get_children(paths.nodes):
+            try:
+                endpoints.append(json.loads(zk.get(paths.member(member))[0])["endpoint"])
+            except (NoNodeError, ValueError, KeyError):
+                continue
+        return sorted(endpoints)
+    except NoNodeError:
+        return []
+    finally:
+        zk.stop()
+        zk.close()
+
+
 class DelayqClient:
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0, rng: random.Random | None = None):
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0, rng: random.Random | None = None,
+                 rediscover: Callable[[], list[str]] | None = None):
         if not endpoints:
             raise ValueError("no delayq endpoints given")
+        self._rng = rng or random.Random()
         self._endpoints = [parse_endpoint(e) for e in endpoints]
-        (rng or random).shuffle(self._endpoints)
+        self._rng.shuffle(self._endpoints)
+        self._rediscover = rediscover
         self._timeout_s = timeout_s
         self._current: tuple[DelayScheduler.Client, TTransport.TTransportBase] | None = None
         self._index = 0
+
+    @classmethod
+    def from_zookeeper(cls, zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> "DelayqClient":
+        """A client over the cluster's live nodes, found again in ZooKeeper when none answers."""
+        found = discover(zk_hosts, cluster, timeout_s)
+        if not found:
+            raise ttypes.Unavailable(reason=f"no live delayq node in cluster {cluster!r}")
+        return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s))
 
     def __enter__(self) -> "DelayqClient":
         return self
@@ -84,6 +126,16 @@ class DelayqClient:
             self.close()
             self._index += 1
         assert last is not None
+        if self._rediscover is not None and not getattr(self, "_rediscovering", False):
+            fresh = [parse_endpoint(e) for e in self._rediscover()]
+            if fresh and set(fresh) != set(self._endpoints):
+                self._endpoints = fresh
+                self._rng.shuffle(self._endpoints)
+                self._rediscovering = True
+                try:
+                    return self._call(method, args)
+                finally:
+                    self._rediscovering = False
         raise last
 
 

@@ -197,3 +197,56 @@ def test_a_node_paused_past_its_session_dispatches_nothing_of_the_shards_it_lost
         assert "fenced" in zombie.log_tail(400) or "lost" in zombie.log_tail(400)
     finally:
         down.close()
+
+
+def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(cluster):
+    from kazoo.client import KazooClient
+
+    from conftest import ZK_HOSTS, free_port
+    from nodes.main import NodeRuntime
+    from shared import config
+
+    n1 = cluster()
+    db = cluster.database
+    settings = config.load({
+        "DELAYQ_MYSQL_URL": db.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
+        "DELAYQ_CLUSTER": db.name, "DELAYQ_NODE_ID": "inproc", "DELAYQ_PORT": str(free_port()),
+        "DELAYQ_ZK_SESSION_TIMEOUT_MS": str(SESSION_MS), "DELAYQ_WINDOW_MS": "3000",
+        "DELAYQ_SCAN_INTERVAL_MS": "500"})
+    runtime = NodeRuntime(settings)
+    runtime.start()
+    try:
+        wait_until(lambda: balanced(n1, {"n1", "inproc"}), 15, 0.05, what="the in-process node to get shards")
+        old_member = runtime.membership.member
+        lost_seen = threading.Event()
+        runtime.zk.subscribe(lambda state, _sid: state == "lost" and lost_seen.set())
+
+        # Expire the session the way kazoo's testing harness does: close it from a second client.
+        sid, password = runtime.zk.client.client_id
+        twin = KazooClient(hosts=ZK_HOSTS, client_id=(sid, password))
+        twin.start(timeout=10)
+        twin.stop()
+        twin.close()
+
+        assert lost_seen.wait(SESSION_MS / 1000 + 10), "the node never saw its session expire"
+        wait_until(lambda: runtime.membership.member not in (None, old_member), 15, 0.05,
+                   what="the node to register with a new session")
+        ci = wait_until(lambda: balanced(n1, {"n1", "inproc"}), 15, 0.05, what="the cluster to rebalance")
+        mine = {s for s, n in ci.assignment.items() if n == "inproc"}
+        owner, fence = wait_until(lambda: set(runtime.ownership.fence()[1]) == mine and runtime.ownership.fence(),
+                                  10, 0.05, what="the node to hold its new shards")
+        assert owner == runtime.membership.member != old_member
+
+        # And it dispatches again, as its new self.
+        topic = f"t.{uuid.uuid4().hex[:10]}"
+        with DelayqClient([f"127.0.0.1:{settings.node.port}"]) as c:
+            c.registerService(CallbackService(topic=topic, ttrMs=0))
+            collector = Collector("delayq", topic)
+            try:
+                ref = c.submit(TaskSpec(topic=topic, delayMs=300, payload=b"after"))
+                [msg] = collector.wait_for(1, 10)
+                assert msg.headers["x-delayq-task-id"] == ref.taskId
+            finally:
+                collector.close()
+    finally:
+        runtime.stop()

@@ -30,6 +30,11 @@ class Entry:
     task_id: str
     shard_id: int
     due_ms: int
+    fire_ms: int | None = None     # when to hand it out, if not at due_ms (catch-up pacing)
+
+    @property
+    def at_ms(self) -> int:
+        return self.due_ms if self.fire_ms is None else self.fire_ms
 
 
 class DelayQueue:
@@ -66,12 +71,18 @@ class DelayQueue:
                     continue
                 seq = next(self._seq)
                 self._live[e.task_id] = (e, seq)
-                heapq.heappush(self._heap, (e.due_ms, seq, e.task_id))
+                heapq.heappush(self._heap, (e.at_ms, seq, e.task_id))
                 added += 1
             if self._heap and (head is None or self._heap[0][0] < head):
                 self._cond.notify_all()
             self._compact_if_stale()
         return added
+
+    def holds(self, task_id: str, due_ms: int) -> bool:
+        """True when the task is queued for this due time already."""
+        with self._cond:
+            current = self._live.get(task_id)
+            return current is not None and current[0].due_ms == due_ms
 
     def remove(self, task_id: str) -> bool:
         with self._cond:
@@ -152,5 +163,5 @@ class DelayQueue:
 
     def _compact_if_stale(self) -> None:
         if len(self._heap) > 2 * len(self._live) + 1024:
-            self._heap = [(e.due_ms, seq, tid) for tid, (e, seq) in self._live.items()]
+            self._heap = [(e.at_ms, seq, tid) for tid, (e, seq) in self._live.items()]
             heapq.heapify(self._heap)

@@ -2,7 +2,8 @@
 hands the claimed ones to the publisher.
 
 Only a task whose claim matched may be published (ARCHITECTURE invariant 2). What happens after the
-publish is the Recorder's job: it gets every publish outcome. A claim that fails because MySQL is
+publish is the Recorder's job: it gets every publish outcome. A task later than its service's misfire
+threshold, with the policy "fail", is failed instead of published. A claim that fails because MySQL is
 down drops the batch from memory: the rows are still DELAY and the next window scan reloads them.
 
 Thread: one, owned here; `stop()` closes nothing it does not own and joins it.
@@ -14,10 +15,12 @@ import threading
 
 from shared import topology
 from shared.clock import Clock
-from shared.errors import Unavailable
+from shared.errors import DelayqError, Unavailable
+from shared.lifecycle import Result
 from shared.publisher import ConfirmedPublisher, Outgoing
 from nodes.delayqueue import DelayQueue
 from nodes.ownership import Ownership
+from nodes.results import ResultApplier
 from nodes.services import ServiceRegistry
 from nodes.store import Claimed, TaskStore
 
@@ -39,8 +42,10 @@ def build_message(c: Claimed, exchange: str, routing_key: str, dispatched_ms: in
 
 class Dispatcher:
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 publisher: ConfirmedPublisher, clock: Clock, *, batch: int, default_exchange: str):
+                 publisher: ConfirmedPublisher, results: ResultApplier, clock: Clock, *, batch: int,
+                 default_exchange: str):
         self._store, self._queue, self._ownership = store, queue, ownership
+        self._results = results
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
@@ -83,10 +88,20 @@ class Dispatcher:
 
     def _publish(self, claimed: list[Claimed]) -> None:
         now = self._clock.now_ms()
-        out = []
+        out, misfired = [], []
         for c in claimed:
             svc = self._services.find(c.topic)
+            if svc is not None and svc.misfire_policy == "fail" and svc.misfire_threshold_ms is not None \
+                    and now - c.due_ms > svc.misfire_threshold_ms:
+                misfired.append((c, now - c.due_ms))
+                continue
             exchange = svc.exchange if svc else self._default_exchange
             routing_key = svc.routing_key if svc else c.topic
             out.append(build_message(c, exchange, routing_key, now))
         self._publisher.publish(out)
+        for c, late in misfired:
+            try:
+                self._results.apply(c.task_id, c.attempt, Result.MISFIRED,
+                                    f"{late} ms late, past the service's misfire threshold")
+            except DelayqError as e:    # left READY: its time-to-run will bring it back
+                log.warning("misfire of %s not recorded: %s", c.task_id, e)

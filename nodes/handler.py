@@ -13,11 +13,12 @@ from typing import Callable
 from shared import errors
 from shared.clock import Clock
 from shared.gen.delayq_thrift import ttypes
-from shared.lifecycle import Result, Status
+from shared.lifecycle import Result
 from shared.validation import (Limits, ServiceSpec, TaskRequest, check_service, check_task, check_task_id,
                                due_time, spec_hash)
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
+from nodes.results import ResultApplier
 from nodes.services import ServiceRegistry
 from nodes.store import NewTask, Submitted, TaskStore
 
@@ -55,10 +56,11 @@ def new_task_id(now_ms: int) -> str:
 
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
-                 clock: Clock, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
+                 clock: Clock, results: ResultApplier, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
                  declare_exchange: Callable[[str], None], cluster_info: Callable[[], ttypes.ClusterInfo]):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
+        self._results = results
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._declare_exchange = declare_exchange
@@ -151,16 +153,8 @@ class Handler:
             raise errors.InvalidTask("status", f"unknown result status {status}")
         if attempt is None or attempt < 1:
             raise errors.InvalidTask("attempt", "must be 1 or more")
-        # A retry lands on one of our shards, so it waits in our memory rather than for the
-        # owner's next scan.
-        retry_shard = self._ownership.pick_shard(near=True) if self._ownership.shards() else None
-        t = self._store.apply_result(taskId, attempt, result, message, self._clock.now_ms(),
-                                     self._services.policy, self._ownership.node_id, retry_shard)
-        if not t.applied:
-            return ttypes.ReportOutcome.STALE
-        if t.status is Status.DELAY and t.due_ms is not None:
-            self._enqueue([Submitted(taskId, t.shard_id, t.due_ms, True)])
-        return ttypes.ReportOutcome.APPLIED
+        t = self._results.apply(taskId, attempt, result, message, move_retry=True)
+        return ttypes.ReportOutcome.APPLIED if t.applied else ttypes.ReportOutcome.STALE
 
     # ---- services and cluster -----------------------------------------------------------------
 

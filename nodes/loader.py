@@ -15,25 +15,29 @@ import threading
 
 from shared.clock import Clock
 from shared.errors import DelayqError, Unavailable
-from shared.lifecycle import Result, Status
+from shared.lifecycle import Result
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
-from nodes.services import ServiceRegistry
+from nodes.results import ResultApplier
 from nodes.store import TaskStore
 
 log = logging.getLogger(__name__)
 
 
 class Loader:
-    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int):
+    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
+                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int,
+                 catchup_rate: int = 2000, catchup_grace_ms: int = 2000):
         self._store, self._queue, self._ownership = store, queue, ownership
-        self._services, self._clock = services, clock
+        self._results, self._clock = results, clock
         self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.scans = 0
+        self.caught_up = 0
+        self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
+        self._next_slot_ms = 0.0
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
 
     def start(self) -> None:
@@ -88,18 +92,28 @@ class Loader:
             self._queue.set_horizon(entries[-1].due_ms)
         # Entries of shards lost meanwhile would only fail their claim; skip them.
         owned = self._ownership.shards()
-        self._queue.offer_many(e for e in entries if e.shard_id in owned)
+        self._queue.offer_many(self._pace(e, now) for e in entries
+                               if e.shard_id in owned and not self._queue.holds(e.task_id, e.due_ms))
         self.scans += 1
         self._time_out(owned, now)
         return len(entries)
 
+    def _pace(self, e: Entry, now: int) -> Entry:
+        """A task found already late by more than the grace (after downtime, a failover, a lost
+        window) is caught up at catchup_rate per second, in due order, so that a backlog of late
+        tasks cannot delay the tasks due now. Its due time is kept for the claim's check."""
+        if self._catchup_rate <= 0 or e.due_ms >= now - self._catchup_grace_ms:
+            return e
+        slot = max(float(now), self._next_slot_ms)
+        self._next_slot_ms = slot + 1000.0 / self._catchup_rate
+        self.caught_up += 1
+        return Entry(e.task_id, e.shard_id, e.due_ms, fire_ms=int(slot))
+
     def _time_out(self, shards: set[int], now: int) -> None:
         for task_id, attempt in self._store.expired(shards, now, 1000):
             try:
-                t = self._store.apply_result(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run",
-                                             now, self._services.policy, self._ownership.node_id)
+                self._results.apply(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run")
+            except Unavailable:
+                raise
             except DelayqError as e:
                 log.warning("time-out of %s attempt %d not applied: %s", task_id, attempt, e)
-                continue
-            if t.applied and t.status is Status.DELAY and t.due_ms is not None and self._queue.accepts(t.due_ms):
-                self._queue.offer(Entry(task_id, t.shard_id, t.due_ms))

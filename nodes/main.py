@@ -27,13 +27,16 @@ from shared.gen.delayq_thrift import DelayScheduler, ttypes
 from shared.publisher import ConfirmedPublisher
 from shared.validation import Limits
 from nodes.delayqueue import DelayQueue
+from nodes.deadletters import DeadLetterer
 from nodes.dispatcher import Dispatcher
+from nodes.feedback import FeedbackConsumer
 from nodes.follower import AssignmentFollower
 from nodes.membership import Membership
 from nodes.handler import Handler
 from nodes.loader import Loader
 from nodes.ownership import Ownership
 from nodes.recorder import Recorder
+from nodes.results import ResultApplier
 from nodes.server import ThriftServer
 from nodes.services import ServiceRegistry
 from nodes.store import TaskStore
@@ -61,18 +64,27 @@ class NodeRuntime:
         self.services = ServiceRegistry(self.engine, clock)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)
         self.ownership = Ownership(s.node.node_id)
-        self.recorder = Recorder(self.store, self.queue, self.ownership, self.services, clock,
+        self.deadletters: DeadLetterer | None = None
+        self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock,
+                                     on_failed=lambda: self.deadletters and self.deadletters.wake())
+        self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, clock,
                                  publish_retry_ms=s.scheduling.publish_retry_ms)
+        amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
         self.publisher = ConfirmedPublisher(
-            amqp_parameters(s.amqp.url, s.amqp.timeout_ms), self.recorder.on_outcome,
+            amqp, self.recorder.on_outcome,
             max_in_flight=s.amqp.max_in_flight, confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
             exchanges=(s.amqp.exchange,))
-        self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher, clock,
-                                     batch=s.scheduling.dispatch_batch, default_exchange=s.amqp.exchange)
-        self.loader = Loader(self.store, self.queue, self.ownership, self.services, clock,
+        self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, clock)
+        self.recorder.dead_letters = self.deadletters.on_outcome
+        self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
+                                     self.results, clock, batch=s.scheduling.dispatch_batch,
+                                     default_exchange=s.amqp.exchange)
+        self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
-                             cap=s.scheduling.memory_cap)
-        self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock,
+                             cap=s.scheduling.memory_cap, catchup_rate=s.scheduling.catchup_rate,
+                             catchup_grace_ms=s.scheduling.catchup_grace_ms)
+        self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True))
+        self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
@@ -115,6 +127,8 @@ class NodeRuntime:
         self.recorder.start()
         self.dispatcher.start()
         self.loader.start()
+        self.deadletters.start()
+        self.feedback.start()
         self.server.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
@@ -158,8 +172,10 @@ class NodeRuntime:
         if self.zk is not None:
             self.rebalancer.stop()
             self.zk.stop()
+        self.feedback.stop()
         self.loader.stop()
         self.dispatcher.stop()
+        self.deadletters.stop()
         deadline = time.monotonic() + timeout
         while self.publisher.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -15,25 +15,26 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from shared.clock import Clock
 from shared.errors import DelayqError, Unavailable
-from shared.lifecycle import Result, Status
+from shared.lifecycle import Result
 from shared.publisher import CONFIRMED, FAILED, UNROUTABLE
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
-from nodes.services import ServiceRegistry
+from nodes.results import ResultApplier
 from nodes.store import Claimed, TaskStore
 
 log = logging.getLogger(__name__)
 
 
 class Recorder:
-    def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, services: ServiceRegistry,
+    def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
                  clock: Clock, *, publish_retry_ms: int, batch: int = 1000):
         self._store, self._queue, self._ownership = store, queue_, ownership
-        self._services, self._clock = services, clock
+        self._results, self._clock = results, clock
+        self.dead_letters: Callable[[Any, str, str | None], None] | None = None
         self._retry_ms = publish_retry_ms
         self._batch = batch
         self._inbox: queue.Queue[tuple[Any, str, str | None]] = queue.Queue()
@@ -43,8 +44,11 @@ class Recorder:
         self.failed = 0
 
     def on_outcome(self, ref: Any, outcome: str, reason: str | None) -> None:
-        """Publisher callback: never blocks."""
-        self._inbox.put((ref, outcome, reason))
+        """Publisher callback: never blocks. Dead letters have their own bookkeeping."""
+        if isinstance(ref, tuple):
+            self._inbox.put((ref, outcome, reason))
+        elif self.dead_letters is not None:
+            self.dead_letters(ref, outcome, reason)
 
     @property
     def backlog(self) -> int:
@@ -100,15 +104,11 @@ class Recorder:
     def _unroutable(self, c: Claimed, reason: str | None) -> None:
         log.warning("task %s attempt %d unroutable: %s", c.task_id, c.attempt, reason)
         try:
-            t = self._store.apply_result(c.task_id, c.attempt, Result.UNROUTABLE, reason, self._clock.now_ms(),
-                                         self._services.policy, self._ownership.node_id)
+            self._results.apply(c.task_id, c.attempt, Result.UNROUTABLE, reason)
         except Unavailable:
             raise
         except DelayqError as e:
             log.warning("unroutable task %s not updated: %s", c.task_id, e)
-            return
-        if t.applied and t.status is Status.DELAY and t.due_ms is not None:
-            self._requeue([(c, t.due_ms)])
 
     def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
         self._queue.offer_many(Entry(c.task_id, c.shard_id, due) for c, due in items

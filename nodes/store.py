@@ -288,6 +288,23 @@ class TaskStore:
             attempts = conn.execute(select(X).where(X.c.task_id == task_id).order_by(X.c.attempt)).mappings().all()
             return dict(row), [dict(a) for a in attempts]
 
+    # ---- dead letters -------------------------------------------------------------------------
+
+    def dead_letters(self, shards: Iterable[int], limit: int) -> list[Mapping]:
+        """FAILED tasks of these shards still to be published to a dead-letter exchange."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            return [dict(r) for r in conn.execute(
+                select(B.c.task_id, B.c.topic, B.c.attempt, B.c.due_ms, B.c.payload, B.c.message)
+                .where(B.c.dead_letter == 1, B.c.shard_id.in_(shards)).limit(limit)).mappings()]
+
+    def dead_lettered(self, task_ids: Sequence[str]) -> None:
+        if task_ids:
+            with unavailable_on_failure(), self._engine.begin() as conn:
+                conn.execute(update(B).where(B.c.task_id.in_(list(task_ids))).values(dead_letter=0))
+
     # ---- shard ownership ----------------------------------------------------------------------
 
     def take_shards(self, owner: str, shards: Iterable[int], now_ms: int) -> dict[int, int]:
@@ -314,11 +331,14 @@ class TaskStore:
                   final: Status, now_ms: int, message: str | None) -> bool:
         """Move one live task to the backlog with its final status, if it is still as expected."""
         cond = and_(T.c.task_id == task_id, T.c.attempt == attempt, T.c.status.in_([int(s) for s in statuses]))
+        dead = 1 if final is Status.FAILED else 0
         copied = conn.execute(insert(B).from_select(
             [B.c.task_id, B.c.topic, B.c.shard_id, B.c.due_ms, B.c.status, B.c.attempt, B.c.payload,
-             B.c.spec_hash, B.c.max_retries, B.c.ttr_ms, B.c.created_ms, B.c.finished_ms, B.c.message],
+             B.c.spec_hash, B.c.max_retries, B.c.ttr_ms, B.c.created_ms, B.c.finished_ms, B.c.message,
+             B.c.dead_letter],
             select(T.c.task_id, T.c.topic, T.c.shard_id, T.c.due_ms, literal(int(final)), T.c.attempt, T.c.payload,
-                   T.c.spec_hash, T.c.max_retries, T.c.ttr_ms, T.c.created_ms, literal(now_ms), literal(message))
+                   T.c.spec_hash, T.c.max_retries, T.c.ttr_ms, T.c.created_ms, literal(now_ms), literal(message),
+                   literal(dead))
             .where(cond))).rowcount
         if copied:
             conn.execute(delete(T).where(cond))

@@ -57,6 +57,8 @@ class SchedulingSettings:
     memory_cap: int
     dispatch_batch: int
     publish_retry_ms: int
+    catchup_rate: int
+    catchup_grace_ms: int
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Due tasks claimed in one MySQL statement at most."),
     Setting("DELAYQ_PUBLISH_RETRY_MS", "scheduling", "publish_retry_ms", int, 1000,
             "Delay before a task whose publish failed (broker down) is dispatched again."),
+    Setting("DELAYQ_CATCHUP_RATE", "scheduling", "catchup_rate", int, 2000,
+            "Tasks found late (after downtime) are caught up at this many per second, so tasks due now stay on time (0: no limit)."),
+    Setting("DELAYQ_CATCHUP_GRACE_MS", "scheduling", "catchup_grace_ms", int, 2000,
+            "How late a task must be when loaded to count as catch-up."),
     Setting("DELAYQ_MAX_PAYLOAD_BYTES", "limits", "max_payload_bytes", int, 65536,
             "Largest payload accepted."),
     Setting("DELAYQ_MAX_HORIZON_MS", "limits", "max_horizon_ms", int, 30 * 24 * 3600 * 1000,

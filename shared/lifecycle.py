@@ -54,6 +54,7 @@ class Result(enum.Enum):
     STARTED = "STARTED"
     TIMEOUT = "TIMEOUT"        # no result within the time-to-run
     UNROUTABLE = "UNROUTABLE"  # the broker had no queue for the message
+    MISFIRED = "MISFIRED"      # later than the service's misfire threshold, and its policy is fail
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def on_result(status: Status, result: Result, attempt: int, policy: RetryPolicy,
         return Decision(Status.RUNNING) if status is Status.READY else None
     if result is Result.SUCCESS:
         return Decision(Status.FINISHED)
-    if result is Result.FATAL:
+    if result in (Result.FATAL, Result.MISFIRED):
         return Decision(Status.FAILED)
     # RETRY, TIMEOUT, UNROUTABLE: another attempt while retries remain.
     if attempt > policy.max_retries:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, text
 
 from shared import tables
@@ -20,6 +21,9 @@ log = logging.getLogger(__name__)
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+# MySQL error codes meaning "it exists already": table, column, key.
+_ALREADY_APPLIED = {1050, 1060, 1061}
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS delayq_schema_version (
@@ -72,7 +76,13 @@ def migrate(engine: Engine, clock: Clock = SYSTEM_CLOCK) -> list[int]:
             if mig.version <= version:
                 continue
             for stmt in mig.statements:
-                conn.execute(text(stmt))
+                try:
+                    conn.execute(text(stmt))
+                except sqlalchemy.exc.OperationalError as e:
+                    # A run cut short after this statement: its change is there already.
+                    if getattr(e.orig, "args", (None,))[0] not in _ALREADY_APPLIED:
+                        raise
+                    log.info("migration %03d: already applied: %s", mig.version, e.orig.args[1])
             conn.execute(text("INSERT INTO delayq_schema_version (version, name, applied_ms) "
                               "VALUES (:v, :n, :t)"), {"v": mig.version, "n": mig.name, "t": clock.now_ms()})
             conn.commit()

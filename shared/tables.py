@@ -67,6 +67,7 @@ backlog = Table(
     Column("created_ms", BigInteger, nullable=False),
     Column("finished_ms", BigInteger, nullable=False),
     Column("message", String(1024)),
+    Column("dead_letter", SmallInteger, nullable=False, server_default="0"),
 )
 
 shard = Table(

@@ -10,6 +10,8 @@ HEADER_TOPIC = "x-delayq-topic"
 HEADER_ATTEMPT = "x-delayq-attempt"
 HEADER_DUE_AT = "x-delayq-due-at"
 HEADER_DISPATCHED_AT = "x-delayq-dispatched-at"
+HEADER_STATUS = "x-delayq-status"          # on dead letters: FAILED
+HEADER_REASON = "x-delayq-reason"          # on dead letters: the last result's message
 
 
 def queue_name(topic: str) -> str:

@@ -1,0 +1,105 @@
+"""FeedbackConsumer: results reported over AMQP, for consumers that speak only RabbitMQ.
+
+Every node consumes the durable queue `delayq.results` (competing consumers). A message is a JSON
+object {"taskId": ..., "attempt": n, "status": "SUCCESS" | "RETRY" | "FATAL" | "STARTED",
+"message": "..."}; it is applied exactly like Thrift `reportResult` (a stale or duplicate one
+changes nothing) and acked after MySQL committed. While MySQL is down the message is requeued; a
+malformed one is logged and dropped.
+
+Threads: one, owned here, with its own pika connection; `stop()` ends it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Callable
+
+import pika
+import pika.exceptions
+
+from shared import topology
+from shared.errors import DelayqError, Unavailable
+from shared.lifecycle import Result
+
+log = logging.getLogger(__name__)
+
+ApplyResult = Callable[[str, int, Result, str | None], object]
+_STATUSES = {"SUCCESS": Result.SUCCESS, "RETRY": Result.RETRY, "FATAL": Result.FATAL, "STARTED": Result.STARTED}
+
+
+def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
+    """(taskId, attempt, result, message) from a results-queue message; ValueError when malformed."""
+    try:
+        raw = json.loads(body)
+        task_id, attempt, status = raw["taskId"], raw["attempt"], raw["status"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"not a result message: {e}") from None
+    if not isinstance(task_id, str) or not isinstance(attempt, int) or status not in _STATUSES:
+        raise ValueError("taskId must be a string, attempt an integer, status SUCCESS|RETRY|FATAL|STARTED")
+    message = raw.get("message")
+    return task_id, attempt, _STATUSES[status], message if isinstance(message, str) else None
+
+
+class FeedbackConsumer:
+    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, *, prefetch: int = 200):
+        self._params, self._apply, self._prefetch = params, apply, prefetch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.applied = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="feedback", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                conn = pika.BlockingConnection(self._params)
+            except pika.exceptions.AMQPError as e:
+                log.debug("results queue: cannot connect: %s", e)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            delay = 1.0
+            try:
+                channel = conn.channel()
+                channel.queue_declare(topology.RESULTS_QUEUE, durable=True)
+                channel.basic_qos(prefetch_count=self._prefetch)
+                channel.basic_consume(topology.RESULTS_QUEUE, self._on_message)
+                while not self._stop.is_set():
+                    conn.process_data_events(time_limit=0.5)
+            except pika.exceptions.AMQPError as e:
+                if not self._stop.is_set():
+                    log.warning("results queue connection lost: %s", e)
+            finally:
+                if conn.is_open:
+                    try:
+                        conn.close()
+                    except pika.exceptions.AMQPError:
+                        pass
+
+    def _on_message(self, channel, method, properties, body) -> None:
+        try:
+            task_id, attempt, result, message = parse_result(body)
+        except ValueError as e:
+            log.warning("dropping a malformed result message: %s", e)
+            channel.basic_ack(method.delivery_tag)
+            return
+        try:
+            self._apply(task_id, attempt, result, message)
+        except Unavailable as e:
+            log.warning("cannot apply result of %s now: %s; requeued", task_id, e)
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            self._stop.wait(1.0)
+            return
+        except DelayqError as e:          # NotFound and the like: nothing to apply it to
+            log.info("result for %s attempt %d ignored: %s", task_id, attempt, e)
+        channel.basic_ack(method.delivery_tag)
+        self.applied += 1

@@ -1,0 +1,35 @@
+"""ResultApplier: applies a result (or a time-out, a misfire, an unroutable publish) to one attempt
+of a task, and does what follows on this node: a retry goes back into memory, a task that ended
+FAILED wakes the dead-letterer. Thrift reportResult, the results queue, the loader's time-outs and
+the dispatch path all go through here. Thread-safe: it holds no state of its own."""
+from __future__ import annotations
+
+from typing import Callable
+
+from shared.clock import Clock
+from shared.lifecycle import Result, Status
+from nodes.delayqueue import DelayQueue, Entry
+from nodes.ownership import Ownership
+from nodes.services import ServiceRegistry
+from nodes.store import TaskStore, Transition
+
+
+class ResultApplier:
+    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
+                 clock: Clock, on_failed: Callable[[], None] = lambda: None):
+        self._store, self._queue, self._ownership = store, queue, ownership
+        self._services, self._clock, self._on_failed = services, clock, on_failed
+
+    def apply(self, task_id: str, attempt: int, result: Result, message: str | None,
+              move_retry: bool = False) -> Transition:
+        """move_retry: put a retry on one of our shards (the task may be another node's), so it
+        waits in our memory rather than for its owner's next scan."""
+        retry_shard = self._ownership.pick_shard(near=True) if move_retry and self._ownership.shards() else None
+        t = self._store.apply_result(task_id, attempt, result, message, self._clock.now_ms(),
+                                     self._services.policy, self._ownership.node_id, retry_shard)
+        if t.applied and t.status is Status.DELAY and t.due_ms is not None:
+            if self._ownership.owns(t.shard_id) and self._queue.accepts(t.due_ms):
+                self._queue.offer(Entry(task_id, t.shard_id, t.due_ms))
+        elif t.applied and t.status is Status.FAILED:
+            self._on_failed()
+        return t

@@ -150,5 +150,13 @@ def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: floa
         sys.exit(1)
 
 
+def _register_subcommands() -> None:
+    from nodes.cli_tasks import purge_cmd, tasks
+    main.add_command(tasks)
+    db.add_command(purge_cmd)
+
+
+_register_subcommands()
+
 if __name__ == "__main__":
     main()

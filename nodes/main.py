@@ -21,7 +21,8 @@ from master.election import Election
 from master.rebalancer import Rebalancer
 from master.shardtable import ShardTable
 from shared.config import Settings
-from shared.db import make_engine
+from shared import schema
+from shared.db import make_engine, unavailable_on_failure
 from shared.errors import ConfigError, Unavailable
 from shared.gen.delayq_thrift import DelayScheduler, ttypes
 from shared.publisher import ConfirmedPublisher
@@ -133,10 +134,18 @@ class NodeRuntime:
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
 
+    def _check_schema(self) -> None:
+        with unavailable_on_failure(), self.engine.connect() as conn:
+            have, want = schema.current_version(conn), len(schema.migrations())
+        if have < want:
+            raise ConfigError(f"the database schema is at version {have}, this node needs {want}: "
+                              "run `delayq db migrate`")
+
     def _wait_for_mysql(self, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         while True:
             try:
+                self._check_schema()
                 if not self.store.shard_ids():
                     raise ConfigError("the database has no shards: run `delayq db init` first")
                 self.services.refresh()
@@ -152,6 +161,7 @@ class NodeRuntime:
         deadline = time.monotonic() + wait_s
         while True:
             try:
+                self._check_schema()
                 shards = self.store.shard_ids()
                 if not shards:
                     raise ConfigError("the database has no shards: run `delayq db init` first")

@@ -3,6 +3,7 @@
     def handle(task: Delivery) -> None:
         ...                                   # raise RetryLater to retry, any other error is FATAL
     TaskConsumer("order.cancel", handle, results=DelayqClient(["127.0.0.1:9090"])).run()
+    TaskConsumer("order.cancel", handle, results="amqp").run()   # report over the delayq.results queue
 
 It declares the durable queue delayq.<topic> bound to the service's exchange and routing key,
 consumes with a prefetch, calls the handler, reports SUCCESS / RETRY / FATAL for the attempt, and
@@ -15,6 +16,7 @@ Threads: `run()` owns the calling thread and its own pika connection.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import signal
 import threading
@@ -61,7 +63,9 @@ class TaskConsumer:
                  report_timeout_s: float = 30.0):
         self.topic = topic
         self._handler = handler
-        self._results = results            # a DelayqClient, or None to only ack
+        # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
+        # for consumers that speak only RabbitMQ), or None to only ack.
+        self._results = results
         self._params = pika.URLParameters(amqp_url)
         self._params.socket_timeout = 5
         self._params.heartbeat = 30
@@ -73,6 +77,7 @@ class TaskConsumer:
         self._report_timeout_s = report_timeout_s
         self._conn: pika.BlockingConnection | None = None
         self._channel = None
+        self._results_channel = None
         self._ready = threading.Event()
         self.handled = 0
 
@@ -94,6 +99,10 @@ class TaskConsumer:
         try:
             self._channel = self._conn.channel()
             queue = self.declare(self._channel)
+            if self._results == "amqp":
+                self._results_channel = self._conn.channel()
+                self._results_channel.queue_declare(topology.RESULTS_QUEUE, durable=True)
+                self._results_channel.confirm_delivery()
             self._channel.basic_qos(prefetch_count=self._prefetch)
             self._channel.basic_consume(queue, self._on_message)
             self._ready.set()
@@ -112,6 +121,12 @@ class TaskConsumer:
         message is acked anyway: the task's time-to-run then dispatches it again (at least once)."""
         deadline = time.monotonic() + self._report_timeout_s
         delay = 0.1
+        if self._results == "amqp":
+            body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
+                               "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
+            self._results_channel.basic_publish("", topology.RESULTS_QUEUE, body,
+                                                properties=pika.BasicProperties(delivery_mode=2))
+            return
         while True:
             try:
                 self._results.reportResult(task.task_id, task.attempt, status, message)

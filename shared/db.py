@@ -9,7 +9,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
 from shared.config import MySQLSettings
-from shared.errors import StoreUnavailable
+from shared.errors import ConfigError, StoreUnavailable
 
 
 def make_engine(settings: MySQLSettings, database: bool = True) -> Engine:
@@ -46,12 +46,21 @@ _UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                 sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError)
 
 
+# MySQL error codes that mean the schema is not what this code expects.
+_SCHEMA_ERRORS = {1146, 1054}    # no such table, no such column
+
+
 @contextlib.contextmanager
 def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
-    """Turn a lost or refused database connection into StoreUnavailable."""
+    """Turn a lost or refused database connection into StoreUnavailable (retriable), and a schema
+    that is behind the code into ConfigError (run `delayq db migrate`)."""
     try:
         yield
     except _UNAVAILABLE as e:
+        code = getattr(getattr(e, "orig", None), "args", (None,))[0]
+        if code in _SCHEMA_ERRORS:
+            raise ConfigError(f"the database schema is not up to date ({_short(e)}): "
+                              "run `delayq db migrate`") from None
         raise StoreUnavailable(f"{what} unavailable: {_short(e)}") from None
 
 

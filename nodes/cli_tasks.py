@@ -1,0 +1,207 @@
+"""`delayq tasks ...` and `delayq db purge`: look up, list, cancel and redrive tasks; retention."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+import click
+from thrift.Thrift import TException
+
+from shared import config as config_mod
+from shared.clock import SYSTEM_CLOCK
+from shared.client import DelayqClient, discover
+from shared.db import make_engine
+from shared.errors import ConfigError, Unavailable
+from shared.gen.delayq_thrift import ttypes
+from shared.lifecycle import Status
+from nodes.ops import TaskFilter, list_tasks, purge, redrive
+
+EXIT_FAILURE, EXIT_UNAVAILABLE = 1, 3
+
+
+def _settings(config_file: str | None) -> config_mod.Settings:
+    try:
+        return config_mod.load(file=config_file)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
+    found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster)
+    if not found:
+        raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
+    return DelayqClient(found)
+
+
+def _instant(text: str | None) -> int | None:
+    """Epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _run(fn):
+    """Map delayq's errors to exit codes and one clear line."""
+    try:
+        return fn()
+    except ConfigError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except ttypes.Unavailable as e:
+        click.echo(f"error: {e.reason}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    except (TException, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+
+
+common = [click.option("--config", "config_file", type=click.Path(dir_okay=False)),
+          click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")]
+
+
+def with_common(f):
+    for option in reversed(common):
+        f = option(f)
+    return f
+
+
+@click.group()
+def tasks() -> None:
+    """Look up, list, cancel and redrive tasks."""
+
+
+@tasks.command("get")
+@click.argument("task_id")
+@click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
+@with_common
+def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
+    """Show a task (live or archived) and its attempts. Exit 1 when there is no such task."""
+    settings = _settings(config_file)
+
+    def go():
+        with _client(settings, endpoints) as c:
+            try:
+                return c.get(task_id)
+            except ttypes.NotFound:
+                click.echo(f"no task {task_id!r}", err=True)
+                sys.exit(EXIT_FAILURE)
+    info = _run(go)
+    out = {"taskId": info.taskId, "topic": info.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[info.status],
+           "attempt": info.attempt, "dueAtMs": info.dueAtMs, "shardId": info.shardId,
+           "attempts": [{"attempt": a.attempt, "node": a.nodeId, "dispatchedAtMs": a.dispatchedAtMs,
+                         "result": a.result, "resultAtMs": a.resultAtMs, "message": a.message} for a in info.attempts]}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{out['taskId']}  topic {out['topic']}  {out['status']}  attempt {out['attempt']}  "
+               f"due {_fmt(out['dueAtMs'])}  shard {out['shardId']}")
+    for a in out["attempts"]:
+        click.echo(f"  #{a['attempt']} on {a['node']} at {_fmt(a['dispatchedAtMs'])}: "
+                   f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
+
+
+@tasks.command("cancel")
+@click.argument("task_id")
+@click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
+@with_common
+def cancel_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
+    """Cancel a task that has not fired. Exit 1 unless it is (now) cancelled."""
+    settings = _settings(config_file)
+
+    def go():
+        with _client(settings, endpoints) as c:
+            return ttypes.CancelResult._VALUES_TO_NAMES[c.cancel(task_id)]
+    outcome = _run(go)
+    click.echo(json.dumps({"taskId": task_id, "result": outcome}) if as_json else outcome)
+    if outcome != "CANCELLED":
+        sys.exit(EXIT_FAILURE)
+
+
+def _filter_options(f):
+    for option in reversed([
+            click.option("--id", "ids", multiple=True, help="A task id (repeatable)."),
+            click.option("--topic"),
+            click.option("--since", help="Due at or after (epoch ms or ISO 8601)."),
+            click.option("--until", help="Due before (epoch ms or ISO 8601).")]):
+        f = option(f)
+    return f
+
+
+@tasks.command("list")
+@_filter_options
+@click.option("--status", type=click.Choice([s.name for s in Status], case_sensitive=False))
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--after", help="Page on: list task ids after this one.")
+@with_common
+def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_json) -> None:
+    """List live and archived tasks by id, topic, due range and state, a page at a time."""
+    settings = _settings(config_file)
+    f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status[status.upper()] if status else None)
+    rows = _run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'TASK':<34} {'TOPIC':<24} {'STATUS':<10} {'ATTEMPT':>7}  DUE")
+    for r in rows:
+        click.echo(f"{r['task_id']:<34} {r['topic']:<24} {r['status']:<10} {r['attempt']:>7}  {_fmt(r['due_ms'])}")
+    if len(rows) == limit:
+        click.echo(f"(more: --after {rows[-1]['task_id']})")
+
+
+@tasks.command("redrive")
+@_filter_options
+@click.option("--yes", is_flag=True, help="Do it (without --yes only count what would move).")
+@with_common
+def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
+    """Send FAILED tasks again: back to DELAY, due now, with a fresh set of retries."""
+    if not (ids or topic or since or until):
+        raise click.UsageError("name the tasks: --id, --topic, --since or --until")
+    settings = _settings(config_file)
+    engine = make_engine(settings.mysql)
+    f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status.FAILED)
+    if not yes:
+        count = len(_run(lambda: list_tasks(engine, f, 10_000)))
+        click.echo(json.dumps({"would_redrive": count}) if as_json else
+                   f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
+        return
+    moved = _run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())))
+    click.echo(json.dumps({"redriven": moved}) if as_json else f"redriven: {moved} tasks")
+
+
+@click.command("purge")
+@click.option("--days", type=click.IntRange(1, 36500), required=True,
+              help="Delete archived tasks finished, and attempts dispatched, more than this many days ago.")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=1000, show_default=True)
+@with_common
+def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> None:
+    """Retention: delete old backlog and execlog rows in batches (live tasks are never touched)."""
+    settings = _settings(config_file)
+    before = SYSTEM_CLOCK.now_ms() - days * 86_400_000
+    engine = make_engine(settings.mysql)
+
+    def go():
+        backlog = execlog = 0
+        for b, x in purge(engine, before, batch):
+            backlog, execlog = backlog + b, execlog + x
+        return backlog, execlog
+    backlog, execlog = _run(go)
+    click.echo(json.dumps({"backlog": backlog, "execlog": execlog}) if as_json else
+               f"purged {backlog} archived tasks and {execlog} attempts older than {days} days")
+
+
+def _fmt(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -1,0 +1,171 @@
+"""Service policies and ops paths on the real services: misfires, dead letters, results over AMQP,
+rate-limited catch-up, redrive and retention."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import uuid
+
+import pika
+import pytest
+from sqlalchemy import create_engine, text
+
+from conftest import AMQP_URL, Collector, now_ms, wait_until
+from shared.client import CallbackService, TaskSpec, TaskStatus
+from shared.consumer import TaskConsumer
+
+pytestmark = pytest.mark.integration
+
+
+def _topic() -> str:
+    return f"t.{uuid.uuid4().hex[:10]}"
+
+
+def _sql(node, query: str, **params):
+    engine = create_engine(node.env["DELAYQ_MYSQL_URL"])
+    try:
+        with engine.begin() as conn:
+            return conn.execute(text(query), params)
+    finally:
+        engine.dispose()
+
+
+def _delayq(node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nodes.cli", *args], env=node.env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_task_past_its_misfire_threshold_fails_to_the_dead_letter_exchange(node):
+    topic, dlx = _topic(), f"dlx.{uuid.uuid4().hex[:8]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=0, misfireThresholdMs=1000, misfirePolicy="fail",
+                                          deadLetterExchange=dlx))
+        fired, dead = Collector("delayq", topic), Collector(dlx, topic)
+        try:
+            on_time = c.submit(TaskSpec(topic=topic, delayMs=200, payload=b"on time"))
+            # Written straight into MySQL as overdue by a minute, as after an outage.
+            late = c.submit(TaskSpec(topic=topic, delayMs=120_000, payload=b"too late"))
+            _sql(node, "UPDATE job_delay_task SET due_ms = :d WHERE task_id = :t", d=now_ms() - 60_000,
+                 t=late.taskId)
+            [gone] = dead.wait_for(1, 15)
+            assert gone.body == b"too late" and gone.headers["x-delayq-status"] == "FAILED"
+            assert gone.headers["x-delayq-task-id"] == late.taskId and "misfire" in gone.headers["x-delayq-reason"]
+            assert gone.properties.message_id == f"{late.taskId}:1:dead"
+            assert fired.task_ids() == [on_time.taskId]
+            info = c.get(late.taskId)
+            assert info.status == TaskStatus.FAILED and info.attempts[0].result == "MISFIRED"
+            # Published once: the backlog row is no longer waiting for the dead-letter exchange.
+            wait_until(lambda: _sql(node, "SELECT dead_letter FROM job_delay_task_backlog WHERE task_id = :t",
+                                    t=late.taskId).scalar() == 0, 10, what="the dead letter to be recorded")
+        finally:
+            fired.close()
+            dead.close()
+
+
+def test_results_reported_over_amqp_finish_and_retry_tasks(node):
+    topic = _topic()
+    attempts: list[int] = []
+
+    def handle(task):
+        attempts.append(task.attempt)
+        if task.attempt == 1:
+            from shared.consumer import RetryLater
+            raise RetryLater("once more")
+
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=10_000, backoff="fixed", retryBackoffMs=200))
+        consumer = TaskConsumer(topic, handle, results="amqp", amqp_url=AMQP_URL)
+        thread = threading.Thread(target=consumer.run, daemon=True)
+        thread.start()
+        try:
+            assert consumer.wait_ready(10)
+            ref = c.submit(TaskSpec(topic=topic, delayMs=100, payload=b"x"))
+            info = wait_until(lambda: (i := c.get(ref.taskId)).status == TaskStatus.FINISHED and i, 15,
+                              what="the task to finish through the results queue")
+        finally:
+            consumer.stop()
+            thread.join(5)
+    assert attempts == [1, 2]
+    assert [(a.attempt, a.result) for a in info.attempts] == [(1, "RETRY"), (2, "SUCCESS")]
+    assert info.attempts[0].message == "once more"
+
+
+def test_a_malformed_result_message_is_dropped_and_the_queue_keeps_flowing(node):
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("delayq.results", durable=True)
+        for body in (b"not json", json.dumps({"taskId": 5}).encode(),
+                     json.dumps({"taskId": "nope", "attempt": 1, "status": "SUCCESS"}).encode()):
+            ch.basic_publish("", "delayq.results", body)
+        wait_until(lambda: ch.queue_declare("delayq.results", durable=True).method.message_count == 0, 10,
+                   what="the node to consume the results queue")
+    finally:
+        conn.close()
+    with node.client() as c:
+        assert c.cluster().nodes   # still serving
+
+
+def test_late_tasks_are_caught_up_at_a_bounded_rate_without_delaying_tasks_due_now(node_factory):
+    n = node_factory(DELAYQ_CATCHUP_RATE="200", DELAYQ_CATCHUP_GRACE_MS="1000")
+    topic = _topic()
+    with n.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=0))
+    collector = Collector("delayq", topic)
+    try:
+        n.stop()
+        # 400 tasks an hour late (as after downtime), written while the node is down.
+        backlog = [f"late-{uuid.uuid4().hex[:8]}-{i}" for i in range(400)]
+        late_due = now_ms() - 3_600_000
+        _sql(n, "INSERT INTO job_delay_task (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
+                "max_retries, ttr_ms, created_ms, updated_ms) VALUES " + ",".join(
+                    f"('{t}', '{topic}', {i % 8}, {late_due + i}, 0, 0, '', REPEAT('x', 16), 3, 0, 0, 0)"
+                    for i, t in enumerate(backlog)))
+        n.start()
+        with n.client() as c:
+            punctual = c.submit(TaskSpec(topic=topic, delayMs=800, payload=b"now"))
+        collector.wait_for(401, 30)
+        arrived = {m.headers["x-delayq-task-id"]: m.at_ms for m in collector.snapshot()}
+        lateness = arrived[punctual.taskId] - punctual.dueAtMs
+        assert lateness < 100, f"the punctual task was {lateness} ms late behind the catch-up"
+        spread = max(arrived[t] for t in backlog) - min(arrived[t] for t in backlog)
+        assert spread >= 1000, f"400 late tasks at 200/s took {spread} ms: the rate limit is not applied"
+    finally:
+        collector.close()
+
+
+def test_redrive_sends_failed_tasks_again_and_purge_removes_old_history(node):
+    topic = _topic()
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=5000, maxRetries=0))
+        ref = c.submit(TaskSpec(topic=topic, delayMs=50, payload=b"r"))
+        collector = Collector("delayq", topic)
+        try:
+            collector.wait_for(1, 10)
+            wait_until(lambda: c.get(ref.taskId).status == TaskStatus.READY, 10, what="dispatch")
+            c.reportResult(ref.taskId, 1, 3, "broken")           # FATAL
+            assert c.get(ref.taskId).status == TaskStatus.FAILED
+
+            listed = json.loads(_delayq(node, "tasks", "list", "--topic", topic, "--status", "failed", "--json").stdout)
+            assert [r["task_id"] for r in listed] == [ref.taskId]
+            dry = _delayq(node, "tasks", "redrive", "--topic", topic, "--json")
+            assert json.loads(dry.stdout) == {"would_redrive": 1}
+            done = _delayq(node, "tasks", "redrive", "--topic", topic, "--yes", "--json")
+            assert json.loads(done.stdout) == {"redriven": 1}, done.stderr
+            [first, again] = collector.wait_for(2, 15)
+            assert again.properties.message_id == f"{ref.taskId}:2"
+            c.reportResult(ref.taskId, 2, 1, "fixed")            # SUCCESS
+            assert c.get(ref.taskId).status == TaskStatus.FINISHED
+        finally:
+            collector.close()
+
+    _sql(node, "UPDATE job_delay_task_backlog SET finished_ms = 1000 WHERE task_id = :t", t=ref.taskId)
+    _sql(node, "UPDATE job_delay_task_execlog SET dispatched_ms = 1000 WHERE task_id = :t", t=ref.taskId)
+    out = _delayq(node, "db", "purge", "--days", "30", "--json")
+    assert json.loads(out.stdout)["backlog"] >= 1, out.stderr
+    with node.client() as c:
+        with pytest.raises(Exception) as e:
+            c.get(ref.taskId)
+        assert type(e.value).__name__ == "NotFound"

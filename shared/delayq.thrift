@@ -53,7 +53,7 @@ struct Attempt {
   1: required i32 attempt,
   2: required string nodeId,
   3: required i64 dispatchedAtMs,
-  4: optional string result,     // SUCCESS, RETRY, FATAL, TIMEOUT, UNROUTABLE; unset while pending
+  4: optional string result,     // SUCCESS, RETRY, FATAL, TIMEOUT, UNROUTABLE, MISFIRED, CONFIRMED (ttr 0); unset while pending
   5: optional i64 resultAtMs,
   6: optional string message,
 }

@@ -1,6 +1,7 @@
 """Election: the NetEase method on ZooKeeper primitives.
 
-Each node creates an ephemeral sequential candidate under /election; the smallest sequence is the
+Each node creates an ephemeral sequential candidate under /election, named after its member (so a
+create retried after a lost connection finds the first one); the smallest sequence is the
 master; every other node watches only its immediate predecessor (no herd effect) and checks again
 when that one goes. A node that loses its session stops being master at once (its candidate is
 gone with the session) and joins again with the next session.
@@ -17,7 +18,7 @@ from typing import Callable
 from kazoo.exceptions import KazooException
 
 from shared.coordination import ZkSession
-from shared.zkpaths import ZkPaths
+from shared.zkpaths import ZkPaths, candidate_member, candidate_order
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +43,34 @@ class Election:
             self._join()
 
     def _join(self) -> None:
+        member = self._member()
+        if member is None:
+            return
         try:
-            path = self._session.client.create(self._paths.candidate_prefix, (self._member() or "").encode(),
-                                               ephemeral=True, sequence=True, makepath=True)
+            # A create that failed with ConnectionLoss may have happened: adopt it rather than
+            # leave an orphan of our own session in front of us for good.
+            self._session.call("ensure_path", self._paths.election)
+            ours = sorted((c for c in self._session.call("get_children", self._paths.election)
+                           if candidate_member(c) == member), key=candidate_order)
+            if ours:
+                self._candidate = ours[0]
+                for extra in ours[1:]:
+                    self._session.call("delete", f"{self._paths.election}/{extra}")
+            else:
+                path = self._session.call("create", self._paths.candidate_prefix(member), member.encode(),
+                                                   ephemeral=True, sequence=True)
+                self._candidate = path.rsplit("/", 1)[1]
         except KazooException as e:
             log.warning("joining the election failed: %s; retrying", e)
             self._session.post(self._join, 1.0)
             return
-        self._candidate = path.rsplit("/", 1)[1]
         self.check()
 
     def check(self) -> None:
         if self._candidate is None:
             return
         try:
-            candidates = sorted(self._session.client.get_children(self._paths.election))
+            candidates = sorted(self._session.call("get_children", self._paths.election), key=candidate_order)
             if self._candidate not in candidates:
                 return          # our session is going; "lost" follows and we join again
             index = candidates.index(self._candidate)
@@ -65,7 +79,7 @@ class Election:
                 return
             self._set_leader(False)
             predecessor = f"{self._paths.election}/{candidates[index - 1]}"
-            if self._session.client.exists(predecessor, watch=self._session.watcher(self.check)) is None:
+            if self._session.call("exists", predecessor, watch=self._session.watcher(self.check)) is None:
                 self._session.post(self.check)   # it went between the two calls
         except KazooException as e:
             log.warning("election check failed: %s; retrying", e)

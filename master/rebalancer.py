@@ -73,15 +73,15 @@ class Rebalancer:
 
     def _watch_members(self) -> None:
         if self._leader:
-            self._watch(lambda w: self._session.client.get_children(self._paths.nodes, watch=w), self._watch_members)
+            self._watch(lambda w: self._session.call("get_children", self._paths.nodes, watch=w), self._watch_members)
 
     def _watch_intents(self) -> None:
         if self._leader:
-            self._watch(lambda w: self._session.client.exists(self._paths.intents, watch=w), self._watch_intents)
+            self._watch(lambda w: self._session.call("exists", self._paths.intents, watch=w), self._watch_intents)
 
     def _watch(self, arm: Callable, again: Callable[[], None]) -> None:
         try:
-            self._session.client.ensure_path(self._paths.nodes)
+            self._session.call("ensure_path", self._paths.nodes)
             arm(self._session.watcher(lambda: (self.poke(), again())))
         except KazooException as e:
             log.warning("master watch failed: %s; retrying", e)
@@ -97,8 +97,11 @@ class Rebalancer:
                 self._dirty_since = None
             try:
                 self.rebalance()
-            except (KazooException, Unavailable) as e:
-                log.warning("rebalance failed: %s; retrying in 1 s", e)
+            except Exception as e:  # noqa: BLE001 - the master must keep trying, whatever failed
+                if isinstance(e, (KazooException, Unavailable)):
+                    log.warning("rebalance failed: %s; retrying in 1 s", e)
+                else:
+                    log.exception("rebalance failed; retrying in 1 s")
                 with self._cond:
                     if self._dirty_since is None:
                         self._dirty_since = time.monotonic()
@@ -116,19 +119,19 @@ class Rebalancer:
 
     def rebalance(self) -> AssignmentDoc | None:
         """One pass; returns the assignment written, or None when nothing had to move."""
-        zk = self._session.client
+        call = self._session.call
         me = self._me()
         if not self._leader or me is None:
             return None
-        members = frozenset(zk.get_children(self._paths.nodes))
+        members = frozenset(call("get_children", self._paths.nodes))
         try:
-            data, stat = zk.get(self._paths.assignment)
+            data, stat = call("get", self._paths.assignment)
             version = stat.version
         except NoNodeError:
             data, version = None, None
         current = AssignmentDoc.decode(data)
         try:
-            intents = Intents.decode(zk.get(self._paths.intents)[0])
+            intents = Intents.decode(call("get", self._paths.intents)[0])
         except NoNodeError:
             intents = Intents()
         stored = self._shards.read()
@@ -153,14 +156,16 @@ class Rebalancer:
                                     for s, m in target.items()}, master=me, updated_ms=self._clock.now_ms())
         try:
             if version is None:
-                zk.create(self._paths.assignment, doc.encode(), makepath=True)
+                call("create", self._paths.assignment, doc.encode(), makepath=True)
             else:
-                zk.set(self._paths.assignment, doc.encode(), version=version)
+                call("set", self._paths.assignment, doc.encode(), version=version)
         except (BadVersionError, NodeExistsError):
             log.warning("the assignment changed under us (another master?): not applied")
             self.poke()
             return None
-        self._shards.grant({s: (doc.shards[s].member, epoch) for s in moved if s in doc.shards})
+        # Every grant MySQL lacks, not only this pass's moves: a master that died between its two
+        # writes left grants that only its successor can complete.
+        self._repair(doc, stored)
         per_node: dict[str, int] = {}
         for g in doc.shards.values():
             per_node[node_of(g.member)] = per_node.get(node_of(g.member), 0) + 1

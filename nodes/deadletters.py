@@ -75,6 +75,8 @@ class DeadLetterer:
                 self._once()
             except Unavailable as e:
                 log.warning("dead-letter pass failed: %s", e)
+            except Exception:  # noqa: BLE001 - keep trying on the next pass
+                log.exception("dead-letter pass failed")
             self._wake.wait(self._interval_s)
             self._wake.clear()
 

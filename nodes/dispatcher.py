@@ -17,6 +17,7 @@ from shared import topology
 from shared.clock import Clock
 from shared.errors import DelayqError, Unavailable
 from shared.lifecycle import Result
+from shared.metrics import Metrics
 from shared.publisher import ConfirmedPublisher, Outgoing
 from nodes.delayqueue import DelayQueue
 from nodes.ownership import Ownership
@@ -42,16 +43,20 @@ def build_message(c: Claimed, exchange: str, routing_key: str, dispatched_ms: in
 
 class Dispatcher:
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 publisher: ConfirmedPublisher, results: ResultApplier, clock: Clock, *, batch: int,
-                 default_exchange: str):
+                 publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
+                 batch: int, default_exchange: str):
         self._store, self._queue, self._ownership = store, queue, ownership
-        self._results = results
+        self._results, self._metrics = results, metrics
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.claimed = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="dispatcher", daemon=True)
@@ -65,26 +70,33 @@ class Dispatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            due = self._queue.take_due(self._batch, timeout=1.0)
-            if not due:
+            if not self._ownership.claimable or not self._publisher.ready:
+                # Claiming is suspended or nothing could be published: leave due tasks queued.
+                self._stop.wait(0.1)
                 continue
-            if not self._publisher.ready:
-                # Nothing could be published: leave the tasks in MySQL; the loader brings them back.
-                log.debug("broker not ready: %d due tasks left for the next scan", len(due))
-                self._queue.set_horizon(0)
-                self._stop.wait(0.2)
+            due = self._queue.take_due(self._batch, timeout=0.5)
+            if not due:
                 continue
             try:
                 owner, fence = self._ownership.fence()
                 claimed = self._store.claim(due, owner, fence, self._clock.now_ms())
+                self.claimed += len(claimed)
+                if claimed:
+                    self._publish(claimed)
             except Unavailable as e:
-                log.warning("claim of %d due tasks failed: %s", len(due), e)
-                self._queue.set_horizon(0)
-                self._stop.wait(0.5)
-                continue
-            self.claimed += len(claimed)
-            if claimed:
-                self._publish(claimed)
+                self._dropped(due, f"claim of {len(due)} due tasks failed: {e}")
+            except Exception:  # noqa: BLE001 - the dispatcher must outlive any bug in one batch
+                log.exception("dispatching %d due tasks failed", len(due))
+                self._dropped(due, None)
+
+    def _dropped(self, due: list, reason: str | None) -> None:
+        """The batch is left to MySQL (still DELAY, or READY until its time-to-run); the loader's
+        next scan brings DELAY ones back."""
+        if reason:
+            self._metrics.errors.labels("mysql").inc()
+            log.warning(reason)
+        self._queue.set_horizon(0)
+        self._stop.wait(0.5)
 
     def _publish(self, claimed: list[Claimed]) -> None:
         now = self._clock.now_ms()
@@ -98,6 +110,7 @@ class Dispatcher:
             exchange = svc.exchange if svc else self._default_exchange
             routing_key = svc.routing_key if svc else c.topic
             out.append(build_message(c, exchange, routing_key, now))
+            self._metrics.dispatched.labels(c.topic).inc()
         self._publisher.publish(out)
         for c, late in misfired:
             try:

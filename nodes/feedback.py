@@ -19,8 +19,9 @@ import pika
 import pika.exceptions
 
 from shared import topology
-from shared.errors import DelayqError, Unavailable
+from shared.errors import DelayqError, InvalidTask, Unavailable
 from shared.lifecycle import Result
+from shared.validation import check_task_id
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,12 @@ def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
         task_id, attempt, status = raw["taskId"], raw["attempt"], raw["status"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"not a result message: {e}") from None
-    if not isinstance(task_id, str) or not isinstance(attempt, int) or status not in _STATUSES:
-        raise ValueError("taskId must be a string, attempt an integer, status SUCCESS|RETRY|FATAL|STARTED")
+    if not isinstance(task_id, str) or not isinstance(attempt, int) or attempt < 1 or status not in _STATUSES:
+        raise ValueError("taskId must be a string, attempt an integer >= 1, status SUCCESS|RETRY|FATAL|STARTED")
+    try:
+        check_task_id(task_id)
+    except InvalidTask as e:
+        raise ValueError(str(e)) from None
     message = raw.get("message")
     return task_id, attempt, _STATUSES[status], message if isinstance(message, str) else None
 
@@ -78,6 +83,9 @@ class FeedbackConsumer:
             except pika.exceptions.AMQPError as e:
                 if not self._stop.is_set():
                     log.warning("results queue connection lost: %s", e)
+            except Exception:  # noqa: BLE001 - reconnect rather than stop consuming results
+                log.exception("results queue consumer failed; reconnecting")
+                self._stop.wait(delay)
             finally:
                 if conn.is_open:
                     try:
@@ -101,5 +109,7 @@ class FeedbackConsumer:
             return
         except DelayqError as e:          # NotFound and the like: nothing to apply it to
             log.info("result for %s attempt %d ignored: %s", task_id, attempt, e)
+        except Exception:  # noqa: BLE001 - a message that breaks a bug is dropped, not redelivered forever
+            log.exception("result for %s attempt %d dropped", task_id, attempt)
         channel.basic_ack(method.delivery_tag)
         self.applied += 1

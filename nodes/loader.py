@@ -35,10 +35,15 @@ class Loader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.scans = 0
+        self.failures = 0
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="loader", daemon=True)
@@ -67,10 +72,14 @@ class Loader:
                 self.scan_once()
                 failures = 0
                 wait = self._interval_ms / 1000.0
-            except Unavailable as e:
+            except Exception as e:  # noqa: BLE001 - the loader must outlive any failure
+                self.failures += 1
                 failures += 1
                 wait = min(30.0, 0.5 * 2 ** min(failures, 6))
-                log.warning("window scan failed: %s; retrying in %.1f s", e, wait)
+                if isinstance(e, Unavailable):
+                    log.warning("window scan failed: %s; retrying in %.1f s", e, wait)
+                else:
+                    log.exception("window scan failed; retrying in %.1f s", wait)
             self._wake.wait(wait)
             self._wake.clear()
 

@@ -44,8 +44,14 @@ class Ownership:
                 listener(gained, lost)
 
     def set_claimable(self, claimable: bool) -> None:
+        """Suspend or resume claiming; resuming tells the listeners the shards are usable again."""
         with self._lock:
+            resumed = claimable and not self._claimable
             self._claimable = claimable
+            shards = set(self._fence)
+        if resumed and shards:
+            for listener in self._listeners:
+                listener(shards, set())
 
     @property
     def claimable(self) -> bool:

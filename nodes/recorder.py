@@ -2,7 +2,8 @@
 
     CONFIRMED   execlog row for the attempt (ARCHITECTURE invariant 4: confirmed before recorded);
                 a task that expects no result (ttr 0) is FINISHED here
-    FAILED      the attempt did not happen: back to DELAY, dispatched again after publish_retry_ms
+    NOT_SENT    the attempt did not happen: back to DELAY with its number, sent again after publish_retry_ms
+    FAILED      it may have reached a queue: back to DELAY, sent again as a new attempt
     UNROUTABLE  a failed attempt (no queue bound): retried with the service's backoff, then FAILED
 
 If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
@@ -20,7 +21,8 @@ from typing import Any, Callable
 from shared.clock import Clock
 from shared.errors import DelayqError, Unavailable
 from shared.lifecycle import Result
-from shared.publisher import CONFIRMED, FAILED, UNROUTABLE
+from shared.metrics import Metrics
+from shared.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
 from nodes.results import ResultApplier
@@ -31,9 +33,9 @@ log = logging.getLogger(__name__)
 
 class Recorder:
     def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 clock: Clock, *, publish_retry_ms: int, batch: int = 1000):
+                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, batch: int = 1000):
         self._store, self._queue, self._ownership = store, queue_, ownership
-        self._results, self._clock = results, clock
+        self._results, self._clock, self._metrics = results, clock, metrics
         self.dead_letters: Callable[[Any, str, str | None], None] | None = None
         self._retry_ms = publish_retry_ms
         self._batch = batch
@@ -46,6 +48,13 @@ class Recorder:
     def on_outcome(self, ref: Any, outcome: str, reason: str | None) -> None:
         """Publisher callback: never blocks. Dead letters have their own bookkeeping."""
         if isinstance(ref, tuple):
+            if outcome == CONFIRMED:
+                claimed = ref[0]
+                self._metrics.confirmed.labels(claimed.topic).inc()
+                self._metrics.lateness.labels(claimed.topic).observe(
+                    max(0, self._clock.now_ms() - claimed.due_ms) / 1000.0)
+            else:
+                self._metrics.publish_failures.labels(outcome.lower()).inc()
             self._inbox.put((ref, outcome, reason))
         elif self.dead_letters is not None:
             self.dead_letters(ref, outcome, reason)
@@ -53,6 +62,10 @@ class Recorder:
     @property
     def backlog(self) -> int:
         return self._inbox.qsize()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
@@ -80,23 +93,33 @@ class Recorder:
                 self._record(pending)
                 pending = []
             except Unavailable as e:
+                self._metrics.errors.labels("mysql").inc()
                 log.warning("cannot record %d publish outcomes: %s; retrying", len(pending), e)
                 if self._stop.wait(1.0):
                     return
+            except Exception:  # noqa: BLE001 - a bug in one batch must not stop recording
+                # Dropped: those tasks stay READY and their time-to-run dispatches them again.
+                log.exception("recording %d publish outcomes failed; dropped", len(pending))
+                pending = []
 
     def _record(self, items: list[tuple[Any, str, str | None]]) -> None:
         confirmed = [ref for ref, outcome, _ in items if outcome == CONFIRMED]
-        failed = [ref[0] for ref, outcome, _ in items if outcome == FAILED]
+        failed = [ref[0] for ref, outcome, _ in items if outcome in (FAILED, NOT_SENT)]
+        sent = {ref[0].task_id for ref, outcome, _ in items if outcome == FAILED}
         unroutable = [(ref[0], reason) for ref, outcome, reason in items if outcome == UNROUTABLE]
         if confirmed:
-            self._store.record_dispatched(confirmed, self._ownership.node_id)
+            for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
+                self._metrics.finished.labels(c.topic).inc()
             self.confirmed += len(confirmed)
         if failed:
-            due = self._clock.now_ms() + self._retry_ms
-            self._store.release(failed, due)
+            now = self._clock.now_ms()
+            due = now + self._retry_ms
+            node = self._ownership.node_id
+            self._store.release([c for c in failed if c.task_id not in sent], due, False, node, now)
+            self._store.release([c for c in failed if c.task_id in sent], due, True, node, now)
             self.failed += len(failed)
             log.warning("%d publishes failed (%s): dispatching again in %d ms",
-                        len(failed), next(r for _, o, r in items if o == FAILED), self._retry_ms)
+                        len(failed), next(r for _, o, r in items if o in (FAILED, NOT_SENT)), self._retry_ms)
             self._requeue([(c, due) for c in failed])
         for c, reason in unroutable:
             self._unroutable(c, reason)

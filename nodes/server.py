@@ -20,14 +20,17 @@ log = logging.getLogger(__name__)
 
 
 class ThriftServer:
-    def __init__(self, processor, host: str, port: int, *, workers: int, max_frame: int, idle_timeout: float):
+    def __init__(self, processor, host: str, port: int, *, workers: int, max_frame: int, idle_timeout: float,
+                 max_string: int, max_container: int):
         self._processor = processor
         self._host, self._port = host, port
         self._slots = threading.Semaphore(workers)
         self._max_frame = max_frame
         self._idle_timeout = idle_timeout
+        # Refused while decoding, before anything is built: a frame of 8 MiB could otherwise claim
+        # millions of list elements.
         self._proto = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
-            string_length_limit=max_frame, container_length_limit=max_frame)
+            string_length_limit=max_string, container_length_limit=max_container)
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -70,10 +73,13 @@ class ThriftServer:
                 sock, peer = self._listener.accept()
             except socket.timeout:
                 continue
-            except OSError:
+            except OSError as e:
                 if self._stop.is_set():
                     return
-                raise
+                # Out of file descriptors and the like: keep the listener, try again shortly.
+                log.warning("accept failed: %s", e)
+                self._stop.wait(0.1)
+                continue
             if not self._slots.acquire(blocking=False):
                 log.warning("refusing a connection from %s: all workers busy", peer)
                 sock.close()
@@ -96,8 +102,10 @@ class ThriftServer:
         except TTransport.TTransportException as e:
             if e.type not in (TTransport.TTransportException.END_OF_FILE,):
                 log.info("closing connection from %s: %s", peer, e)
-        except (TException, OSError, ValueError, EOFError) as e:
+        except (TException, OSError, ValueError, EOFError, OverflowError) as e:
             log.info("closing connection from %s: %s", peer, e)
+        except Exception:  # noqa: BLE001 - one client's request must not take the node down
+            log.exception("closing connection from %s", peer)
         finally:
             try:
                 sock.close()

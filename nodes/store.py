@@ -71,6 +71,7 @@ class Transition:
     status: Status
     shard_id: int = -1
     due_ms: int | None = None
+    topic: str = ""
 
 
 class TaskStore:
@@ -151,6 +152,9 @@ class TaskStore:
                 select(T.c.task_id, T.c.topic, T.c.shard_id, T.c.due_ms, T.c.attempt, T.c.payload,
                        T.c.ttr_ms, T.c.max_retries)
                 .where(T.c.task_id.in_(list(wanted)), T.c.status == int(Status.DELAY), T.c.shard_id.in_(held))
+                # By primary key: through the (shard, status, due) index the locking read would
+                # take next-key locks over whole shards and block submits into them.
+                .with_hint(T, "FORCE INDEX (PRIMARY)", "mysql").with_hint(T, "FORCE INDEX (PRIMARY)", "mariadb")
                 .with_for_update()).all()
             # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
             rows = [r for r in rows if r.due_ms <= wanted[r.task_id].due_ms]
@@ -181,9 +185,13 @@ class TaskStore:
                     finished.append(c)
             return finished
 
-    def release(self, claimed: Sequence[Claimed], due_ms: int) -> int:
-        """The publish failed (broker down, nack, no confirm): the attempt did not happen. Back to
-        DELAY with the attempt number returned, to be dispatched again at due_ms."""
+    def release(self, claimed: Sequence[Claimed], due_ms: int, sent: bool, node_id: str, now_ms: int) -> int:
+        """The publish failed: back to DELAY, to be dispatched again at due_ms.
+
+        sent=False: it never left this node, so the attempt did not happen and its number is
+        given back. sent=True: it may have reached a queue (lost confirm, nack), so the number is
+        used up (execlog result UNCONFIRMED) and the next dispatch carries a new one; a consumer
+        that did get it can still finish the task by reporting for it."""
         if not claimed:
             return 0
         with unavailable_on_failure(), self._engine.begin() as conn:
@@ -192,8 +200,13 @@ class TaskStore:
                 n += conn.execute(
                     update(T).where(T.c.task_id == c.task_id, T.c.status == int(Status.READY),
                                     T.c.attempt == c.attempt)
-                    .values(status=int(Status.DELAY), attempt=c.attempt - 1, due_ms=due_ms,
-                            deadline_ms=None, node_id=None, updated_ms=due_ms)).rowcount
+                    .values(status=int(Status.DELAY), attempt=c.attempt if sent else c.attempt - 1, due_ms=due_ms,
+                            deadline_ms=None, node_id=None, updated_ms=now_ms)).rowcount
+            if sent:
+                conn.execute(insert(X).prefix_with("IGNORE"), [
+                    {"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id, "dispatched_ms": now_ms,
+                     "result": "UNCONFIRMED", "result_ms": now_ms, "message": "no confirm from the broker"}
+                    for c in claimed])
             return n
 
     # ---- results, timeouts, cancel, reschedule ------------------------------------------------
@@ -225,7 +238,7 @@ class TaskStore:
                              .values(result=result.value, result_ms=now_ms, message=message))
             shard = row.shard_id if retry_shard is None or decision.status is not Status.DELAY else retry_shard
             self._apply(conn, task_id, attempt, status, decision, now_ms, message, shard)
-            return Transition(True, decision.status, shard, decision.due_ms)
+            return Transition(True, decision.status, shard, decision.due_ms, row.topic)
 
     def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
                now_ms: int, message: str | None, shard_id: int) -> None:
@@ -238,6 +251,18 @@ class TaskStore:
                 status=int(Status.DELAY), due_ms=d.due_ms, shard_id=shard_id, deadline_ms=None, node_id=None,
                 updated_ms=now_ms))
 
+    def in_flight(self, shards: Iterable[int], now_ms: int) -> tuple[int, int]:
+        """(READY/RUNNING tasks of these shards, how many of them are past their time-to-run)."""
+        shards = sorted(shards)
+        if not shards:
+            return 0, 0
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            row = conn.execute(select(func.count(), func.coalesce(func.sum(case((T.c.deadline_ms < now_ms, 1),
+                                                                                   else_=0)), 0))
+                               .where(T.c.shard_id.in_(shards),
+                                      T.c.status.in_([int(Status.READY), int(Status.RUNNING)]))).one()
+            return int(row[0]), int(row[1])
+
     def expired(self, shards: Iterable[int], now_ms: int, limit: int) -> list[tuple[str, int]]:
         """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed."""
         shards = sorted(shards)
@@ -249,19 +274,20 @@ class TaskStore:
                 T.c.deadline_ms < now_ms).limit(limit))
             return [(r.task_id, r.attempt) for r in rows]
 
-    def cancel(self, task_id: str, now_ms: int) -> str:
-        """CANCELLED, ALREADY_DISPATCHED or NOT_FOUND."""
+    def cancel(self, task_id: str, now_ms: int) -> tuple[str, str | None]:
+        """(CANCELLED, ALREADY_DISPATCHED or NOT_FOUND; the topic when this call cancelled it)."""
         with unavailable_on_failure(), self._engine.begin() as conn:
-            row = conn.execute(select(T.c.status, T.c.attempt).where(T.c.task_id == task_id).with_for_update()).first()
+            row = conn.execute(select(T.c.status, T.c.attempt, T.c.topic).where(T.c.task_id == task_id)
+                               .with_for_update()).first()
             if row is not None:
                 if row.status != Status.DELAY:
-                    return "ALREADY_DISPATCHED"
+                    return "ALREADY_DISPATCHED", None
                 self._finalize(conn, task_id, row.attempt, (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled")
-                return "CANCELLED"
+                return "CANCELLED", row.topic
             final = conn.execute(select(B.c.status).where(B.c.task_id == task_id)).first()
             if final is None:
-                return "NOT_FOUND"
-            return "CANCELLED" if final.status == Status.CANCELLED else "ALREADY_DISPATCHED"
+                return "NOT_FOUND", None
+            return ("CANCELLED" if final.status == Status.CANCELLED else "ALREADY_DISPATCHED"), None
 
     def reschedule(self, task_id: str, due_ms: int, shard_id: int | None, now_ms: int) -> tuple[int, int]:
         """Move a DELAY task to due_ms (and to shard_id when given); returns (shard, due)."""
@@ -331,6 +357,10 @@ class TaskStore:
                   final: Status, now_ms: int, message: str | None) -> bool:
         """Move one live task to the backlog with its final status, if it is still as expected."""
         cond = and_(T.c.task_id == task_id, T.c.attempt == attempt, T.c.status.in_([int(s) for s in statuses]))
+        # Lock first: INSERT ... SELECT takes a shared lock that the DELETE would have to upgrade,
+        # which deadlocks against a concurrent result for the same task.
+        if conn.execute(select(T.c.task_id).where(cond).with_for_update()).first() is None:
+            return False
         dead = 1 if final is Status.FAILED else 0
         copied = conn.execute(insert(B).from_select(
             [B.c.task_id, B.c.topic, B.c.shard_id, B.c.due_ms, B.c.status, B.c.attempt, B.c.payload,

@@ -52,14 +52,16 @@ def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) ->
         raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
     try:
         endpoints = []
-        for member in zk.get_children(paths.nodes):
+        for member in zk.get_children_async(paths.nodes).get(timeout=timeout_s):
             try:
-                endpoints.append(json.loads(zk.get(paths.member(member))[0])["endpoint"])
+                endpoints.append(json.loads(zk.get_async(paths.member(member)).get(timeout=timeout_s)[0])["endpoint"])
             except (NoNodeError, ValueError, KeyError):
                 continue
         return sorted(endpoints)
     except NoNodeError:
         return []
+    except KazooTimeoutError:
+        raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
     finally:
         zk.stop()
         zk.close()

@@ -25,6 +25,7 @@ import time
 from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionLoss
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -42,6 +43,7 @@ class ZkSession:
             hosts=settings.hosts, timeout=settings.session_timeout_ms / 1000.0,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
+        self._call_timeout = max(2.0, settings.session_timeout_ms / 1000.0)
         self._listeners: list[Listener] = []
         self._cond = threading.Condition()
         self._tasks: list[tuple[float, int, Callable[[], None]]] = []
@@ -79,6 +81,14 @@ class ZkSession:
     def session_id(self) -> int | None:
         cid = self.client.client_id
         return cid[0] if cid else None
+
+    def call(self, method: str, *args, **kwargs):
+        """A ZooKeeper call with a deadline (the session timeout). kazoo's plain calls wait for as
+        long as the connection is down; a timeout here raises ConnectionLoss like a dropped one."""
+        try:
+            return getattr(self.client, f"{method}_async")(*args, **kwargs).get(timeout=self._call_timeout)
+        except KazooTimeoutError:
+            raise ConnectionLoss(f"ZooKeeper did not answer {method} within {self._call_timeout:.0f} s") from None
 
     def post(self, fn: Callable[[], None], delay: float = 0.0) -> None:
         """Run fn on the session thread, after delay seconds."""

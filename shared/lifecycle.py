@@ -85,7 +85,11 @@ class Decision:
 
 def on_result(status: Status, result: Result, attempt: int, policy: RetryPolicy, now_ms: int,
               rng: random.Random | None = None) -> Decision | None:
-    """The next state of an in-flight task given a result for its current attempt; None: no change."""
+    """The next state of a task given a result for its current attempt; None: no change."""
+    if status is Status.DELAY:
+        # Back in DELAY with this attempt number: its confirm was lost, or its time-to-run ran out,
+        # and it waits to be sent again. The consumer that did get it may still settle it.
+        return {Result.SUCCESS: Decision(Status.FINISHED), Result.FATAL: Decision(Status.FAILED)}.get(result)
     if status not in IN_FLIGHT:
         return None
     if result is Result.STARTED:

@@ -15,8 +15,9 @@ Every message handed to `publish()` ends in exactly one `on_outcome(ref, outcome
 made on the publisher's thread (it must not block):
     CONFIRMED   the broker took responsibility for it (basic.ack)
     UNROUTABLE  returned: no queue is bound for its routing key (mandatory)
-    FAILED      nacked, not confirmed in time, or the connection was lost first: it may or may not
-                have reached the broker, so the caller dispatches it again
+    NOT_SENT    it never went on the wire (not connected, channel closed first)
+    FAILED      sent, but nacked, not confirmed in time, or the connection was lost before the
+                confirm: it may or may not have reached a queue
 
 States: CONNECTING -> READY -> (connection lost) -> CONNECTING ... ; stop() -> STOPPED.
 While not READY, publish() fails messages at once (FAILED) instead of queueing them.
@@ -38,7 +39,7 @@ from shared.topology import EXCHANGE_TYPE
 
 log = logging.getLogger(__name__)
 
-CONFIRMED, UNROUTABLE, FAILED = "CONFIRMED", "UNROUTABLE", "FAILED"
+CONFIRMED, UNROUTABLE, NOT_SENT, FAILED = "CONFIRMED", "UNROUTABLE", "NOT_SENT", "FAILED"
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class ConfirmedPublisher:
                 except (pika.exceptions.AMQPError, RuntimeError, OSError, AttributeError):
                     del self._handed[key]
         for msg in batch:
-            self._settle(msg, FAILED, "broker not connected")
+            self._settle(msg, NOT_SENT, "broker not connected")
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -208,7 +209,7 @@ class ConfirmedPublisher:
         for i, msg in enumerate(batch):
             if self._channel is None or not self._channel.is_open:
                 for rest in batch[i:]:
-                    self._settle(rest, FAILED, "channel closed")
+                    self._settle(rest, NOT_SENT, "channel closed")
                 return
             try:
                 self._channel.basic_publish(
@@ -217,7 +218,7 @@ class ConfirmedPublisher:
                                                     headers=msg.headers, timestamp=int(time.time())))
             except (pika.exceptions.AMQPError, OSError) as e:
                 for rest in batch[i:]:
-                    self._settle(rest, FAILED, f"publish failed: {e}")
+                    self._settle(rest, NOT_SENT, f"publish failed: {e}")
                 return
             self._next_tag += 1
             self._in_flight[self._next_tag] = (msg, now)
@@ -262,7 +263,7 @@ class ConfirmedPublisher:
             handed, self._handed = self._handed, {}
         for batch in handed.values():
             for msg in batch:
-                self._settle(msg, FAILED, reason)
+                self._settle(msg, NOT_SENT, reason)
         self._ready_event.clear()
         self._channel = None
         pending, self._in_flight = self._in_flight, collections.OrderedDict()

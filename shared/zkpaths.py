@@ -1,7 +1,7 @@
 """Every ZooKeeper path delayq uses, member names, and the assignment document.
 
     /delayq/<cluster>/nodes/<node_id>@<session>   ephemeral; data: endpoint, shard count, queue size
-    /delayq/<cluster>/election/n_0000000007       ephemeral sequential; data: member name; smallest = master
+    /delayq/<cluster>/election/<member>__0000000007  ephemeral sequential; smallest sequence = master
     /delayq/<cluster>/assignment                  written by the master only: epoch, shard -> (member, epoch)
     /delayq/<cluster>/intents                     written by ops: drained nodes, pinned shards
 
@@ -19,12 +19,23 @@ class ZkPaths:
         self.root = f"/delayq/{cluster}"
         self.nodes = f"{self.root}/nodes"
         self.election = f"{self.root}/election"
-        self.candidate_prefix = f"{self.election}/n_"
         self.assignment = f"{self.root}/assignment"
         self.intents = f"{self.root}/intents"
 
     def member(self, name: str) -> str:
         return f"{self.nodes}/{name}"
+
+    def candidate_prefix(self, member: str) -> str:
+        return f"{self.election}/{member}__"
+
+
+def candidate_order(name: str) -> int:
+    """The sequence number ZooKeeper appended to an election candidate's name."""
+    return int(name.rsplit("__", 1)[1])
+
+
+def candidate_member(name: str) -> str:
+    return name.rsplit("__", 1)[0]
 
 
 def member_name(node_id: str, session_id: int) -> str:

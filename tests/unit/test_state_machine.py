@@ -65,10 +65,21 @@ def test_no_self_transitions_and_no_way_back_to_ready_from_running():
 # ---------------------------------------------------------------- on_result
 
 
-@pytest.mark.parametrize("status", [Status.DELAY, *sorted(FINAL)])
+@pytest.mark.parametrize("status", sorted(FINAL))
 @pytest.mark.parametrize("result", list(Result))
-def test_on_result_is_stale_outside_flight(status, result):
+def test_on_result_changes_nothing_once_final(status, result):
     assert on_result(status, result, 1, EXP, NOW, random.Random(0)) is None
+
+
+@pytest.mark.parametrize("result", [r for r in Result if r not in (Result.SUCCESS, Result.FATAL)])
+def test_a_task_waiting_to_be_sent_again_ignores_all_but_a_verdict(result):
+    assert on_result(Status.DELAY, result, 1, EXP, NOW, random.Random(0)) is None
+
+
+def test_a_late_verdict_settles_a_task_waiting_to_be_sent_again():
+    # Its confirm was lost or its time-to-run ran out, yet the consumer did the work.
+    assert on_result(Status.DELAY, Result.SUCCESS, 1, EXP, NOW) == Decision(Status.FINISHED)
+    assert on_result(Status.DELAY, Result.FATAL, 1, EXP, NOW) == Decision(Status.FAILED)
 
 
 @pytest.mark.parametrize("status", sorted(IN_FLIGHT))

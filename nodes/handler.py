@@ -8,12 +8,14 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
+import time
 from typing import Callable
 
 from shared import errors
 from shared.clock import Clock
 from shared.gen.delayq_thrift import ttypes
 from shared.lifecycle import Result
+from shared.metrics import Metrics
 from shared.validation import (Limits, ServiceSpec, TaskRequest, check_service, check_task, check_task_id,
                                due_time, spec_hash)
 from nodes.delayqueue import DelayQueue, Entry
@@ -29,24 +31,45 @@ _RESULTS = {ttypes.ResultStatus.SUCCESS: Result.SUCCESS, ttypes.ResultStatus.RET
 
 
 def _declared(fn: Callable) -> Callable:
-    """Raise delayq errors as the IDL's exceptions; anything else becomes an internal error."""
+    """Raise delayq errors as the IDL's exceptions (anything else becomes an internal error), and
+    count each call by method and outcome."""
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(self, *args, **kwargs):
+        started, outcome = time.perf_counter(), "ok"
         try:
-            return fn(*args, **kwargs)
-        except errors.InvalidTask as e:
-            raise ttypes.InvalidTask(field=e.field, reason=e.reason, index=e.index) from None
-        except errors.InvalidService as e:
-            raise ttypes.InvalidService(field=e.field, reason=e.reason) from None
-        except errors.UnknownTopic as e:
-            raise ttypes.UnknownTopic(topic=e.topic) from None
-        except errors.Conflict as e:
-            raise ttypes.Conflict(taskId=e.task_id, reason=e.reason) from None
-        except errors.NotFound as e:
-            raise ttypes.NotFound(taskId=e.task_id) from None
-        except errors.Unavailable as e:
-            raise ttypes.Unavailable(reason=str(e)) from None
+            return fn(self, *args, **kwargs)
+        except errors.DelayqError as e:
+            outcome = _OUTCOMES.get(type(e), "error")
+            if isinstance(e, errors.Unavailable):
+                self._metrics.errors.labels("rabbitmq" if isinstance(e, errors.BrokerUnavailable) else "mysql").inc()
+            raise _as_declared(e) from None
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            self._metrics.thrift_requests.labels(fn.__name__, outcome).inc()
+            self._metrics.thrift_seconds.labels(fn.__name__).observe(time.perf_counter() - started)
     return wrapper
+
+
+_OUTCOMES = {errors.InvalidTask: "invalid", errors.InvalidService: "invalid", errors.UnknownTopic: "unknown_topic",
+             errors.Conflict: "conflict", errors.NotFound: "not_found", errors.Unavailable: "unavailable",
+             errors.StoreUnavailable: "unavailable", errors.BrokerUnavailable: "unavailable"}
+
+
+def _as_declared(e: errors.DelayqError) -> Exception:
+    """The IDL exception a client sees for one of delayq's errors."""
+    if isinstance(e, errors.InvalidTask):
+        return ttypes.InvalidTask(field=e.field, reason=e.reason, index=e.index)
+    if isinstance(e, errors.InvalidService):
+        return ttypes.InvalidService(field=e.field, reason=e.reason)
+    if isinstance(e, errors.UnknownTopic):
+        return ttypes.UnknownTopic(topic=e.topic)
+    if isinstance(e, errors.Conflict):
+        return ttypes.Conflict(taskId=e.task_id, reason=e.reason)
+    if isinstance(e, errors.NotFound):
+        return ttypes.NotFound(taskId=e.task_id)
+    return ttypes.Unavailable(reason=str(e))     # Unavailable, or a node misconfigured: try another
 
 
 def new_task_id(now_ms: int) -> str:
@@ -56,11 +79,12 @@ def new_task_id(now_ms: int) -> str:
 
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
-                 clock: Clock, results: ResultApplier, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
+                 clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
                  declare_exchange: Callable[[str], None], cluster_info: Callable[[], ttypes.ClusterInfo]):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
+        self._metrics = metrics
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._declare_exchange = declare_exchange
@@ -100,6 +124,10 @@ class Handler:
                 ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now))
         done = self._store.insert_tasks(new)
         self._enqueue([d for d in done if d.created])
+        topics = {t.task_id: t.topic for t in new}
+        for d in done:
+            if d.created:
+                self._metrics.submitted.labels(topics[d.task_id]).inc()
         return [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in done]
 
     def _enqueue(self, done: list[Submitted]) -> None:
@@ -110,9 +138,10 @@ class Handler:
     @_declared
     def cancel(self, taskId: str) -> int:
         check_task_id(taskId)
-        outcome = self._store.cancel(taskId, self._clock.now_ms())
-        if outcome == "CANCELLED":
+        outcome, topic = self._store.cancel(taskId, self._clock.now_ms())
+        if topic is not None:
             self._queue.remove(taskId)
+            self._metrics.cancelled.labels(topic).inc()
         return getattr(ttypes.CancelResult, outcome)
 
     @_declared

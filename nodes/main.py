@@ -16,7 +16,8 @@ import pika
 
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.coordination import ZkSession
-from shared.zkpaths import AssignmentDoc, ZkPaths, node_of
+from shared.metrics import Metrics
+from shared.zkpaths import AssignmentDoc, ZkPaths, candidate_member, candidate_order, node_of
 from master.election import Election
 from master.rebalancer import Rebalancer
 from master.shardtable import ShardTable
@@ -34,6 +35,7 @@ from nodes.feedback import FeedbackConsumer
 from nodes.follower import AssignmentFollower
 from nodes.membership import Membership
 from nodes.handler import Handler
+from nodes.http import HealthServer
 from nodes.loader import Loader
 from nodes.ownership import Ownership
 from nodes.recorder import Recorder
@@ -60,15 +62,16 @@ class NodeRuntime:
     def __init__(self, settings: Settings, clock: Clock = SYSTEM_CLOCK):
         s = self.settings = settings
         self.clock = clock
+        self.metrics = Metrics()
         self.engine = make_engine(s.mysql)
         self.store = TaskStore(self.engine)
         self.services = ServiceRegistry(self.engine, clock)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)
         self.ownership = Ownership(s.node.node_id)
         self.deadletters: DeadLetterer | None = None
-        self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock,
+        self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
                                      on_failed=lambda: self.deadletters and self.deadletters.wake())
-        self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, clock,
+        self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  publish_retry_ms=s.scheduling.publish_retry_ms)
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
         self.publisher = ConfirmedPublisher(
@@ -78,7 +81,7 @@ class NodeRuntime:
         self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, clock)
         self.recorder.dead_letters = self.deadletters.on_outcome
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
-                                     self.results, clock, batch=s.scheduling.dispatch_batch,
+                                     self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
                                      default_exchange=s.amqp.exchange)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
@@ -86,17 +89,21 @@ class NodeRuntime:
                              catchup_grace_ms=s.scheduling.catchup_grace_ms)
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True))
         self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
+                               self.metrics,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
                                cluster_info=self.cluster_info)
         self.server = ThriftServer(DelayScheduler.Processor(self.handler), s.node.host, s.node.port,
                                    workers=s.limits.thrift_workers, max_frame=s.limits.max_frame_bytes,
-                                   idle_timeout=s.limits.idle_timeout_ms / 1000.0)
+                                   idle_timeout=s.limits.idle_timeout_ms / 1000.0,
+                                   max_string=s.limits.max_payload_bytes + 4096, max_container=s.limits.max_batch)
         self._epoch = 0
         self.zk: ZkSession | None = None
         if s.zk.enabled:
             self._build_cluster(s)
+        self.metrics.gauges(self._gauges, self._counters)
+        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self._alive, self._ready)
 
     def _build_cluster(self, s: Settings) -> None:
         """ZooKeeper mode: membership, the assignment follower, and the master role (election and
@@ -111,11 +118,13 @@ class NodeRuntime:
         self.rebalancer = Rebalancer(self.zk, self.paths, ShardTable(self.engine, self.clock), self.clock,
                                      lambda: self.membership.member)
         self.election = Election(self.zk, self.paths, lambda: self.membership.member, self.rebalancer.set_leader)
+        self.zk.subscribe(lambda state, _sid: state != "connected" and self.metrics.errors.labels("zookeeper").inc())
 
     def _stats(self) -> dict:
         return {"shards": len(self.ownership.shards()), "queue": len(self.queue)}
 
     def start(self, wait_s: float = 60.0) -> None:
+        self.http.start()
         if self.zk is None:
             self._take_shards(wait_s)
         else:
@@ -192,7 +201,47 @@ class NodeRuntime:
         self.publisher.stop()
         self.recorder.stop(max(1.0, deadline - time.monotonic()))
         self.engine.dispose()
+        self.http.stop()
         log.info("node %s stopped", self.settings.node.node_id)
+
+    # ---- metrics and health -------------------------------------------------------------------
+
+    def _gauges(self) -> dict[str, float]:
+        g = {"queue_size": len(self.queue), "shards_owned": len(self.ownership.shards()),
+             "unconfirmed_publishes": self.publisher.in_flight, "recorder_backlog": self.recorder.backlog}
+        if self.zk is None:
+            g.update(assignment_epoch=self._epoch, is_master=1, zookeeper_connected=0)
+        else:
+            g.update(assignment_epoch=self.follower.epoch, is_master=int(self.election.leader),
+                     zookeeper_connected=int(self.zk.state == "connected"))
+        try:
+            in_flight, overdue = self.store.in_flight(self.ownership.shards(), self.clock.now_ms())
+            g.update(in_flight_attempts=in_flight, overdue_attempts=overdue)
+        except Unavailable:
+            pass     # the scrape still answers; the error shows in delayq_dependency_errors_total
+        return g
+
+    def _counters(self) -> dict[str, float]:
+        return {"catchup_tasks_total": self.loader.caught_up, "window_scans_total": self.loader.scans}
+
+    def _alive(self) -> dict[str, str | None]:
+        threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder}
+        return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
+
+    def _ready(self) -> dict[str, str | None]:
+        checks: dict[str, str | None] = {}
+        if self.zk is not None:
+            checks["zookeeper"] = None if self.zk.state == "connected" else f"session {self.zk.state}"
+            checks["assignment"] = None if self.follower.epoch > 0 else "no assignment received yet"
+        else:
+            checks["assignment"] = None if self.ownership.shards() else "no shards"
+        try:
+            self.store.ping()
+            checks["mysql"] = None
+        except Unavailable as e:
+            checks["mysql"] = str(e)
+        checks["rabbitmq"] = None if self.publisher.ready else "publisher channel not open"
+        return checks
 
     def cluster_info(self) -> ttypes.ClusterInfo:
         if self.zk is not None:
@@ -207,19 +256,19 @@ class NodeRuntime:
             assignment={sh: node for sh in shards})
 
     def _zk_cluster_info(self) -> ttypes.ClusterInfo:
-        zk, paths = self.zk.client, self.paths
+        call, paths = self.zk.call, self.paths
         try:
-            members = sorted(zk.get_children(paths.nodes))
-            candidates = sorted(zk.get_children(paths.election))
-            master = zk.get(f"{paths.election}/{candidates[0]}")[0].decode() if candidates else None
+            members = sorted(call("get_children", paths.nodes))
+            candidates = sorted(call("get_children", paths.election), key=candidate_order)
+            master = candidate_member(candidates[0]) if candidates else None
             try:
-                doc = AssignmentDoc.decode(zk.get(paths.assignment)[0])
+                doc = AssignmentDoc.decode(call("get", paths.assignment)[0])
             except NoNodeError:
                 doc = AssignmentDoc(0)
             nodes = []
             for m in members:
                 try:
-                    info = json.loads(zk.get(paths.member(m))[0] or b"{}")
+                    info = json.loads(call("get", paths.member(m))[0] or b"{}")
                 except NoNodeError:
                     continue
                 nodes.append(ttypes.NodeInfo(

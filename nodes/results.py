@@ -8,6 +8,7 @@ from typing import Callable
 
 from shared.clock import Clock
 from shared.lifecycle import Result, Status
+from shared.metrics import Metrics
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
 from nodes.services import ServiceRegistry
@@ -16,8 +17,9 @@ from nodes.store import TaskStore, Transition
 
 class ResultApplier:
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 clock: Clock, on_failed: Callable[[], None] = lambda: None):
+                 clock: Clock, metrics: Metrics, on_failed: Callable[[], None] = lambda: None):
         self._store, self._queue, self._ownership = store, queue, ownership
+        self._metrics = metrics
         self._services, self._clock, self._on_failed = services, clock, on_failed
 
     def apply(self, task_id: str, attempt: int, result: Result, message: str | None,
@@ -27,9 +29,15 @@ class ResultApplier:
         retry_shard = self._ownership.pick_shard(near=True) if move_retry and self._ownership.shards() else None
         t = self._store.apply_result(task_id, attempt, result, message, self._clock.now_ms(),
                                      self._services.policy, self._ownership.node_id, retry_shard)
-        if t.applied and t.status is Status.DELAY and t.due_ms is not None:
+        if not t.applied:
+            return t
+        if t.status is Status.DELAY and t.due_ms is not None:
+            self._metrics.retried.labels(t.topic).inc()
             if self._ownership.owns(t.shard_id) and self._queue.accepts(t.due_ms):
                 self._queue.offer(Entry(task_id, t.shard_id, t.due_ms))
-        elif t.applied and t.status is Status.FAILED:
+        elif t.status is Status.FAILED:
+            self._metrics.failed.labels(t.topic).inc()
             self._on_failed()
+        elif t.status is Status.FINISHED:
+            self._metrics.finished.labels(t.topic).inc()
         return t

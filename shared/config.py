@@ -72,6 +72,12 @@ class LimitSettings:
 
 
 @dataclass(frozen=True)
+class HttpSettings:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str
     format: str
@@ -85,6 +91,7 @@ class Settings:
     zk: ZkSettings
     scheduling: SchedulingSettings
     limits: LimitSettings
+    http: HttpSettings
     log: LogSettings
 
 
@@ -170,6 +177,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Thrift connections served at once; more are refused."),
     Setting("DELAYQ_IDLE_TIMEOUT_MS", "limits", "idle_timeout_ms", int, 60000,
             "A Thrift connection silent this long is closed."),
+    Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
+            "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
+    Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,
+            "Port of /metrics, /healthz and /readyz (default: DELAYQ_PORT + 1000; 0 picks a free one)."),
     Setting("DELAYQ_LOG_LEVEL", "log", "level", str, "INFO", "DEBUG, INFO, WARNING or ERROR."),
     Setting("DELAYQ_LOG_FORMAT", "log", "format", str, "plain", "plain or json."),
 )
@@ -177,7 +188,7 @@ SETTINGS: tuple[Setting, ...] = (
 _GROUPS = {f.name: f.type for f in dataclasses.fields(Settings)}
 _CLASSES = {
     "node": NodeSettings, "mysql": MySQLSettings, "amqp": AmqpSettings, "zk": ZkSettings,
-    "scheduling": SchedulingSettings, "limits": LimitSettings, "log": LogSettings,
+    "scheduling": SchedulingSettings, "limits": LimitSettings, "http": HttpSettings, "log": LogSettings,
 }
 ENV_NAMES = frozenset(s.env for s in SETTINGS)
 

@@ -173,7 +173,7 @@ class NodeFactory:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
         env.update({
             "DELAYQ_MYSQL_URL": self.database.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
-            "DELAYQ_PORT": str(port), "DELAYQ_NODE_ID": f"n{len(self.made) + 1}",
+            "DELAYQ_PORT": str(port), "DELAYQ_HTTP_PORT": str(free_port()), "DELAYQ_NODE_ID": f"n{len(self.made) + 1}",
             "DELAYQ_CLUSTER": self.database.name, "DELAYQ_ZK_ENABLED": "false",
             "DELAYQ_WINDOW_MS": "3000", "DELAYQ_SCAN_INTERVAL_MS": "500",
             "DELAYQ_IDLE_TIMEOUT_MS": "2000", "PYTHONUNBUFFERED": "1",

@@ -211,6 +211,7 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
     settings = config.load({
         "DELAYQ_MYSQL_URL": db.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
         "DELAYQ_CLUSTER": db.name, "DELAYQ_NODE_ID": "inproc", "DELAYQ_PORT": str(free_port()),
+        "DELAYQ_HTTP_PORT": "0",
         "DELAYQ_ZK_SESSION_TIMEOUT_MS": str(SESSION_MS), "DELAYQ_WINDOW_MS": "3000",
         "DELAYQ_SCAN_INTERVAL_MS": "500"})
     runtime = NodeRuntime(settings)

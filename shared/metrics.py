@@ -1,0 +1,72 @@
+"""Metrics: delayq's Prometheus metrics, on a registry of their own (one per node process).
+
+Event counters and the lateness histogram are incremented where the events happen; gauges (queue
+size, shards, epoch, master, ZooKeeper state, publishes awaiting confirms, overdue attempts) are read
+from the components when Prometheus scrapes, through `gauges`. Labels are bounded: topic (one per
+registered service), Thrift method and outcome, dependency.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+LATENESS_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+THRIFT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        task = lambda name, doc: Counter(f"delayq_tasks_{name}_total", doc, ["topic"], registry=r)  # noqa: E731
+        self.submitted = task("submitted", "Tasks accepted by submit and submitBatch (new ones only).")
+        self.dispatched = task("dispatched", "Attempts claimed and handed to the publisher.")
+        self.confirmed = task("confirmed", "Attempts the broker confirmed.")
+        self.finished = task("finished", "Tasks that ended FINISHED.")
+        self.failed = task("failed", "Tasks that ended FAILED.")
+        self.retried = task("retried", "Attempts that failed and were scheduled again (RETRY, time-out, unroutable).")
+        self.cancelled = task("cancelled", "Tasks cancelled before they fired.")
+        self.lateness = Histogram("delayq_fire_lateness_seconds",
+                                  "From a task's due time to the broker's confirm of its publish.",
+                                  ["topic"], buckets=LATENESS_BUCKETS, registry=r)
+        self.thrift_requests = Counter("delayq_thrift_requests_total", "Thrift calls by method and outcome.",
+                                       ["method", "outcome"], registry=r)
+        self.thrift_seconds = Histogram("delayq_thrift_request_duration_seconds", "Thrift call latency.",
+                                        ["method"], buckets=THRIFT_BUCKETS, registry=r)
+        self.errors = Counter("delayq_dependency_errors_total",
+                              "Failed calls to MySQL, RabbitMQ or ZooKeeper.", ["dependency"], registry=r)
+        self.publish_failures = Counter("delayq_publish_failures_total",
+                                        "Publishes not confirmed (broker down, nack, timeout) or returned.",
+                                        ["reason"], registry=r)
+
+    def gauges(self, read: Callable[[], dict[str, float]], counters: Callable[[], dict[str, float]]) -> None:
+        """Expose values read at scrape time: `read()` -> gauges, `counters()` -> counters (name -> value,
+        names without the delayq_ prefix)."""
+        self.registry.register(_Snapshot(read, counters))
+
+
+_HELP = {
+    "queue_size": "Tasks in this node's in-memory DelayQueue.",
+    "shards_owned": "Shards this node owns.",
+    "assignment_epoch": "Epoch of the assignment this node follows.",
+    "is_master": "1 on the master node.",
+    "zookeeper_connected": "1 while the ZooKeeper session is connected.",
+    "unconfirmed_publishes": "Publishes waiting for the broker's confirm.",
+    "overdue_attempts": "READY/RUNNING tasks of this node's shards past their time-to-run.",
+    "recorder_backlog": "Publish outcomes waiting to be written to MySQL.",
+    "catchup_tasks_total": "Late tasks paced by the catch-up rate limit.",
+    "window_scans_total": "Window scans of MySQL.",
+}
+
+
+class _Snapshot(Collector):
+    def __init__(self, read, counters):
+        self._read, self._counters = read, counters
+
+    def collect(self) -> Iterable:
+        for name, value in self._read().items():
+            yield GaugeMetricFamily(f"delayq_{name}", _HELP.get(name, name), value=value)
+        for name, value in self._counters().items():
+            yield CounterMetricFamily(f"delayq_{name.removesuffix('_total')}", _HELP.get(name, name), value=value)

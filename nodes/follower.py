@@ -42,10 +42,10 @@ class AssignmentFollower:
 
     def _read(self) -> None:
         try:
-            data, _ = self._session.client.get(self._paths.assignment, watch=self._session.watcher(self._read))
+            data, _ = self._session.call("get", self._paths.assignment, watch=self._session.watcher(self._read))
         except NoNodeError:
             # No master has written one yet: watch for its creation.
-            if self._session.client.exists(self._paths.assignment, watch=self._session.watcher(self._read)):
+            if self._session.call("exists", self._paths.assignment, watch=self._session.watcher(self._read)):
                 self._session.post(self._read)
             return
         except KazooException as e:

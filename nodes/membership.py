@@ -47,7 +47,7 @@ class Membership:
             return
         data = self._data()
         try:
-            self._session.client.create(self._paths.member(self.member), data, ephemeral=True, makepath=True)
+            self._session.call("create", self._paths.member(self.member), data, ephemeral=True, makepath=True)
             log.info("registered as %s (%s)", self.member, self._endpoint)
         except NodeExistsError:
             pass           # the same session registered it already
@@ -64,7 +64,7 @@ class Membership:
         data = self._data()
         if data != self._published:
             try:
-                self._session.client.set(self._paths.member(self.member), data)
+                self._session.call("set", self._paths.member(self.member), data)
                 self._published = data
             except NoNodeError:
                 self._register(generation)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy.exc
+from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, literal, select, update
 
 from shared import tables
@@ -173,9 +174,12 @@ class TaskStore:
         if not confirmed:
             return []
         with unavailable_on_failure(), self._engine.begin() as conn:
-            conn.execute(insert(X).prefix_with("IGNORE"),
-                         [{"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id,
-                           "dispatched_ms": at} for c, at in confirmed])
+            # A fast consumer's report may have created the row already: the dispatch time and
+            # node are ours to tell, the result stays.
+            stmt = mysql_insert(X).values([{"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id,
+                                             "dispatched_ms": at} for c, at in confirmed])
+            conn.execute(stmt.on_duplicate_key_update(dispatched_ms=stmt.inserted.dispatched_ms,
+                                                      node_id=stmt.inserted.node_id))
             done = [(c, at) for c, at in confirmed if c.ttr_ms == 0]
             finished = []
             for c, at in done:

@@ -154,7 +154,9 @@ mysql_ping() { "$(command -v mariadb-admin || command -v mysqladmin)" -h127.0.0.
 mysql_tcp() { "$(mysql_cli)" -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=5 -N -e "$1"; }
 
 mysql_start() {
-    if command -v service >/dev/null 2>&1 && [ -x /etc/init.d/mariadb ] \
+    # The init script's health check logs in with /etc/mysql/debian.cnf; where that file is missing
+    # it waits 30 s and reports failure although the server runs, so it is used only with the file.
+    if command -v service >/dev/null 2>&1 && [ -x /etc/init.d/mariadb ] && [ -r /etc/mysql/debian.cnf ] \
         && $SUDO service mariadb start >>"$STATE_DIR/mariadb-start.log" 2>&1; then
         return 0
     fi

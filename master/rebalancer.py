@@ -130,16 +130,23 @@ class Rebalancer:
         except NoNodeError:
             data, version = None, None
         current = AssignmentDoc.decode(data)
+        intents_zxid = 0
         try:
-            intents = Intents.decode(call("get", self._paths.intents)[0])
-        except NoNodeError:
+            raw_intents, istat = call("get", self._paths.intents)
+            intents_zxid = istat.mzxid
+            intents = Intents.decode(raw_intents)
+        except (NoNodeError, ValueError) as e:
+            if isinstance(e, ValueError):
+                log.warning("ignoring unreadable intents: %s", e)
             intents = Intents()
         stored = self._shards.read()
-        shard_ids = sorted(stored)
+        shard_ids = sorted(stored)       # every shard row, including those a reshard is draining
+        active = min(intents.shards, len(shard_ids)) if intents.shards else len(shard_ids)
         by_node = {node_of(m): m for m in sorted(members)}     # a restarted node: its newest session
+        fresh = intents.rebalance > current.rebalance           # `delayq rebalance`: forget stickiness
         target = assign(AssignmentInput(
             shard_count=len(shard_ids), members=members,
-            current={s: g.member for s, g in current.shards.items()},
+            current={} if fresh else {s: g.member for s, g in current.shards.items()},
             drained=frozenset(by_node[n] for n in intents.drained if n in by_node),
             pinned={s: by_node[n] for s, n in intents.pinned.items() if n in by_node}))
         moved = moves({s: g.member for s, g in current.shards.items() if s < len(shard_ids)}, target)
@@ -148,12 +155,16 @@ class Rebalancer:
         moved.update({s: (g.member, g.member) for s, g in current.shards.items()
                       if s in target and stored.get(s, (None, 0))[1] > g.epoch})
         self.passes += 1
-        if not moved and len(current.shards) == len(shard_ids):
+        if not moved and len(current.shards) == len(shard_ids) and active == current.active and not fresh \
+                and intents_zxid == current.intents_zxid:
             self._repair(current, stored)
             return None
-        epoch = max(current.epoch, self._shards.max_epoch()) + 1
+        # An intent that moves nothing is still acknowledged (intents_zxid), at the same epoch.
+        epoch = max(current.epoch, self._shards.max_epoch()) + (1 if moved else 0)
         doc = AssignmentDoc(epoch, {s: current.shards[s] if s not in moved else Grant(m, epoch)
-                                    for s, m in target.items()}, master=me, updated_ms=self._clock.now_ms())
+                                    for s, m in target.items()}, master=me, updated_ms=self._clock.now_ms(),
+                            active=active, rebalance=max(intents.rebalance, current.rebalance),
+                            intents_zxid=intents_zxid)
         try:
             if version is None:
                 call("create", self._paths.assignment, doc.encode(), makepath=True)

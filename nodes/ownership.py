@@ -21,7 +21,8 @@ class Ownership:
         self._lock = threading.Lock()
         self._owner = node_id                  # the name job_shard records: node id, or node@session
         self._fence: dict[int, int] = {}
-        self._all: tuple[int, ...] = ()
+        self._all: tuple[int, ...] = ()      # the shards new tasks may go to
+        self._all_set: frozenset[int] = frozenset()
         self._claimable = True
         self._listeners: list[Listener] = []
         self._rng = rng or random.Random()
@@ -38,6 +39,7 @@ class Ownership:
                 self._owner, changed = owner, set(fence)
             self._fence = dict(fence)
             self._all = tuple(sorted(all_shards))
+            self._all_set = frozenset(self._all)
         gained, lost = changed, before - set(fence)
         if gained or lost:
             for listener in self._listeners:
@@ -79,8 +81,10 @@ class Ownership:
         """A shard for a new task: one of ours when it is due soon (it goes straight to memory),
         otherwise any shard, evenly."""
         with self._lock:
-            if near and self._fence and self._claimable:
-                return self._rng.choice(tuple(self._fence))
+            # Only shards new tasks may go to: during a reshard the draining ones are excluded.
+            usable = [s for s in self._fence if s in self._all_set] if self._all_set else list(self._fence)
+            if near and usable and self._claimable:
+                return self._rng.choice(usable)
             if not self._all:
                 raise LookupError("the cluster has no shards yet")
             return self._rng.choice(self._all)

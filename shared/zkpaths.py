@@ -58,9 +58,13 @@ class AssignmentDoc:
     shards: dict[int, Grant] = field(default_factory=dict)
     master: str = ""
     updated_ms: int = 0
+    active: int = 0          # shards new tasks go to (0..active-1); the rest drain during a reshard
+    rebalance: int = 0       # the last rebalance request applied
+    intents_zxid: int = 0    # the version (mzxid) of the intents this assignment took into account
 
     def encode(self) -> bytes:
         return json.dumps({"epoch": self.epoch, "master": self.master, "updated_ms": self.updated_ms,
+                           "active": self.active, "rebalance": self.rebalance, "intents_zxid": self.intents_zxid,
                            "shards": {str(s): [g.member, g.epoch] for s, g in sorted(self.shards.items())}},
                           separators=(",", ":")).encode()
 
@@ -69,21 +73,29 @@ class AssignmentDoc:
         if not data:
             return AssignmentDoc(0)
         raw = json.loads(data)
-        return AssignmentDoc(int(raw["epoch"]), {int(s): Grant(m, int(e)) for s, (m, e) in raw["shards"].items()},
-                             raw.get("master", ""), int(raw.get("updated_ms", 0)))
+        shards = {int(s): Grant(m, int(e)) for s, (m, e) in raw["shards"].items()}
+        return AssignmentDoc(int(raw["epoch"]), shards, raw.get("master", ""), int(raw.get("updated_ms", 0)),
+                             int(raw.get("active") or len(shards)), int(raw.get("rebalance", 0)),
+                             int(raw.get("intents_zxid", 0)))
 
     def owned_by(self, member: str) -> dict[int, int]:
         """shard -> grant epoch of the shards this member holds."""
         return {s: g.epoch for s, g in self.shards.items() if g.member == member}
 
+    def active_shards(self) -> list[int]:
+        return list(range(self.active or len(self.shards)))
+
 
 @dataclass(frozen=True)
 class Intents:
-    drained: frozenset[str] = frozenset()       # node ids
+    """What operators asked for; only the master acts on it (it writes the assignment)."""
+    drained: frozenset[str] = frozenset()                  # node ids that must own nothing
     pinned: dict[int, str] = field(default_factory=dict)   # shard -> node id
+    rebalance: int = 0                                     # bumped to ask for a fresh balanced assignment
+    shards: int | None = None                              # a reshard in progress: the target count
 
     def encode(self) -> bytes:
-        return json.dumps({"drained": sorted(self.drained),
+        return json.dumps({"drained": sorted(self.drained), "rebalance": self.rebalance, "shards": self.shards,
                            "pinned": {str(s): n for s, n in sorted(self.pinned.items())}}).encode()
 
     @staticmethod
@@ -91,4 +103,5 @@ class Intents:
         if not data:
             return Intents()
         raw = json.loads(data)
-        return Intents(frozenset(raw.get("drained", [])), {int(s): n for s, n in raw.get("pinned", {}).items()})
+        return Intents(frozenset(raw.get("drained", [])), {int(s): n for s, n in raw.get("pinned", {}).items()},
+                       int(raw.get("rebalance", 0)), raw.get("shards"))

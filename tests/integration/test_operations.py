@@ -1,0 +1,148 @@
+"""The ops commands on a running 3-node cluster under a steady stream of tasks: reshard, drain,
+pin, and `status --json` against the Thrift view. Every task arrives; no attempt arrives twice."""
+from __future__ import annotations
+
+import collections
+import json
+import random
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from conftest import Collector, NodeFactory, fresh_database, now_ms, wait_until
+from shared.client import CallbackService, DelayqClient, TaskSpec
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster3(tmp_path):
+    """Three ZooKeeper nodes on a fresh 16-shard database, balanced."""
+    with fresh_database(16) as db:
+        factory = NodeFactory(db, tmp_path)
+        nodes = [factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_SESSION_TIMEOUT_MS="3000") for _ in range(3)]
+        try:
+            wait_until(lambda: _per_node(nodes[0]) == {"n1": 5, "n2": 5, "n3": 6} or
+                       sorted(_per_node(nodes[0]).values()) == [5, 5, 6], 15, 0.1, what="a balanced cluster")
+            yield nodes
+        finally:
+            factory.stop_all()
+
+
+def _info(node):
+    with node.client() as c:
+        return c.cluster()
+
+
+def _per_node(node) -> dict[str, int]:
+    return dict(collections.Counter(_info(node).assignment.values()))
+
+
+def delayq(node, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nodes.cli", *args], env=node.env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+class Stream:
+    """Submits tasks through every node, due 0.5-8 s ahead, until stopped; counts arrivals."""
+
+    def __init__(self, nodes, rate_per_s: float = 60):
+        self.topic = f"t.{uuid.uuid4().hex[:10]}"
+        with nodes[0].client() as c:
+            c.registerService(CallbackService(topic=self.topic, ttrMs=0))
+        self.collector = Collector("delayq", self.topic)
+        self.ids: set[str] = set()
+        self._stop = threading.Event()
+        self._endpoints = [n.endpoint for n in nodes]
+        self._period = 1.0 / rate_per_s
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        with DelayqClient(self._endpoints, timeout_s=10) as c:
+            while not self._stop.wait(self._period):
+                tid = f"s-{uuid.uuid4().hex[:12]}"
+                c.submit(TaskSpec(topic=self.topic, taskId=tid, delayMs=rng.randint(500, 8000), payload=b"s"))
+                self.ids.add(tid)
+
+    def finish(self) -> None:
+        """Stop submitting; wait for every task; check each attempt arrived once."""
+        self._stop.set()
+        self._thread.join(15)
+        try:
+            wait_until(lambda: self.ids <= set(self.collector.task_ids()), 40,
+                       what=f"every task ({len(self.ids - set(self.collector.task_ids()))} of {len(self.ids)} missing)")
+            mids = collections.Counter(m.properties.message_id for m in self.collector.snapshot())
+            assert max(mids.values()) == 1, [m for m, n in mids.items() if n > 1]
+        finally:
+            self.collector.close()
+
+
+@pytest.mark.timeout(300)
+def test_reshard_16_to_64_and_back_to_32_while_the_cluster_fires(cluster3):
+    n1 = cluster3[0]
+    stream = Stream(cluster3)
+    try:
+        wait_until(lambda: len(stream.collector.messages) >= 30, 20, what="the stream to flow")
+        dry = delayq(n1, "reshard", "--shards", "64", "--dry-run", "--json")
+        plan = json.loads(dry.stdout)
+        assert plan["from"] == 16 and plan["to"] == 64, dry.stderr
+        assert sum(plan["shards_per_node_after"].values()) == 64
+
+        up = delayq(n1, "reshard", "--shards", "64", "--margin-ms", "1000", "--json", "--timeout", "120")
+        assert up.returncode == 0, up.stderr
+        info = _info(n1)
+        assert info.shardCount == 64 and len(info.assignment) == 64
+        assert sorted(collections.Counter(info.assignment.values()).values()) == [21, 21, 22]
+
+        down = delayq(n1, "reshard", "--shards", "32", "--margin-ms", "1000", "--json", "--timeout", "120")
+        assert down.returncode == 0, down.stderr
+        info = _info(n1)
+        assert info.shardCount == 32 and sorted(info.assignment) == list(range(32))
+    finally:
+        stream.finish()
+
+
+@pytest.mark.timeout(180)
+def test_drain_moves_every_shard_off_a_node_under_load_and_pins_hold(cluster3):
+    n1, n2, _ = cluster3
+    stream = Stream(cluster3)
+    try:
+        wait_until(lambda: len(stream.collector.messages) >= 20, 20, what="the stream to flow")
+        out = delayq(n1, "drain", "n2", "--json", "--timeout", "30")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["shards_per_node"]["n2"] == 0
+        assert "n2" not in _info(n1).assignment.values()
+
+        pinned = delayq(n1, "pin", "3", "n2", "--json", "--timeout", "30")
+        assert pinned.returncode == 0, pinned.stderr
+        assert _info(n1).assignment[3] == "n2"          # a pin wins over the drain
+        assert delayq(n1, "unpin", "3", "--timeout", "30").returncode == 0
+        assert delayq(n1, "undrain", "n2", "--timeout", "30").returncode == 0
+        counts = _per_node(n1)
+        assert counts.get("n2", 0) >= 5 and max(counts.values()) - min(counts.values()) <= 1
+    finally:
+        stream.finish()
+
+
+def test_status_json_agrees_with_the_thrift_view(cluster3):
+    n1 = cluster3[0]
+    out = delayq(n1, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    info = _info(n1)
+    assert report["master"] == info.master and report["epoch"] == info.epoch
+    assert {int(s): n for s, n in report["assignment"].items()} == dict(info.assignment)
+    assert {n["node"]: n["shards"] for n in report["nodes"]} == {n.nodeId: n.shardCount for n in info.nodes}
+    assert set(report["tasks"]) == {"DELAY", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED"}
+
+
+def test_a_command_that_cannot_be_applied_says_so(cluster3):
+    n1 = cluster3[0]
+    out = delayq(n1, "pin", "3", "no-such-node", "--timeout", "3")
+    assert out.returncode == 1 and "not applied" in out.stderr
+    assert delayq(n1, "unpin", "3", "--timeout", "10").returncode == 0

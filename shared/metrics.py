@@ -54,6 +54,7 @@ _HELP = {
     "is_master": "1 on the master node.",
     "zookeeper_connected": "1 while the ZooKeeper session is connected.",
     "unconfirmed_publishes": "Publishes waiting for the broker's confirm.",
+    "in_flight_attempts": "READY/RUNNING tasks of this node's shards (dispatched, no result yet).",
     "overdue_attempts": "READY/RUNNING tasks of this node's shards past their time-to-run.",
     "recorder_backlog": "Publish outcomes waiting to be written to MySQL.",
     "catchup_tasks_total": "Late tasks paced by the catch-up rate limit.",

@@ -225,15 +225,16 @@ def check_ports(compose: dict, dockerfile: str) -> list[str]:
             seen.setdefault(host, name)
     for name in NODES:
         svc = services(compose).get(name, {})
-        port = environment(svc).get("DELAYQ_PORT", str(config.load(environ={}).node.port))
-        targets = [target for _, target in port_mappings(svc)]
-        if not targets:
-            problems.append(f"{name} publishes no port")
-        if any(str(t) != port for t in targets):
-            problems.append(f"{name}: container port {targets} is not DELAYQ_PORT {port}")
+        settings = config.load(environ=environment(svc))
+        port, http_port = str(settings.node.port), str(settings.http.port)
+        targets = [str(target) for _, target in port_mappings(svc)]
+        if port not in targets:
+            problems.append(f"{name} does not publish DELAYQ_PORT {port}")
+        if any(t not in (port, http_port) for t in targets):
+            problems.append(f"{name}: container port {targets} is neither DELAYQ_PORT {port} nor DELAYQ_HTTP_PORT {http_port}")
         test = " ".join(map(str, (svc.get("healthcheck") or {}).get("test") or []))
-        if not re.search(rf"\b{re.escape(port)}\b", test):
-            problems.append(f"{name}: healthcheck does not probe DELAYQ_PORT {port}: {test!r}")
+        if not re.search(rf"\b{re.escape(http_port)}/readyz\b", test):
+            problems.append(f"{name}: healthcheck does not probe /readyz on DELAYQ_HTTP_PORT {http_port}: {test!r}")
     return problems
 
 

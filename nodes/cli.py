@@ -15,6 +15,7 @@ import click
 
 from shared import config as config_mod
 from shared.errors import ConfigError, Unavailable
+from nodes.cli_common import load_settings
 
 EXIT_UNAVAILABLE = 3
 
@@ -38,13 +39,6 @@ def setup_logging(level: str, fmt: str) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
-def _settings(config_file: str | None) -> config_mod.Settings:
-    try:
-        return config_mod.load(file=config_file)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from None
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """delayq: a distributed delayed-task scheduler (Thrift in, MySQL as truth, RabbitMQ out)."""
@@ -56,7 +50,7 @@ def main() -> None:
 def node(config_file: str | None) -> None:
     """Run a scheduling node until SIGTERM or SIGINT."""
     from nodes.main import NodeRuntime
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     setup_logging(settings.log.level, settings.log.format)
     runtime = NodeRuntime(settings)
     stop = threading.Event()
@@ -85,7 +79,7 @@ def db() -> None:
 def db_init(config_file: str | None, shards: int | None) -> None:
     """Create the database if missing, apply migrations, create the cluster's shards. Idempotent."""
     from shared import db as dbm, schema
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     setup_logging("WARNING", settings.log.format)
     try:
         schema.create_database(dbm.make_engine(settings.mysql, database=False), dbm.database_name(settings.mysql))
@@ -105,7 +99,7 @@ def db_init(config_file: str | None, shards: int | None) -> None:
 def db_migrate(config_file: str | None) -> None:
     """Apply pending schema migrations."""
     from shared import db as dbm, schema
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     try:
         with dbm.unavailable_on_failure():
             applied = schema.migrate(dbm.make_engine(settings.mysql))
@@ -123,7 +117,7 @@ def db_migrate(config_file: str | None) -> None:
 def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -> None:
     """Show the cluster: master, nodes with their shards and DelayQueue sizes, epoch, task counts."""
     from nodes.status import collect, render
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     setup_logging("ERROR", settings.log.format)
     try:
         report = collect(settings, list(endpoints))
@@ -144,7 +138,7 @@ def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -
 def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: float, config_file: str | None) -> None:
     """Register the topic `demo`, submit tasks and print them as they fire from RabbitMQ."""
     from shared.demo import run_demo
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     setup_logging("WARNING", settings.log.format)
     if not run_demo(list(endpoints), settings.amqp.url, tasks, spread_ms, timeout_s):
         sys.exit(1)

@@ -13,20 +13,13 @@ from typing import Callable
 
 import click
 
-from shared import config as config_mod
-from shared.errors import ConfigError, Unavailable
+from shared.errors import Unavailable
 from shared.gen.delayq_thrift import ttypes
 from shared.zkpaths import Intents, ZkPaths
+from nodes.cli_common import load_settings
 from nodes.cluster_ops import cluster_info, read_intents, update_intents, wait_applied, wait_for, zk_session
 
 EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 3
-
-
-def _settings(config_file: str | None) -> config_mod.Settings:
-    try:
-        return config_mod.load(file=config_file)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from None
 
 
 def cluster_options(f):
@@ -42,7 +35,7 @@ def cluster_options(f):
 
 def _change(config_file, endpoints, timeout_s, as_json, what: str, change: Callable[[Intents], Intents],
             done: Callable[[ttypes.ClusterInfo, Intents], bool]) -> None:
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     try:
         with zk_session(settings) as zk:
             paths = ZkPaths(settings.node.cluster)
@@ -128,7 +121,7 @@ def rebalance(endpoints, timeout_s, as_json, config_file) -> None:
 @cluster_options
 def intents(endpoints, timeout_s, as_json, config_file) -> None:
     """Show what operators asked for: drained nodes, pinned shards, a reshard in progress."""
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     try:
         with zk_session(settings) as zk:
             i = read_intents(zk, ZkPaths(settings.node.cluster))
@@ -161,7 +154,7 @@ def reshard(target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, t
     from shared.db import make_engine
     from nodes.reshard import Resharder, plan
 
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
     try:
         p = plan(engine, target)

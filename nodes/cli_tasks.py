@@ -8,26 +8,20 @@ import sys
 import click
 from thrift.Thrift import TException
 
-from shared import config as config_mod
+from shared.config import Settings
 from shared.clock import SYSTEM_CLOCK
 from shared.client import DelayqClient, discover
 from shared.db import make_engine
 from shared.errors import ConfigError, Unavailable
 from shared.gen.delayq_thrift import ttypes
 from shared.lifecycle import Status
+from nodes.cli_common import load_settings
 from nodes.ops import TaskFilter, list_tasks, purge, redrive
 
 EXIT_FAILURE, EXIT_UNAVAILABLE = 1, 3
 
 
-def _settings(config_file: str | None) -> config_mod.Settings:
-    try:
-        return config_mod.load(file=config_file)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from None
-
-
-def _client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
+def _client(settings: Settings, endpoints: tuple[str, ...]) -> DelayqClient:
     found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster)
     if not found:
         raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
@@ -88,7 +82,7 @@ def tasks() -> None:
 @with_common
 def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
     """Show a task (live or archived) and its attempts. Exit 1 when there is no such task."""
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
 
     def go():
         with _client(settings, endpoints) as c:
@@ -118,7 +112,7 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
 @with_common
 def cancel_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
     """Cancel a task that has not fired. Exit 1 unless it is (now) cancelled."""
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
 
     def go():
         with _client(settings, endpoints) as c:
@@ -147,7 +141,7 @@ def _filter_options(f):
 @with_common
 def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_json) -> None:
     """List live and archived tasks by id, topic, due range and state, a page at a time."""
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status[status.upper()] if status else None)
     rows = _run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after))
     if as_json:
@@ -168,7 +162,7 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
     """Send FAILED tasks again: back to DELAY, due now, with a fresh set of retries."""
     if not (ids or topic or since or until):
         raise click.UsageError("name the tasks: --id, --topic, --since or --until")
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
     f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status.FAILED)
     if not yes:
@@ -187,7 +181,7 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
 @with_common
 def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> None:
     """Retention: delete old backlog and execlog rows in batches (live tasks are never touched)."""
-    settings = _settings(config_file)
+    settings = load_settings(config_file)
     before = SYSTEM_CLOCK.now_ms() - days * 86_400_000
     engine = make_engine(settings.mysql)
 

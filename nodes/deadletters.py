@@ -24,6 +24,8 @@ from nodes.ownership import Ownership
 from nodes.services import ServiceRegistry
 from nodes.store import TaskStore
 
+from nodes.worker import Worker
+
 log = logging.getLogger(__name__)
 
 
@@ -32,32 +34,19 @@ class DeadLetterRef:
     task_id: str
 
 
-class DeadLetterer:
+class DeadLetterer(Worker):
+    name = "dead-letters"
+
     def __init__(self, store: TaskStore, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, clock: Clock, *, interval_s: float = 2.0, batch: int = 500):
+        super().__init__()
         self._store, self._ownership, self._services = store, ownership, services
         self._publisher, self._clock = publisher, clock
         self._interval_s, self._batch = interval_s, batch
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
         self._confirmed: list[str] = []
-        self._thread: threading.Thread | None = None
         self.published = 0
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="dead-letters", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     def on_outcome(self, ref: DeadLetterRef, outcome: str, reason: str | None) -> None:
         """Publisher callback: never blocks."""

@@ -11,7 +11,6 @@ Thread: one, owned here; `stop()` closes nothing it does not own and joins it.
 from __future__ import annotations
 
 import logging
-import threading
 
 from shared import topology
 from shared.clock import Clock
@@ -24,6 +23,8 @@ from nodes.ownership import Ownership
 from nodes.results import ResultApplier
 from nodes.services import ServiceRegistry
 from nodes.store import Claimed, TaskStore
+
+from nodes.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -41,32 +42,22 @@ def build_message(c: Claimed, exchange: str, routing_key: str, dispatched_ms: in
                     ref=(c, dispatched_ms))
 
 
-class Dispatcher:
+class Dispatcher(Worker):
+    name = "dispatcher"
+
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str):
+        super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.claimed = 0
 
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="dispatcher", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
+    def _interrupt(self) -> None:
         self._queue.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Callable
 
 import pika
@@ -22,6 +21,8 @@ from shared import topology
 from shared.errors import DelayqError, InvalidTask, Unavailable
 from shared.lifecycle import Result
 from shared.validation import check_task_id
+
+from nodes.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +47,13 @@ def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
     return task_id, attempt, _STATUSES[status], message if isinstance(message, str) else None
 
 
-class FeedbackConsumer:
+class FeedbackConsumer(Worker):
+    name = "feedback"
+
     def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, *, prefetch: int = 200):
+        super().__init__()
         self._params, self._apply, self._prefetch = params, apply, prefetch
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.applied = 0
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="feedback", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         delay = 1.0

@@ -11,7 +11,6 @@ Thread: one, owned here; `stop()` ends it.
 from __future__ import annotations
 
 import logging
-import threading
 
 from shared.clock import Clock
 from shared.errors import DelayqError, Unavailable
@@ -21,42 +20,27 @@ from nodes.ownership import Ownership
 from nodes.results import ResultApplier
 from nodes.store import TaskStore
 
+from nodes.worker import Worker
+
 log = logging.getLogger(__name__)
 
 
-class Loader:
+class Loader(Worker):
+    name = "loader"
+
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
                  clock: Clock, *, window_ms: int, interval_ms: int, cap: int,
                  catchup_rate: int = 2000, catchup_grace_ms: int = 2000):
+        super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._clock = results, clock
         self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.scans = 0
         self.failures = 0
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="loader", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def wake(self) -> None:
-        self._wake.set()
 
     def _on_change(self, gained: set[int], lost: set[int]) -> None:
         if lost:

@@ -150,15 +150,18 @@ class NodeRuntime:
             raise ConfigError(f"the database schema is at version {have}, this node needs {want}: "
                               "run `delayq db migrate`")
 
-    def _wait_for_mysql(self, wait_s: float) -> None:
+    def _wait_for_mysql(self, wait_s: float) -> list[int]:
+        """Wait until MySQL answers with an up-to-date schema and the cluster's shards; load the
+        services. Returns the shard ids."""
         deadline = time.monotonic() + wait_s
         while True:
             try:
                 self._check_schema()
-                if not self.store.shard_ids():
+                shards = self.store.shard_ids()
+                if not shards:
                     raise ConfigError("the database has no shards: run `delayq db init` first")
                 self.services.refresh()
-                return
+                return shards
             except Unavailable as e:
                 if time.monotonic() > deadline:
                     raise
@@ -167,21 +170,8 @@ class NodeRuntime:
 
     def _take_shards(self, wait_s: float) -> None:
         """Standalone mode: this node owns every shard (at a new epoch, fencing any previous owner)."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self._check_schema()
-                shards = self.store.shard_ids()
-                if not shards:
-                    raise ConfigError("the database has no shards: run `delayq db init` first")
-                fence = self.store.take_shards(self.settings.node.node_id, shards, self.clock.now_ms())
-                self.services.refresh()
-                break
-            except Unavailable as e:
-                if time.monotonic() > deadline:
-                    raise
-                log.warning("waiting for MySQL: %s", e)
-                time.sleep(1.0)
+        shards = self._wait_for_mysql(wait_s)
+        fence = self.store.take_shards(self.settings.node.node_id, shards, self.clock.now_ms())
         self._epoch = max(fence.values())
         self.ownership.set(fence, shards)
         log.info("took shards %d-%d at epoch %d", min(shards), max(shards), self._epoch)

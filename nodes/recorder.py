@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from typing import Any, Callable
 
 from shared.clock import Clock
@@ -28,20 +27,23 @@ from nodes.ownership import Ownership
 from nodes.results import ResultApplier
 from nodes.store import Claimed, TaskStore
 
+from nodes.worker import Worker
+
 log = logging.getLogger(__name__)
 
 
-class Recorder:
+class Recorder(Worker):
+    name = "recorder"
+
     def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
                  metrics: Metrics, clock: Clock, *, publish_retry_ms: int, batch: int = 1000):
+        super().__init__()
         self._store, self._queue, self._ownership = store, queue_, ownership
         self._results, self._clock, self._metrics = results, clock, metrics
         self.dead_letters: Callable[[Any, str, str | None], None] | None = None
         self._retry_ms = publish_retry_ms
         self._batch = batch
         self._inbox: queue.Queue[tuple[Any, str, str | None]] = queue.Queue()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.confirmed = 0
         self.failed = 0
 
@@ -62,19 +64,6 @@ class Recorder:
     @property
     def backlog(self) -> int:
         return self._inbox.qsize()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def _run(self) -> None:
         pending: list[tuple[Any, str, str | None]] = []

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from sqlalchemy import Engine, delete, func, insert, literal_column, select, text, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 
 from shared import tables
 from shared.clock import Clock

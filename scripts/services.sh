@@ -153,7 +153,13 @@ mysql_cli() { command -v mariadb || command -v mysql; }  # newer MariaDB drops t
 mysql_ping() { "$(command -v mariadb-admin || command -v mysqladmin)" -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=2 ping >/dev/null 2>&1; }
 mysql_tcp() { "$(mysql_cli)" -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=5 -N -e "$1"; }
 
+mysql_gone_or_up() { ! pgrep -x mariadbd >/dev/null 2>&1 || port_open "$MYSQL_PORT"; }
+
 mysql_start() {
+    # A server still shutting down closes its port before it exits and still holds the data
+    # directory: wait for it to go (start-stop-daemon would take it for a running one).
+    wait_until 120 mysql_gone_or_up || die "mysql: a mariadbd process neither exits nor answers"
+    port_open "$MYSQL_PORT" && return 0
     # The init script's health check logs in with /etc/mysql/debian.cnf; where that file is missing
     # it waits 30 s and reports failure although the server runs, so it is used only with the file.
     if command -v service >/dev/null 2>&1 && [ -x /etc/init.d/mariadb ] && [ -r /etc/mysql/debian.cnf ] \

@@ -146,8 +146,10 @@ def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: floa
 
 def _register_subcommands() -> None:
     from nodes import cli_cluster
+    from nodes.cli_services import services
     from nodes.cli_tasks import purge_cmd, tasks
     main.add_command(tasks)
+    main.add_command(services)
     db.add_command(purge_cmd)
     for command in (cli_cluster.drain, cli_cluster.undrain, cli_cluster.pin, cli_cluster.unpin,
                     cli_cluster.rebalance, cli_cluster.intents, cli_cluster.reshard):

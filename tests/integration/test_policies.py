@@ -169,3 +169,24 @@ def test_redrive_sends_failed_tasks_again_and_purge_removes_old_history(node):
         with pytest.raises(Exception) as e:
             c.get(ref.taskId)
         assert type(e.value).__name__ == "NotFound"
+
+
+def test_the_services_commands_add_update_disable_and_list(node):
+    topic, ep = _topic(), node.endpoint
+    added = _delayq(node, "services", "add", topic, "--endpoint", ep, "--ttr-ms", "0", "--max-retries", "5", "--json")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["maxRetries"] == 5
+    assert _delayq(node, "services", "add", topic, "--endpoint", ep).returncode == 1     # exists: use update
+    updated = _delayq(node, "services", "update", topic, "--endpoint", ep, "--max-retries", "7", "--json")
+    assert updated.returncode == 0, updated.stderr
+    svc = json.loads(updated.stdout)
+    assert svc["maxRetries"] == 7 and svc["ttrMs"] == 0                                  # the rest kept
+    bad = _delayq(node, "services", "update", topic, "--endpoint", ep, "--retry-backoff-ms", "-1")
+    assert bad.returncode == 2 and "retryBackoffMs" in bad.stderr
+    assert _delayq(node, "services", "disable", topic, "--endpoint", ep).returncode == 0
+    with node.client() as c:
+        with pytest.raises(Exception) as e:
+            c.submit(TaskSpec(topic=topic, delayMs=10))
+        assert type(e.value).__name__ == "UnknownTopic"
+    listed = json.loads(_delayq(node, "services", "list", "--endpoint", ep, "--json").stdout)
+    assert {s["topic"]: s["enabled"] for s in listed}[topic] is False

@@ -1,6 +1,6 @@
 """FeedbackConsumer: results reported over AMQP, for consumers that speak only RabbitMQ.
 
-Every node consumes the durable queue `delayq.results` (competing consumers). A message is a JSON
+Every node consumes its cluster's durable queue `delayq.results.<cluster>` (competing consumers). A message is a JSON
 object {"taskId": ..., "attempt": n, "status": "SUCCESS" | "RETRY" | "FATAL" | "STARTED",
 "message": "..."}; it is applied exactly like Thrift `reportResult` (a stale or duplicate one
 changes nothing) and acked after MySQL committed. While MySQL is down the message is requeued; a
@@ -50,9 +50,10 @@ def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
 class FeedbackConsumer(Worker):
     name = "feedback"
 
-    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, *, prefetch: int = 200):
+    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, *, cluster: str, prefetch: int = 200):
         super().__init__()
         self._params, self._apply, self._prefetch = params, apply, prefetch
+        self._queue = topology.results_queue(cluster)
         self.applied = 0
 
     def _run(self) -> None:
@@ -68,9 +69,9 @@ class FeedbackConsumer(Worker):
             delay = 1.0
             try:
                 channel = conn.channel()
-                channel.queue_declare(topology.RESULTS_QUEUE, durable=True)
+                channel.queue_declare(self._queue, durable=True)
                 channel.basic_qos(prefetch_count=self._prefetch)
-                channel.basic_consume(topology.RESULTS_QUEUE, self._on_message)
+                channel.basic_consume(self._queue, self._on_message)
                 while not self._stop.is_set():
                     conn.process_data_events(time_limit=0.5)
             except pika.exceptions.AMQPError as e:

@@ -79,12 +79,14 @@ def new_task_id(now_ms: int) -> str:
 
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
-                 clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
+                 clock: Clock, results: ResultApplier, metrics: Metrics, insert: Callable[[list[NewTask]], list[Submitted]],
+                 *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
                  declare_exchange: Callable[[str], None], cluster_info: Callable[[], ttypes.ClusterInfo]):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
         self._metrics = metrics
+        self._insert = insert      # the group committer: concurrent submits share a commit
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._declare_exchange = declare_exchange
@@ -122,7 +124,7 @@ class Handler:
                 payload=req.payload or b"", spec_hash=spec_hash(req),
                 max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
                 ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now))
-        done = self._store.insert_tasks(new)
+        done = self._insert(new)
         self._enqueue([d for d in done if d.created])
         topics = {t.task_id: t.topic for t in new}
         for d in done:

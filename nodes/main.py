@@ -29,6 +29,7 @@ from shared.gen.delayq_thrift import DelayScheduler, ttypes
 from shared.publisher import ConfirmedPublisher
 from shared.validation import Limits
 from nodes.delayqueue import DelayQueue
+from nodes.committer import GroupCommitter
 from nodes.deadletters import DeadLetterer
 from nodes.dispatcher import Dispatcher
 from nodes.feedback import FeedbackConsumer
@@ -87,9 +88,11 @@ class NodeRuntime:
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, catchup_rate=s.scheduling.catchup_rate,
                              catchup_grace_ms=s.scheduling.catchup_grace_ms)
-        self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True))
+        self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
+                                         cluster=s.node.cluster)
+        self.committer = GroupCommitter(self.store)
         self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
-                               self.metrics,
+                               self.metrics, self.committer.submit,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
@@ -139,6 +142,7 @@ class NodeRuntime:
         self.loader.start()
         self.deadletters.start()
         self.feedback.start()
+        self.committer.start()
         self.server.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
@@ -178,6 +182,7 @@ class NodeRuntime:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.stop()
+        self.committer.stop()
         if self.zk is not None:
             self.rebalancer.stop()
             self.zk.stop()
@@ -215,7 +220,8 @@ class NodeRuntime:
         return {"catchup_tasks_total": self.loader.caught_up, "window_scans_total": self.loader.scans}
 
     def _alive(self) -> dict[str, str | None]:
-        threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder}
+        threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
+                   "committer": self.committer}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:

@@ -27,6 +27,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from shared import tables
 from shared.clock import Clock
 from shared.db import unavailable_on_failure
+from shared.errors import Unavailable
 from shared.lifecycle import Status
 from shared.schema import shard_count
 from shared.zkpaths import AssignmentDoc, ZkPaths
@@ -107,10 +108,7 @@ class Resharder:
         while True:
             far = self._clock.now_ms() + self._far_ms
             where, must = _movable(current, target, far)
-            with unavailable_on_failure(), self._engine.begin() as conn:
-                n = conn.execute(update(T).where(where).values(shard_id=_crc(target))
-                                 .execution_options(synchronize_session=False)
-                                 .with_dialect_options(mysql_limit=self._batch)).rowcount
+            n = self._move_batch(where, target)
             moved += n
             if n:
                 progress(n)
@@ -124,6 +122,25 @@ class Resharder:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{left} tasks due soon are still on shards >= {target}")
             time.sleep(0.5)      # they fire within the window, or become movable
+
+    def _move_batch(self, where, target: int) -> int:
+        """Pick a batch with a plain read, then move those rows by primary key (the condition checked
+        again under their locks). An UPDATE filtered on CRC32() would lock every row it scans and
+        deadlock with claims and submits."""
+        for attempt in range(5):
+            try:
+                with unavailable_on_failure(), self._engine.begin() as conn:
+                    ids = [r.task_id for r in conn.execute(select(T.c.task_id).where(where).limit(self._batch))]
+                    if not ids:
+                        return 0
+                    return conn.execute(update(T).where(T.c.task_id.in_(ids), where)
+                                        .values(shard_id=_crc(target))).rowcount
+            except Unavailable as e:
+                if "1213" not in str(e) and "1205" not in str(e) or attempt == 4:
+                    raise
+                log.info("reshard batch hit a lock conflict; retrying: %s", e)
+                time.sleep(0.05 * (attempt + 1))
+        return 0
 
     def _finish_shrink(self, target: int) -> int:
         with unavailable_on_failure(), self._engine.begin() as conn:

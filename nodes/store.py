@@ -85,38 +85,58 @@ class TaskStore:
     def insert_tasks(self, new: Sequence[NewTask]) -> list[Submitted]:
         """Insert all or nothing. A task id that exists with the same spec hash is returned with
         created=False; with another hash it raises Conflict (and nothing is inserted)."""
+        result = self.insert_groups([new])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
+        """Several independent submits in one transaction (one commit for all): each group is all
+        or nothing on its own, and a group's Conflict is its result, not the others' failure."""
         for attempt in range(3):
             try:
                 with unavailable_on_failure(), self._engine.begin() as conn:
-                    return self._insert(conn, new)
+                    return self._insert(conn, groups)
             except sqlalchemy.exc.IntegrityError:
-                # A concurrent submit of the same client id won the race: look again.
+                # A concurrent submit of the same client id (on another node) won the race.
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
-    def _insert(self, conn: Connection, new: Sequence[NewTask]) -> list[Submitted]:
-        ids = list({t.task_id for t in new})
+    def _insert(self, conn: Connection, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
+        ids = list({t.task_id for g in groups for t in g})
         prior: dict[str, tuple[bytes, int, int]] = {}
         for table in (T, B):
             for chunk in _chunks(ids, 1000):
                 for r in conn.execute(select(table.c.task_id, table.c.spec_hash, table.c.shard_id,
                                              table.c.due_ms).where(table.c.task_id.in_(chunk))):
                     prior.setdefault(r.task_id, (bytes(r.spec_hash), r.shard_id, r.due_ms))
-        out, rows = [], []
-        for t in new:
-            seen = prior.get(t.task_id)
-            if seen is not None:
-                if seen[0] != t.spec_hash:
-                    raise Conflict(t.task_id, "exists with different content")
-                out.append(Submitted(t.task_id, seen[1], seen[2], False))
+        results: list[list[Submitted] | Conflict] = []
+        rows: list[NewTask] = []
+        for group in groups:
+            seen_here = dict(prior)     # a group sees earlier groups' tasks, and its own
+            out, mine = [], []
+            conflict = None
+            for t in group:
+                seen = seen_here.get(t.task_id)
+                if seen is not None:
+                    if seen[0] != t.spec_hash:
+                        conflict = Conflict(t.task_id, "exists with different content")
+                        break
+                    out.append(Submitted(t.task_id, seen[1], seen[2], False))
+                    continue
+                seen_here[t.task_id] = (t.spec_hash, t.shard_id, t.due_ms)
+                mine.append(t)
+                out.append(Submitted(t.task_id, t.shard_id, t.due_ms, True))
+            if conflict is not None:
+                results.append(conflict)
                 continue
-            prior[t.task_id] = (t.spec_hash, t.shard_id, t.due_ms)
-            rows.append(t)
-            out.append(Submitted(t.task_id, t.shard_id, t.due_ms, True))
+            prior = seen_here
+            rows.extend(mine)
+            results.append(out)
         if rows:
             conn.execute(insert(T), [_task_row(t) for t in rows])
-        return out
+        return results
 
     # ---- loading and claiming -----------------------------------------------------------------
 

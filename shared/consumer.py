@@ -3,7 +3,7 @@
     def handle(task: Delivery) -> None:
         ...                                   # raise RetryLater to retry, any other error is FATAL
     TaskConsumer("order.cancel", handle, results=DelayqClient(["127.0.0.1:9090"])).run()
-    TaskConsumer("order.cancel", handle, results="amqp").run()   # report over the delayq.results queue
+    TaskConsumer("order.cancel", handle, results="amqp").run()   # report over delayq.results.default
 
 It declares the durable queue delayq.<topic> bound to the service's exchange and routing key,
 consumes with a prefetch, calls the handler, reports SUCCESS / RETRY / FATAL for the attempt, and
@@ -60,7 +60,7 @@ class TaskConsumer:
     def __init__(self, topic: str, handler: Callable[[Delivery], None], *, results=None,
                  amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F", exchange: str = topology.DEFAULT_EXCHANGE,
                  routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000,
-                 report_timeout_s: float = 30.0):
+                 report_timeout_s: float = 30.0, cluster: str = "default"):
         self.topic = topic
         self._handler = handler
         # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
@@ -75,6 +75,7 @@ class TaskConsumer:
         self._done: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._remember = remember
         self._report_timeout_s = report_timeout_s
+        self._cluster = cluster            # whose results queue, with results="amqp"
         self._conn: pika.BlockingConnection | None = None
         self._channel = None
         self._results_channel = None
@@ -101,7 +102,7 @@ class TaskConsumer:
             queue = self.declare(self._channel)
             if self._results == "amqp":
                 self._results_channel = self._conn.channel()
-                self._results_channel.queue_declare(topology.RESULTS_QUEUE, durable=True)
+                self._results_channel.queue_declare(topology.results_queue(self._cluster), durable=True)
                 self._results_channel.confirm_delivery()
             self._channel.basic_qos(prefetch_count=self._prefetch)
             self._channel.basic_consume(queue, self._on_message)
@@ -124,7 +125,7 @@ class TaskConsumer:
         if self._results == "amqp":
             body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
                                "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
-            self._results_channel.basic_publish("", topology.RESULTS_QUEUE, body,
+            self._results_channel.basic_publish("", topology.results_queue(self._cluster), body,
                                                 properties=pika.BasicProperties(delivery_mode=2))
             return
         while True:

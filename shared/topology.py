@@ -3,7 +3,6 @@ from __future__ import annotations
 
 DEFAULT_EXCHANGE = "delayq"
 EXCHANGE_TYPE = "topic"
-RESULTS_QUEUE = "delayq.results"
 
 HEADER_TASK_ID = "x-delayq-task-id"
 HEADER_TOPIC = "x-delayq-topic"
@@ -12,6 +11,12 @@ HEADER_DUE_AT = "x-delayq-due-at"
 HEADER_DISPATCHED_AT = "x-delayq-dispatched-at"
 HEADER_STATUS = "x-delayq-status"          # on dead letters: FAILED
 HEADER_REASON = "x-delayq-reason"          # on dead letters: the last result's message
+
+
+def results_queue(cluster: str) -> str:
+    """The durable queue a cluster's nodes take results from (one per cluster: nodes of another
+    cluster on the same broker would find no such task and drop the result)."""
+    return f"delayq.results.{cluster}"
 
 
 def queue_name(topic: str) -> str:

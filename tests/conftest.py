@@ -78,6 +78,18 @@ def fresh_database(shards: int):
         with server.begin() as conn:
             conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
         server.dispose()
+        _delete_queue(f"delayq.results.{name}")      # the test cluster's results queue
+
+
+def _delete_queue(queue: str) -> None:
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    except pika.exceptions.AMQPError:
+        return
+    try:
+        conn.channel().queue_delete(queue)
+    finally:
+        conn.close()
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import uuid
 
 import pytest
@@ -162,3 +163,40 @@ def test_a_silent_client_is_disconnected_and_cannot_starve_others(node, known):
     finally:
         for s in silent:
             s.close()
+
+
+def test_concurrent_submits_each_keep_their_own_result(node, known):
+    """Concurrent submits share commits; one client's conflict or duplicate is its own business."""
+    import concurrent.futures
+
+    shared_id, taken = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with node.client() as c:
+        c.submit(TaskSpec(topic=known, taskId=taken, delayMs=60_000, payload=b"first"))
+
+    local = threading.local()
+
+    def one(i: int):
+        if not hasattr(local, "client"):       # one connection per thread: the node serves 4
+            local.client = node.client()
+        c = local.client
+        try:
+            if i % 4 == 0:      # everyone sends the same task: exactly one creates it
+                return "same", c.submit(TaskSpec(topic=known, taskId=shared_id, delayMs=60_000, payload=b"s")).created
+            if i % 4 == 1:      # a different task under a taken id: refused, alone
+                c.submit(TaskSpec(topic=known, taskId=taken, delayMs=60_000, payload=f"other {i}".encode()))
+                return "conflict", None
+            return "own", c.submitBatch([TaskSpec(topic=known, delayMs=60_000) for _ in range(3)])
+        except ttypes.Conflict as e:
+            return "conflict", e.taskId
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(one, range(64)))
+    same = [r for kind, r in results if kind == "same"]
+    assert sorted(same) == [False] * 15 + [True]
+    assert [r for kind, r in results if kind == "conflict"] == [taken] * 16
+    own = [refs for kind, refs in results if kind == "own"]
+    assert len(own) == 32 and all(len(refs) == 3 and all(r.created for r in refs) for refs in own)
+    with node.client() as c:
+        for refs in own:
+            for r in refs:
+                assert c.get(r.taskId).topic == known

@@ -76,7 +76,7 @@ def test_results_reported_over_amqp_finish_and_retry_tasks(node):
 
     with node.client() as c:
         c.registerService(CallbackService(topic=topic, ttrMs=10_000, backoff="fixed", retryBackoffMs=200))
-        consumer = TaskConsumer(topic, handle, results="amqp", amqp_url=AMQP_URL)
+        consumer = TaskConsumer(topic, handle, results="amqp", amqp_url=AMQP_URL, cluster=node.env["DELAYQ_CLUSTER"])
         thread = threading.Thread(target=consumer.run, daemon=True)
         thread.start()
         try:
@@ -96,11 +96,12 @@ def test_a_malformed_result_message_is_dropped_and_the_queue_keeps_flowing(node)
     conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     try:
         ch = conn.channel()
-        ch.queue_declare("delayq.results", durable=True)
+        queue = f"delayq.results.{node.env['DELAYQ_CLUSTER']}"
+        ch.queue_declare(queue, durable=True)
         for body in (b"not json", json.dumps({"taskId": 5}).encode(),
                      json.dumps({"taskId": "nope", "attempt": 1, "status": "SUCCESS"}).encode()):
-            ch.basic_publish("", "delayq.results", body)
-        wait_until(lambda: ch.queue_declare("delayq.results", durable=True).method.message_count == 0, 10,
+            ch.basic_publish("", queue, body)
+        wait_until(lambda: ch.queue_declare(queue, durable=True).method.message_count == 0, 10,
                    what="the node to consume the results queue")
     finally:
         conn.close()

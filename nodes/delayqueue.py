@@ -117,8 +117,9 @@ class DelayQueue:
             self._drop_stale_head()
             return self._heap[0][0] if self._heap else None
 
-    def take_due(self, max_items: int, timeout: float | None = None) -> list[Entry]:
-        """Remove and return up to max_items entries that are due, waiting for the first one.
+    def take_due(self, max_items: int, timeout: float | None = None, lead_ms: int = 0) -> list[Entry]:
+        """Remove and return up to max_items entries due within lead_ms from now, waiting for the
+        first one.
 
         Returns [] when the timeout passes with nothing due, or when the queue is closed.
         """
@@ -127,9 +128,9 @@ class DelayQueue:
             while not self._closed:
                 self._drop_stale_head()
                 now = self._clock.now_ms()
-                if self._heap and self._heap[0][0] <= now:
-                    return self._pop_due(now, max_items)
-                wait = None if not self._heap else (self._heap[0][0] - now) / 1000.0
+                if self._heap and self._heap[0][0] <= now + lead_ms:
+                    return self._pop_due(now + lead_ms, max_items)
+                wait = None if not self._heap else (self._heap[0][0] - lead_ms - now) / 1000.0
                 if deadline is not None:
                     left = deadline - self._clock.monotonic()
                     if left <= 0:

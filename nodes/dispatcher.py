@@ -11,6 +11,8 @@ Thread: one, owned here; `stop()` closes nothing it does not own and joins it.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from shared import topology
 from shared.clock import Clock
@@ -18,7 +20,7 @@ from shared.errors import DelayqError, Unavailable
 from shared.lifecycle import Result
 from shared.metrics import Metrics
 from shared.publisher import ConfirmedPublisher, Outgoing
-from nodes.delayqueue import DelayQueue
+from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
 from nodes.results import ResultApplier
 from nodes.services import ServiceRegistry
@@ -47,10 +49,15 @@ class Dispatcher(Worker):
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
-                 batch: int, default_exchange: str):
+                 batch: int, default_exchange: str, lead_ms: int = 20):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
+        self._lead_ms = lead_ms
+        self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
+        self._held: dict[str, Claimed] = {}
+        self._lock = threading.Lock()
+        self._releaser: threading.Thread | None = None
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
@@ -59,26 +66,70 @@ class Dispatcher(Worker):
     def _interrupt(self) -> None:
         self._queue.close()
 
+    def start(self) -> None:
+        super().start()
+        self._releaser = threading.Thread(target=self._release_loop, name="releaser", daemon=True)
+        self._releaser.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        super().stop(timeout)
+        self._claimed.close()
+        if self._releaser is not None:
+            self._releaser.join(timeout)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             if not self._ownership.claimable or not self._publisher.ready:
                 # Claiming is suspended or nothing could be published: leave due tasks queued.
                 self._stop.wait(0.1)
                 continue
-            due = self._queue.take_due(self._batch, timeout=0.5)
-            if not due:
-                continue
-            try:
-                owner, fence = self._ownership.fence()
-                claimed = self._store.claim(due, owner, fence, self._clock.now_ms())
-                self.claimed += len(claimed)
-                if claimed:
-                    self._publish(claimed)
-            except Unavailable as e:
-                self._dropped(due, f"claim of {len(due)} due tasks failed: {e}")
-            except Exception:  # noqa: BLE001 - the dispatcher must outlive any bug in one batch
-                log.exception("dispatching %d due tasks failed", len(due))
-                self._dropped(due, None)
+            # Claim up to lead_ms ahead, so the claim's round trips and commit are done by the
+            # due instant; the releaser publishes each claimed task at its due time.
+            due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=self._lead_ms)
+            if due:
+                self._claim(due)
+
+    def _claim(self, due: list) -> None:
+        try:
+            owner, fence = self._ownership.fence()
+            claimed = self._store.claim(due, owner, fence, self._clock.now_ms())
+        except Unavailable as e:
+            self._dropped(due, f"claim of {len(due)} due tasks failed: {e}")
+            return
+        except Exception:  # noqa: BLE001 - the dispatcher must outlive any bug in one batch
+            log.exception("claiming %d due tasks failed", len(due))
+            self._dropped(due, None)
+            return
+        self.claimed += len(claimed)
+        with self._lock:
+            for c in claimed:
+                self._held[c.task_id] = c
+        self._claimed.offer_many(Entry(c.task_id, c.shard_id, c.due_ms) for c in claimed)
+
+    def _release_loop(self) -> None:
+        """The releaser thread: publishes claimed tasks the moment they are due, never before.
+        On stop it still publishes what is claimed (due within lead_ms), then ends."""
+        while True:
+            stopping = self._stop.is_set()
+            entries = self._claimed.take_due(self._batch, timeout=0.5)
+            with self._lock:
+                ready = [self._held.pop(e.task_id) for e in entries if e.task_id in self._held]
+                left = len(self._held)
+            if ready:
+                try:
+                    self._publish(ready)
+                except Exception:  # noqa: BLE001 - left READY: their time-to-run brings them back
+                    log.exception("publishing %d claimed tasks failed", len(ready))
+            if stopping and not left:
+                return
+            if stopping and not entries:
+                # Closed queue: wait out the claim lead for what is still held, then publish it.
+                time.sleep(self._lead_ms / 1000.0)
+                with self._lock:
+                    rest, self._held = list(self._held.values()), {}
+                if rest:
+                    self._publish(rest)
+                return
 
     def _dropped(self, due: list, reason: str | None) -> None:
         """The batch is left to MySQL (still DELAY, or READY until its time-to-run); the loader's

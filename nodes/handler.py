@@ -123,7 +123,8 @@ class Handler:
                 shard_id=self._ownership.pick_shard(near=due < now + self._window_ms), due_ms=due,
                 payload=req.payload or b"", spec_hash=spec_hash(req),
                 max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
-                ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now))
+                ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
+                client_id=req.task_id is not None))
         done = self._insert(new)
         self._enqueue([d for d in done if d.created])
         topics = {t.task_id: t.topic for t in new}

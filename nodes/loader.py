@@ -103,7 +103,7 @@ class Loader(Worker):
         return Entry(e.task_id, e.shard_id, e.due_ms, fire_ms=int(slot))
 
     def _time_out(self, shards: set[int], now: int) -> None:
-        for task_id, attempt in self._store.expired(shards, now, 1000):
+        for task_id, attempt in self._store.expired(shards, now, 1000, self._ownership.fence()[0]):
             try:
                 self._results.apply(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run")
             except Unavailable:

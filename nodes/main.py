@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 
 from kazoo.exceptions import KazooException, NoNodeError
@@ -17,7 +18,7 @@ import pika
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.coordination import ZkSession
 from shared.metrics import Metrics
-from shared.zkpaths import AssignmentDoc, ZkPaths, candidate_member, candidate_order, node_of
+from shared.zkpaths import AssignmentDoc, ZkPaths, candidate_member, candidate_order, member_name, node_of
 from master.election import Election
 from master.rebalancer import Rebalancer
 from master.shardtable import ShardTable
@@ -83,7 +84,7 @@ class NodeRuntime:
         self.recorder.dead_letters = self.deadletters.on_outcome
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
-                                     default_exchange=s.amqp.exchange)
+                                     default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, catchup_rate=s.scheduling.catchup_rate,
@@ -175,9 +176,12 @@ class NodeRuntime:
     def _take_shards(self, wait_s: float) -> None:
         """Standalone mode: this node owns every shard (at a new epoch, fencing any previous owner)."""
         shards = self._wait_for_mysql(wait_s)
-        fence = self.store.take_shards(self.settings.node.node_id, shards, self.clock.now_ms())
+        # Like a cluster member, a process is its own owner: a restarted node does not inherit
+        # (and never mistakes for its own) what its former self claimed.
+        owner = member_name(self.settings.node.node_id, secrets.randbits(48))
+        fence = self.store.take_shards(owner, shards, self.clock.now_ms())
         self._epoch = max(fence.values())
-        self.ownership.set(fence, shards)
+        self.ownership.set(fence, shards, owner=owner)
         log.info("took shards %d-%d at epoch %d", min(shards), max(shards), self._epoch)
 
     def stop(self, timeout: float = 10.0) -> None:

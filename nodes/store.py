@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy.exc
 from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, literal, select, update
+from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, literal, or_, select, tuple_, update
 
 from shared import tables
 from shared.db import unavailable_on_failure
@@ -27,8 +27,10 @@ from nodes.delayqueue import Entry
 log = logging.getLogger(__name__)
 T, X, B, S = tables.task, tables.execlog, tables.backlog, tables.shard
 
-# A fire-and-forget attempt (ttr 0) that was claimed but never confirmed is recovered after this.
-UNCONFIRMED_GRACE_MS = 60_000
+# A fire-and-forget attempt (ttr 0) claimed by another node (dead, or no longer the shard's owner)
+# and still not confirmed after this is dispatched again. A node's own such claims are never timed
+# out by itself: its publisher and recorder settle every one of them.
+UNCONFIRMED_GRACE_MS = 2_000
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class NewTask:
     max_retries: int
     ttr_ms: int
     created_ms: int
+    client_id: bool = True      # chosen by the client (may exist already); False: generated here, unique
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ class TaskStore:
         raise AssertionError("unreachable")
 
     def _insert(self, conn: Connection, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
-        ids = list({t.task_id for g in groups for t in g})
+        # Only a client's own id can exist already: a generated one is new by construction.
+        ids = list({t.task_id for g in groups for t in g if t.client_id})
         prior: dict[str, tuple[bytes, int, int]] = {}
         for table in (T, B):
             for chunk in _chunks(ids, 1000):
@@ -200,13 +204,16 @@ class TaskStore:
                                              "dispatched_ms": at} for c, at in confirmed])
             conn.execute(stmt.on_duplicate_key_update(dispatched_ms=stmt.inserted.dispatched_ms,
                                                       node_id=stmt.inserted.node_id))
-            done = [(c, at) for c, at in confirmed if c.ttr_ms == 0]
-            finished = []
-            for c, at in done:
-                if self._finalize(conn, c.task_id, c.attempt, (Status.READY,), Status.FINISHED, at, None):
-                    conn.execute(update(X).where(X.c.task_id == c.task_id, X.c.attempt == c.attempt)
-                                 .values(result="CONFIRMED", result_ms=at))
-                    finished.append(c)
+            done = [c for c, _ in confirmed if c.ttr_ms == 0]
+            if not done:
+                return []
+            at = max(t for _, t in confirmed)
+            ids = self._finalize_many(conn, [(c.task_id, c.attempt) for c in done], (Status.READY,),
+                                      Status.FINISHED, at, None)
+            finished = [c for c in done if c.task_id in ids]
+            if finished:
+                conn.execute(update(X).where(*_pairs(X, [(c.task_id, c.attempt) for c in finished]))
+                             .values(result="CONFIRMED", result_ms=at))
             return finished
 
     def release(self, claimed: Sequence[Claimed], due_ms: int, sent: bool, node_id: str, now_ms: int) -> int:
@@ -287,15 +294,17 @@ class TaskStore:
                                       T.c.status.in_([int(Status.READY), int(Status.RUNNING)]))).one()
             return int(row[0]), int(row[1])
 
-    def expired(self, shards: Iterable[int], now_ms: int, limit: int) -> list[tuple[str, int]]:
-        """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed."""
+    def expired(self, shards: Iterable[int], now_ms: int, limit: int, owner: str) -> list[tuple[str, int]]:
+        """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed,
+        except fire-and-forget ones `owner` claimed itself (it settles those when the broker answers)."""
         shards = sorted(shards)
         if not shards:
             return []
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.execute(select(T.c.task_id, T.c.attempt).where(
                 T.c.shard_id.in_(shards), T.c.status.in_([int(Status.READY), int(Status.RUNNING)]),
-                T.c.deadline_ms < now_ms).limit(limit))
+                T.c.deadline_ms < now_ms,
+                or_(T.c.ttr_ms != 0, T.c.node_id.is_(None), T.c.node_id != owner)).limit(limit))
             return [(r.task_id, r.attempt) for r in rows]
 
     def cancel(self, task_id: str, now_ms: int) -> tuple[str, str | None]:
@@ -380,11 +389,18 @@ class TaskStore:
     def _finalize(self, conn: Connection, task_id: str, attempt: int, statuses: Iterable[Status],
                   final: Status, now_ms: int, message: str | None) -> bool:
         """Move one live task to the backlog with its final status, if it is still as expected."""
-        cond = and_(T.c.task_id == task_id, T.c.attempt == attempt, T.c.status.in_([int(s) for s in statuses]))
+        return bool(self._finalize_many(conn, [(task_id, attempt)], statuses, final, now_ms, message))
+
+    def _finalize_many(self, conn: Connection, pairs: Sequence[tuple[str, int]], statuses: Iterable[Status],
+                       final: Status, now_ms: int, message: str | None) -> set[str]:
+        """Move live tasks, each at its attempt and in one of `statuses`, to the backlog with their
+        final status, in four statements whatever their number. Returns the ids moved."""
+        cond = and_(*_pairs(T, pairs), T.c.status.in_([int(s) for s in statuses]))
         # Lock first: INSERT ... SELECT takes a shared lock that the DELETE would have to upgrade,
         # which deadlocks against a concurrent result for the same task.
-        if conn.execute(select(T.c.task_id).where(cond).with_for_update()).first() is None:
-            return False
+        locked = {r.task_id for r in conn.execute(select(T.c.task_id).where(cond).with_for_update())}
+        if not locked:
+            return set()
         dead = 1 if final is Status.FAILED else 0
         copied = conn.execute(insert(B).from_select(
             [B.c.task_id, B.c.topic, B.c.shard_id, B.c.due_ms, B.c.status, B.c.attempt, B.c.payload,
@@ -396,7 +412,12 @@ class TaskStore:
             .where(cond))).rowcount
         if copied:
             conn.execute(delete(T).where(cond))
-        return bool(copied)
+        return locked if copied else set()
+
+
+def _pairs(table, pairs: Sequence[tuple[str, int]]) -> list:
+    """WHERE (task_id, attempt) IN pairs, with the plain id list that lets the primary key serve it."""
+    return [table.c.task_id.in_([p[0] for p in pairs]), tuple_(table.c.task_id, table.c.attempt).in_(list(pairs))]
 
 
 def _task_row(t: NewTask) -> dict:

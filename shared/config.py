@@ -56,6 +56,7 @@ class SchedulingSettings:
     scan_interval_ms: int
     memory_cap: int
     dispatch_batch: int
+    claim_lead_ms: int
     publish_retry_ms: int
     catchup_rate: int
     catchup_grace_ms: int
@@ -160,6 +161,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Tasks held in memory at most; the window shrinks to fit."),
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,
             "Due tasks claimed in one MySQL statement at most."),
+    Setting("DELAYQ_CLAIM_LEAD_MS", "scheduling", "claim_lead_ms", int, 20,
+            "Tasks are claimed in MySQL this long before they are due and published at the due instant "
+            "(from the claim on, cancel answers ALREADY_DISPATCHED)."),
     Setting("DELAYQ_PUBLISH_RETRY_MS", "scheduling", "publish_retry_ms", int, 1000,
             "Delay before a task whose publish failed (broker down) is dispatched again."),
     Setting("DELAYQ_CATCHUP_RATE", "scheduling", "catchup_rate", int, 2000,
@@ -260,6 +264,8 @@ def _check(s: Settings) -> None:
     for env, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{env} must be positive, got {value}")
+    if not 0 <= s.scheduling.claim_lead_ms <= 1000:
+        raise ConfigError("DELAYQ_CLAIM_LEAD_MS must be between 0 and 1000")
     if s.scheduling.scan_interval_ms >= s.scheduling.window_ms:
         raise ConfigError("DELAYQ_SCAN_INTERVAL_MS must be smaller than DELAYQ_WINDOW_MS")
     if not 1 <= s.scheduling.shards <= 4096:

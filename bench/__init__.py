@@ -1,0 +1,1 @@
+"""delayq's benchmark harness: `python -m bench` (see bench/__main__.py)."""

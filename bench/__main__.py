@@ -1,0 +1,147 @@
+"""delayq benchmark harness.
+
+Full run (about 15-20 minutes on 2 cores, --big adds about 15; needs ZooKeeper, MariaDB and RabbitMQ on their default local
+ports, as for the tests; run from the repository root with nothing else loading the machine):
+
+    python -m bench --out bench/RESULTS.md
+
+It first measures this machine's raw limits (MariaDB batched INSERT rows/s, RabbitMQ confirmed
+publishes/s with a pipelined window, the consumer's drain rate), then runs the scenarios, each
+against its own fresh database (dropped after) with real `delayq node` processes, producers and a
+RabbitMQ consumer in separate processes:
+
+    submit    single `submit` calls from 1 and 8 client processes; `submitBatch` of 1,000
+    steady    1,000 tasks/s for 60 s, delays uniform in 1-30 s: lateness p50/p99/max, lost, duplicates
+    burst     100,000 tasks due at one instant: time until the last arrives, tasks/s during the drain
+    scale     1,000,000 pending tasks over 7 days (--big: 10,000,000): node RSS, window load time,
+              steady lateness vs an almost empty table
+    restart   SIGKILL and restart the only node with 1,000,000 pending: time until it fires again
+    failover  3 nodes (ZooKeeper) under the steady load, SIGKILL one: max lateness of its tasks
+
+It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
+"target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:
+date, machine, command, figures). Throughputs carry their ratio to the raw limit.
+
+    python -m bench --scenario burst --scenario steady     # some scenarios (limits always run first)
+    python -m bench --smoke --out /tmp/RESULTS.md           # tiny sizes, a few seconds each (the test)
+    python -m bench --scale 0.1                             # every task count times 0.1
+    python -m bench --set steady.rate=500 --set steady.duration=30
+
+Services: DELAYQ_BENCH_MYSQL (mysql+pymysql://root@127.0.0.1:3306), DELAYQ_BENCH_AMQP,
+DELAYQ_BENCH_ZK override where they are. Exit status 1 when a scenario failed to run (a missed
+target is reported, not an error).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import logging
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench import report
+from bench.cluster import describe_machine, sweep_stale, wait_for_services
+from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE, Run
+
+
+def sizes(args) -> dict[str, dict]:
+    params = copy.deepcopy(PARAMS)
+    for overlay in ([SMOKE] if args.smoke else []) + ([BIG] if args.big else []):
+        for name, values in overlay.items():
+            params[name].update(values)
+    if args.scale != 1.0:
+        for values in params.values():
+            for key in COUNTS & set(values):
+                values[key] = max(1, int(values[key] * args.scale))
+    for item in args.set:
+        key, _, value = item.partition("=")
+        name, _, field = key.partition(".")
+        if name not in params or field not in params[name]:
+            raise SystemExit(f"--set {item}: no size {key!r} (see bench/scenarios.py PARAMS)")
+        old = params[name][field]
+        params[name][field] = type(old)(float(value)) if isinstance(old, (int, float)) else value
+    return params
+
+
+def _interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description="delayq benchmark (see the module docstring)")
+    p.add_argument("--scenario", action="append", choices=ORDER, help="run this scenario (repeatable; default all)")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds per scenario")
+    p.add_argument("--big", action="store_true", help="10,000,000 pending tasks in scale and restart")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every task count")
+    p.add_argument("--set", action="append", default=[], metavar="SCENARIO.SIZE=VALUE", help="one size")
+    p.add_argument("--out", default="bench/RESULTS.md", help="RESULTS.md to write")
+    p.add_argument("--keep-logs", action="store_true", help="keep node logs and records (else kept on failure only)")
+    args = p.parse_args(argv)
+    # SIGTERM (a test's timeout) unwinds like Ctrl-C: nodes stopped, databases dropped, queues deleted.
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    logging.basicConfig(level=logging.ERROR)     # the publisher's connection notices are not figures
+    logging.getLogger("thrift").setLevel(logging.CRITICAL)   # "could not connect" while a node starts
+    logging.getLogger("pika").setLevel(logging.CRITICAL)     # connection failures surface as exceptions
+    params = sizes(args)
+    wanted = ["limits"] + [s for s in ORDER[1:] if not args.scenario or s in args.scenario]
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
+    (workdir / "logs").mkdir()
+    figures: list[dict] = []
+
+    def emit(f: dict) -> None:
+        figures.append(f)
+        report.emit(f)
+
+    run = Run(workdir, workdir / "logs", emit)
+    try:
+        for name in sweep_stale():
+            print(f"dropped {name}, left behind by an earlier run", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - the scenarios will say what is wrong with MySQL
+        print(f"could not look for stale benchmark databases: {e}", file=sys.stderr)
+    started = datetime.datetime.now(datetime.timezone.utc).astimezone()
+    t0 = time.monotonic()
+    errors: dict[str, str] = {}
+    for name in wanted:
+        print(f"== {name}: {json.dumps(params[name])}", file=sys.stderr, flush=True)
+        s0 = time.monotonic()
+        try:
+            waited = wait_for_services()
+            if waited > 1:
+                print(f"waited {waited:.0f} s for MariaDB and RabbitMQ", file=sys.stderr, flush=True)
+            SCENARIOS[name](run, params[name])
+        except KeyboardInterrupt:
+            errors[name] = "interrupted"
+            break
+        except Exception as e:  # noqa: BLE001 - report it, run the others
+            errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            traceback.print_exc(file=sys.stderr)
+            print(json.dumps({"scenario": name, "error": errors[name]}), flush=True)
+        print(f"== {name}: {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+
+    print()
+    print(report.table(figures))
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    out = Path(args.out)
+    report.write_results(out, figures, command=command.strip(), started=started.strftime("%Y-%m-%d %H:%M %Z"),
+                         seconds=time.monotonic() - t0, machine=describe_machine(),
+                         params={k: params[k] for k in wanted}, errors=errors)
+    print(f"\nwrote {out}", file=sys.stderr)
+    lost = any(f["figure"] == "lost" and f["value"] for f in figures)
+    if errors or lost or args.keep_logs:
+        print(f"logs and records kept in {workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

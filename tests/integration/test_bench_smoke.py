@@ -1,0 +1,57 @@
+"""The benchmark harness runs end to end: `python -m bench --smoke` (every scenario at tiny sizes).
+
+No timed assertions: the benchmark reports figures, this only checks that each scenario produced
+them, that nothing was lost on the way, and that RESULTS.md was written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ["limits", "submit", "steady", "burst", "scale", "restart", "failover"]
+
+
+def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "--smoke", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)      # the harness stops its nodes and drops its databases
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        pytest.fail(f"the smoke run took more than 240 s\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    errors = [line for line in lines if "error" in line]
+    assert proc.returncode == 0 and not errors, f"{errors}\n{stderr[-3000:]}"
+
+    figures = [line for line in lines if "figure" in line]
+    for f in figures:
+        assert set(f) >= {"scenario", "figure", "value", "unit", "target"}, f
+    by_scenario = {s: {f["figure"]: f for f in figures if f["scenario"] == s} for s in SCENARIOS}
+    assert all(by_scenario.values()), {s: sorted(f) for s, f in by_scenario.items()}
+
+    lost = [f for f in figures if f["figure"] == "lost"]
+    assert {f["scenario"] for f in lost} >= {"steady", "burst", "scale", "restart", "failover"}
+    assert all(f["value"] == 0 for f in lost), "\n".join(json.dumps(f) for f in lost) + "\n" + stderr[-3000:]
+    assert by_scenario["limits"]["mysql_insert_rows"]["value"] > 0
+    assert by_scenario["limits"]["rabbitmq_confirmed_publishes"]["value"] > 0
+    assert by_scenario["burst"]["drain_rate"]["ratio_to_limit"] is not None
+
+    text = out.read_text()
+    assert "python -m bench --smoke" in text
+    for s in SCENARIOS:
+        assert f"| {s} |" in text

@@ -154,11 +154,12 @@ class ConsumerProcess:
         return self.records
 
     def wait_count(self, count: int, timeout: float, quiet_s: float | None = None) -> list[Record]:
-        """Until `count` records arrived, `timeout` passed, or (quiet_s) nothing came for that long."""
+        """Until `count` distinct tasks arrived (a duplicate delivery does not count), `timeout`
+        passed, or (quiet_s) nothing came for that long."""
         deadline = time.monotonic() + timeout
         last_n, last_change = -1, time.monotonic()
         while time.monotonic() < deadline:
-            n = len(self.poll())
+            n = len({r.task_id for r in self.poll()})
             if n >= count:
                 break
             if n != last_n:

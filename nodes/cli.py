@@ -42,6 +42,9 @@ def setup_logging(level: str, fmt: str) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """delayq: a distributed delayed-task scheduler (Thrift in, MySQL as truth, RabbitMQ out)."""
+    # Commands say in one line why a node could not be reached; Thrift's socket logger would say
+    # it again for every address it tried.
+    logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
 
 
 @main.command(epilog="\b\nSettings (environment variables, or keys of the --config TOML file):\n\n"

@@ -5,13 +5,11 @@ import json
 import sys
 
 import click
-from thrift.Thrift import TException
 
-from shared.client import DelayqClient, discover
+from shared.client import DelayqClient
 from shared.gen.delayq_thrift import ttypes
-from nodes.cli_common import load_settings
+from nodes.cli_common import EXIT_FAILURE, client, load_settings, run
 
-EXIT_FAILURE, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
 FIELDS = [  # option, CallbackService field, type, help
     ("--exchange", "exchange", str, "Exchange to publish to (default: the node's DELAYQ_EXCHANGE)."),
@@ -40,21 +38,11 @@ def _options(f):
 
 def _call(config_file: str | None, endpoints: tuple[str, ...], fn):
     settings = load_settings(config_file)
-    try:
-        found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster)
-        if not found:
-            raise ttypes.Unavailable(reason=f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
-        with DelayqClient(found) as c:
+
+    def go():
+        with client(settings, endpoints) as c:
             return fn(c)
-    except ttypes.InvalidService as e:
-        click.echo(f"error: {e.field}: {e.reason}", err=True)
-        sys.exit(EXIT_USAGE)
-    except ttypes.Unavailable as e:
-        click.echo(f"error: {e.reason}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except (TException, OSError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+    return run(go)
 
 
 def _as_dict(s: ttypes.CallbackService) -> dict:

@@ -6,26 +6,13 @@ import json
 import sys
 
 import click
-from thrift.Thrift import TException
 
-from shared.config import Settings
 from shared.clock import SYSTEM_CLOCK
-from shared.client import DelayqClient, discover
 from shared.db import make_engine
-from shared.errors import ConfigError, Unavailable
 from shared.gen.delayq_thrift import ttypes
 from shared.lifecycle import Status
-from nodes.cli_common import load_settings
+from nodes.cli_common import EXIT_FAILURE, client, load_settings, run
 from nodes.ops import TaskFilter, list_tasks, purge, redrive
-
-EXIT_FAILURE, EXIT_UNAVAILABLE = 1, 3
-
-
-def _client(settings: Settings, endpoints: tuple[str, ...]) -> DelayqClient:
-    found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster)
-    if not found:
-        raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
-    return DelayqClient(found)
 
 
 def _instant(text: str | None) -> int | None:
@@ -41,24 +28,6 @@ def _instant(text: str | None) -> int | None:
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return int(t.timestamp() * 1000)
-
-
-def _run(fn):
-    """Map delayq's errors to exit codes and one clear line."""
-    try:
-        return fn()
-    except ConfigError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
-    except Unavailable as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except ttypes.Unavailable as e:
-        click.echo(f"error: {e.reason}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
-    except (TException, OSError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
 
 
 common = [click.option("--config", "config_file", type=click.Path(dir_okay=False)),
@@ -85,13 +54,13 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
     settings = load_settings(config_file)
 
     def go():
-        with _client(settings, endpoints) as c:
+        with client(settings, endpoints) as c:
             try:
                 return c.get(task_id)
             except ttypes.NotFound:
                 click.echo(f"no task {task_id!r}", err=True)
                 sys.exit(EXIT_FAILURE)
-    info = _run(go)
+    info = run(go)
     out = {"taskId": info.taskId, "topic": info.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[info.status],
            "attempt": info.attempt, "dueAtMs": info.dueAtMs, "shardId": info.shardId,
            "attempts": [{"attempt": a.attempt, "node": a.nodeId, "dispatchedAtMs": a.dispatchedAtMs,
@@ -115,9 +84,9 @@ def cancel_task(task_id: str, endpoints: tuple[str, ...], config_file: str | Non
     settings = load_settings(config_file)
 
     def go():
-        with _client(settings, endpoints) as c:
+        with client(settings, endpoints) as c:
             return ttypes.CancelResult._VALUES_TO_NAMES[c.cancel(task_id)]
-    outcome = _run(go)
+    outcome = run(go)
     click.echo(json.dumps({"taskId": task_id, "result": outcome}) if as_json else outcome)
     if outcome != "CANCELLED":
         sys.exit(EXIT_FAILURE)
@@ -143,7 +112,7 @@ def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_jso
     """List live and archived tasks by id, topic, due range and state, a page at a time."""
     settings = load_settings(config_file)
     f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status[status.upper()] if status else None)
-    rows = _run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after))
+    rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -166,11 +135,11 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
     engine = make_engine(settings.mysql)
     f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status.FAILED)
     if not yes:
-        count = len(_run(lambda: list_tasks(engine, f, 10_000)))
+        count = len(run(lambda: list_tasks(engine, f, 10_000)))
         click.echo(json.dumps({"would_redrive": count}) if as_json else
                    f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
         return
-    moved = _run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())))
+    moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())))
     click.echo(json.dumps({"redriven": moved}) if as_json else f"redriven: {moved} tasks")
 
 
@@ -190,7 +159,7 @@ def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> 
         for b, x in purge(engine, before, batch):
             backlog, execlog = backlog + b, execlog + x
         return backlog, execlog
-    backlog, execlog = _run(go)
+    backlog, execlog = run(go)
     click.echo(json.dumps({"backlog": backlog, "execlog": execlog}) if as_json else
                f"purged {backlog} archived tasks and {execlog} attempts older than {days} days")
 

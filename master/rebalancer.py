@@ -43,7 +43,6 @@ class Rebalancer:
         self._last_change = 0.0
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rebalancer", daemon=True)
-        self.passes = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -154,7 +153,6 @@ class Rebalancer:
         # again at the new epoch, or its owner's claims would keep failing.
         moved.update({s: (g.member, g.member) for s, g in current.shards.items()
                       if s in target and stored.get(s, (None, 0))[1] > g.epoch})
-        self.passes += 1
         if not moved and len(current.shards) == len(shard_ids) and active == current.active and not fresh \
                 and intents_zxid == current.intents_zxid:
             self._repair(current, stored)

@@ -31,8 +31,6 @@ class GroupCommitter(Worker):
         self._max_rows = max_rows
         self._timeout_s = timeout_s
         self._inbox: queue.Queue[tuple[Sequence[NewTask], Future]] = queue.Queue()
-        self.commits = 0
-        self.submits = 0
 
     def submit(self, tasks: Sequence[NewTask]) -> list[Submitted]:
         """Insert these tasks (all or nothing) with whatever else is waiting; raises like the store."""
@@ -71,8 +69,6 @@ class GroupCommitter(Worker):
             for _, done in batch:
                 done.set_exception(e)
             return
-        self.commits += 1
-        self.submits += len(batch)
         for (_, done), result in zip(batch, results):
             if isinstance(result, Exception):
                 done.set_exception(result)

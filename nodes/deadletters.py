@@ -46,7 +46,6 @@ class DeadLetterer(Worker):
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
         self._confirmed: list[str] = []
-        self.published = 0
 
     def on_outcome(self, ref: DeadLetterRef, outcome: str, reason: str | None) -> None:
         """Publisher callback: never blocks."""
@@ -74,7 +73,6 @@ class DeadLetterer(Worker):
             done, self._confirmed = self._confirmed, []
         if done:
             self._store.dead_lettered(done)
-            self.published += len(done)
         if not self._publisher.ready:
             return
         rows = self._store.dead_letters(self._ownership.shards(), self._batch)

@@ -61,7 +61,6 @@ class Dispatcher(Worker):
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
-        self.claimed = 0
 
     def _interrupt(self) -> None:
         self._queue.close()
@@ -100,7 +99,6 @@ class Dispatcher(Worker):
             log.exception("claiming %d due tasks failed", len(due))
             self._dropped(due, None)
             return
-        self.claimed += len(claimed)
         with self._lock:
             for c in claimed:
                 self._held[c.task_id] = c

@@ -54,7 +54,6 @@ class FeedbackConsumer(Worker):
         super().__init__()
         self._params, self._apply, self._prefetch = params, apply, prefetch
         self._queue = topology.results_queue(cluster)
-        self.applied = 0
 
     def _run(self) -> None:
         delay = 1.0
@@ -106,4 +105,3 @@ class FeedbackConsumer(Worker):
         except Exception:  # noqa: BLE001 - a message that breaks a bug is dropped, not redelivered forever
             log.exception("result for %s attempt %d dropped", task_id, attempt)
         channel.basic_ack(method.delivery_tag)
-        self.applied += 1

@@ -36,7 +36,6 @@ class Loader(Worker):
         self._results, self._clock = results, clock
         self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
         self.scans = 0
-        self.failures = 0
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
@@ -57,7 +56,6 @@ class Loader(Worker):
                 failures = 0
                 wait = self._interval_ms / 1000.0
             except Exception as e:  # noqa: BLE001 - the loader must outlive any failure
-                self.failures += 1
                 failures += 1
                 wait = min(30.0, 0.5 * 2 ** min(failures, 6))
                 if isinstance(e, Unavailable):

@@ -44,8 +44,6 @@ class Recorder(Worker):
         self._retry_ms = publish_retry_ms
         self._batch = batch
         self._inbox: queue.Queue[tuple[Any, str, str | None]] = queue.Queue()
-        self.confirmed = 0
-        self.failed = 0
 
     def on_outcome(self, ref: Any, outcome: str, reason: str | None) -> None:
         """Publisher callback: never blocks. Dead letters have their own bookkeeping."""
@@ -99,14 +97,12 @@ class Recorder(Worker):
         if confirmed:
             for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
                 self._metrics.finished.labels(c.topic).inc()
-            self.confirmed += len(confirmed)
         if failed:
             now = self._clock.now_ms()
             due = now + self._retry_ms
             node = self._ownership.node_id
             self._store.release([c for c in failed if c.task_id not in sent], due, False, node, now)
             self._store.release([c for c in failed if c.task_id in sent], due, True, node, now)
-            self.failed += len(failed)
             log.warning("%d publishes failed (%s): dispatching again in %d ms",
                         len(failed), next(r for _, o, r in items if o in (FAILED, NOT_SENT)), self._retry_ms)
             self._requeue([(c, due) for c in failed])

@@ -80,7 +80,6 @@ class TaskConsumer:
         self._channel = None
         self._results_channel = None
         self._ready = threading.Event()
-        self.handled = 0
 
     def declare(self, channel) -> str:
         queue = topology.queue_name(self.topic)
@@ -164,7 +163,6 @@ class TaskConsumer:
         if self._results is not None:
             self._report(task, status, message[:1024])
         channel.basic_ack(method.delivery_tag)
-        self.handled += 1
         self._done[mid] = None
         if len(self._done) > self._remember:
             self._done.popitem(last=False)

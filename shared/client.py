@@ -104,7 +104,7 @@ class DelayqClient:
             raise AttributeError(method)
         return lambda *args: self._call(method, args)
 
-    def _call(self, method: str, args: tuple) -> Any:
+    def _call(self, method: str, args: tuple, rediscover: bool = True) -> Any:
         last: Exception | None = None
         for _ in range(max(2, len(self._endpoints))):
             try:
@@ -128,16 +128,12 @@ class DelayqClient:
             self.close()
             self._index += 1
         assert last is not None
-        if self._rediscover is not None and not getattr(self, "_rediscovering", False):
+        if rediscover and self._rediscover is not None:
             fresh = [parse_endpoint(e) for e in self._rediscover()]
             if fresh and set(fresh) != set(self._endpoints):
                 self._endpoints = fresh
                 self._rng.shuffle(self._endpoints)
-                self._rediscovering = True
-                try:
-                    return self._call(method, args)
-                finally:
-                    self._rediscovering = False
+                return self._call(method, args, rediscover=False)
         raise last
 
 

@@ -45,6 +45,12 @@ def _call(config_file: str | None, endpoints: tuple[str, ...], fn):
     return run(go)
 
 
+def _given(options: dict) -> dict:
+    """The CallbackService fields the command line set (click names --max-retries max_retries)."""
+    values = {field: options[opt.lstrip("-").replace("-", "_")] for opt, field, _, _ in FIELDS}
+    return {field: value for field, value in values.items() if value is not None}
+
+
 def _as_dict(s: ttypes.CallbackService) -> dict:
     return {k: v for k, v in vars(s).items()}
 
@@ -67,9 +73,7 @@ def add(topic, endpoints, as_json, config_file, **fields) -> None:
         if _find(c, topic) is not None:
             click.echo(f"error: service {topic!r} exists; use `delayq services update`", err=True)
             sys.exit(EXIT_FAILURE)
-        svc = ttypes.CallbackService(topic=topic, **{f: fields[o.lstrip("-").replace("-", "_")]
-                                                      for o, f, _, _ in FIELDS
-                                                      if fields[o.lstrip("-").replace("-", "_")] is not None})
+        svc = ttypes.CallbackService(topic=topic, **_given(fields))
         c.registerService(svc)
         return _find(c, topic)
     svc = _call(config_file, endpoints, go)
@@ -86,10 +90,8 @@ def update(topic, endpoints, as_json, config_file, **fields) -> None:
         if svc is None:
             click.echo(f"error: no service {topic!r}; use `delayq services add`", err=True)
             sys.exit(EXIT_FAILURE)
-        for opt, field, _, _ in FIELDS:
-            value = fields[opt.lstrip("-").replace("-", "_")]
-            if value is not None:
-                setattr(svc, field, value)
+        for field, value in _given(fields).items():
+            setattr(svc, field, value)
         c.registerService(svc)
         return _find(c, topic)
     svc = _call(config_file, endpoints, go)

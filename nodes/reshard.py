@@ -27,7 +27,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from shared import tables
 from shared.clock import Clock
 from shared.db import unavailable_on_failure
-from shared.errors import Unavailable
+from shared.errors import StoreUnavailable
 from shared.lifecycle import Status
 from shared.schema import shard_count
 from shared.zkpaths import AssignmentDoc, ZkPaths
@@ -35,6 +35,7 @@ from shared.zkpaths import AssignmentDoc, ZkPaths
 log = logging.getLogger(__name__)
 T, S, META = tables.task, tables.shard, tables.meta
 MARGIN_MS = 60_000
+LOCK_CONFLICTS = {1205, 1213}     # lock wait timeout, deadlock: the batch can simply run again
 
 
 def _crc(m: int):
@@ -135,8 +136,8 @@ class Resharder:
                         return 0
                     return conn.execute(update(T).where(T.c.task_id.in_(ids), where)
                                         .values(shard_id=_crc(target))).rowcount
-            except Unavailable as e:
-                if "1213" not in str(e) and "1205" not in str(e) or attempt == 4:
+            except StoreUnavailable as e:
+                if e.code not in LOCK_CONFLICTS or attempt == 4:
                     raise
                 log.info("reshard batch hit a lock conflict; retrying: %s", e)
                 time.sleep(0.05 * (attempt + 1))

@@ -61,7 +61,7 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
         if code in _SCHEMA_ERRORS:
             raise ConfigError(f"the database schema is not up to date ({_short(e)}): "
                               "run `delayq db migrate`") from None
-        raise StoreUnavailable(f"{what} unavailable: {_short(e)}") from None
+        raise StoreUnavailable(f"{what} unavailable: {_short(e)}", code) from None
 
 
 def _short(e: Exception) -> str:

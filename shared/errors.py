@@ -54,7 +54,9 @@ class Unavailable(DelayqError):
 
 
 class StoreUnavailable(Unavailable):
-    pass
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code        # the MySQL error number, when there was one (1213: deadlock)
 
 
 class BrokerUnavailable(Unavailable):

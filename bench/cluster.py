@@ -100,9 +100,11 @@ class Node:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send sig; for one that ends the process, wait until it has (SIGSTOP/SIGCONT do not)."""
         if self.alive():
             os.kill(self.proc.pid, sig)
-            self.proc.wait(30)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.proc.wait(30)
 
     def stop(self) -> None:
         if not self.alive():

@@ -118,10 +118,6 @@ class Record:
     dispatched_ms: int
     task_id: str
 
-    @property
-    def lateness_ms(self) -> float:
-        return self.recv_us / 1000.0 - self.due_ms
-
 
 class ConsumerProcess:
     """Runs `python -m bench.consumer` and reads what it wrote so far."""

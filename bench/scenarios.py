@@ -110,44 +110,35 @@ def _r(x):
     return None if x is None else round(x, 1)
 
 
-def live_statuses(cl: Cluster, task_ids) -> dict[str, tuple[int, int | None]]:
-    """task id -> (status, deadline ms) for those of the ids still live in job_delay_task."""
-    ids = list(task_ids)
-    out: dict[str, int] = {}
+def rows_for(cl: Cluster, query: str, task_ids) -> list[tuple]:
+    """query (with {ids} where the id list goes) run over task_ids, 1,000 at a time."""
+    ids, rows = list(task_ids), []
     engine = cl.engine()
     try:
         with engine.connect() as conn:
             for i in range(0, len(ids), 1000):
                 chunk = ids[i:i + 1000]
-                marks = ",".join(["%s"] * len(chunk))
-                for tid, status, deadline in conn.exec_driver_sql(
-                        f"SELECT task_id, status, deadline_ms FROM job_delay_task WHERE task_id IN ({marks})",
-                        tuple(chunk)):
-                    out[tid] = (status, deadline)
+                rows += conn.exec_driver_sql(query.format(ids=",".join(["%s"] * len(chunk))), tuple(chunk)).all()
     finally:
         engine.dispose()
-    return out
+    return rows
+
+
+def live_statuses(cl: Cluster, task_ids) -> dict[str, tuple[int, int | None]]:
+    """task id -> (status, deadline ms) for those of the ids still live in job_delay_task."""
+    return {tid: (status, deadline) for tid, status, deadline in rows_for(
+        cl, "SELECT task_id, status, deadline_ms FROM job_delay_task WHERE task_id IN ({ids})", task_ids)}
 
 
 def fates(cl: Cluster, task_ids) -> str:
     """Where tasks the consumer never saw ended up, e.g. "3 FINISHED/CONFIRMED, 1 missing"."""
-    ids = list(task_ids)
-    seen: dict[str, str] = {}
-    engine = cl.engine()
-    try:
-        with engine.connect() as conn:
-            for i in range(0, len(ids), 1000):
-                chunk = ids[i:i + 1000]
-                marks = ",".join(["%s"] * len(chunk))
-                for tid, status, result in conn.exec_driver_sql(
-                        "SELECT b.task_id, b.status, GROUP_CONCAT(x.result ORDER BY x.attempt) "
-                        "FROM job_delay_task_backlog b LEFT JOIN job_delay_task_execlog x USING (task_id) "
-                        f"WHERE b.task_id IN ({marks}) GROUP BY b.task_id, b.status", tuple(chunk)):
-                    seen[tid] = f"{ {3: 'FINISHED', 4: 'FAILED', 5: 'CANCELLED'}.get(status, status)}/{result}"
-    finally:
-        engine.dispose()
+    seen = {tid: f"{ {3: 'FINISHED', 4: 'FAILED', 5: 'CANCELLED'}.get(status, status)}/{result}"
+            for tid, status, result in rows_for(
+                cl, "SELECT b.task_id, b.status, GROUP_CONCAT(x.result ORDER BY x.attempt) "
+                    "FROM job_delay_task_backlog b LEFT JOIN job_delay_task_execlog x USING (task_id) "
+                    "WHERE b.task_id IN ({ids}) GROUP BY b.task_id, b.status", task_ids)}
     counts: dict[str, int] = {}
-    for tid in ids:
+    for tid in task_ids:
         key = seen.get(tid, "not in MySQL")
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
@@ -155,20 +146,8 @@ def fates(cl: Cluster, task_ids) -> str:
 
 def shards_of(cl: Cluster, task_ids) -> dict[str, int]:
     ids = list(task_ids)
-    out: dict[str, int] = {}
-    engine = cl.engine()
-    try:
-        with engine.connect() as conn:
-            for i in range(0, len(ids), 1000):
-                chunk = ids[i:i + 1000]
-                marks = ",".join(["%s"] * len(chunk))
-                for table in ("job_delay_task", "job_delay_task_backlog"):
-                    for tid, shard in conn.exec_driver_sql(
-                            f"SELECT task_id, shard_id FROM {table} WHERE task_id IN ({marks})", tuple(chunk)):
-                        out[tid] = shard
-    finally:
-        engine.dispose()
-    return out
+    return {tid: shard for table in ("job_delay_task", "job_delay_task_backlog")
+            for tid, shard in rows_for(cl, f"SELECT task_id, shard_id FROM {table} WHERE task_id IN ({{ids}})", ids)}
 
 
 def cpu_seconds(pid: int) -> float:

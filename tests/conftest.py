@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,8 +18,9 @@ from typing import Callable
 import pika
 import pytest
 
+from bench.cluster import Node, free_port, now_ms
 from shared import config, db as dbm, schema
-from shared.client import CallbackService, DelayqClient, connect
+from shared.client import CallbackService
 
 MYSQL_SERVER = os.environ.get("DELAYQ_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
 AMQP_URL = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -40,16 +37,6 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---- databases -----------------------------------------------------------------------------------
@@ -101,73 +88,9 @@ def database(request) -> Database:
 
 # ---- nodes ---------------------------------------------------------------------------------------
 
-@dataclass
-class NodeProcess:
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.env["DELAYQ_PORT"])
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def node_id(self) -> str:
-        return self.env["DELAYQ_NODE_ID"]
-
-    def start(self, wait: bool = True) -> "NodeProcess":
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "nodes.cli", "node"], env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        if wait:
-            wait_until(self.answers, 30, 0.05, f"node {self.node_id} to serve\n{self.log_tail()}")
-        return self
-
-    def answers(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            pytest.fail(f"node {self.node_id} exited with {self.proc.returncode}\n{self.log_tail()}")
-        try:
-            client, transport = connect("127.0.0.1", self.port, 1.0)
-        except OSError:
-            return False
-        except Exception:  # noqa: BLE001 - thrift raises its own transport errors while starting
-            return False
-        try:
-            client.cluster()
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-        finally:
-            transport.close()
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-            if sig in (signal.SIGKILL, signal.SIGTERM):
-                self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def client(self, timeout_s: float = 10.0) -> DelayqClient:
-        return DelayqClient([self.endpoint], timeout_s=timeout_s)
+# One node-process class for the tests and the benchmarks: start (waits until it serves), answers,
+# kill(sig), stop (SIGCONT, then SIGTERM), log_tail, client.
+NodeProcess = Node
 
 
 class NodeFactory:
@@ -197,9 +120,7 @@ class NodeFactory:
 
     def stop_all(self) -> None:
         for node in self.made:
-            if node.proc is not None and node.proc.poll() is None:
-                os.kill(node.proc.pid, signal.SIGCONT)   # a test may have left one stopped
-            node.stop()
+            node.stop()        # wakes a node a test left stopped, then SIGTERM
 
 
 @pytest.fixture(scope="module")

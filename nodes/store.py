@@ -1,4 +1,10 @@
-"""TaskStore: every read and write of tasks, on SQLAlchemy Core, one transaction per unit of work.
+"""TaskStore: every read and write of tasks, one transaction per unit of work.
+
+The hot paths (submit, window scan, claim, execlog, finishing fire-and-forget tasks) run fixed SQL
+text through the driver (`exec_driver_sql`): building and compiling a Core statement with a
+thousand-element IN list cost more CPU than the round trip it describes. Everything else is
+SQLAlchemy Core. Both take connections from the same engine, so timeouts and error translation are
+the same.
 
 MySQL is the truth (ARCHITECTURE invariant 1). Each state change is conditional on the row's
 current status and attempt, so whatever races it (another node, a late report, a stale memory
@@ -15,8 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy.exc
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, literal, or_, select, tuple_, update
+from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, select, update
 
 from shared import tables
 from shared.db import unavailable_on_failure
@@ -112,9 +117,10 @@ class TaskStore:
         prior: dict[str, tuple[bytes, int, int]] = {}
         for table in (T, B):
             for chunk in _chunks(ids, 1000):
-                for r in conn.execute(select(table.c.task_id, table.c.spec_hash, table.c.shard_id,
-                                             table.c.due_ms).where(table.c.task_id.in_(chunk))):
-                    prior.setdefault(r.task_id, (bytes(r.spec_hash), r.shard_id, r.due_ms))
+                for task_id, spec_hash, shard_id, due_ms in conn.exec_driver_sql(
+                        f"SELECT task_id, spec_hash, shard_id, due_ms FROM {table.name} "
+                        f"WHERE task_id IN ({_marks(len(chunk))})", tuple(chunk)):
+                    prior.setdefault(task_id, (bytes(spec_hash), shard_id, due_ms))
         results: list[list[Submitted] | Conflict] = []
         rows: list[NewTask] = []
         for group in groups:
@@ -139,22 +145,23 @@ class TaskStore:
             rows.extend(mine)
             results.append(out)
         if rows:
-            conn.execute(insert(T), [_task_row(t) for t in rows])
+            conn.exec_driver_sql(_INSERT_TASK, [_task_row(t) for t in rows])
         return results
 
     # ---- loading and claiming -----------------------------------------------------------------
 
-    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int) -> list[Entry]:
-        """DELAY tasks of these shards due before before_ms, earliest first (a range scan per shard)."""
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0) -> list[Entry]:
+        """DELAY tasks of these shards due in [from_ms, before_ms), earliest first (a range scan per
+        shard)."""
         shards = sorted(shards)
         if not shards:
             return []
         with unavailable_on_failure(), self._engine.connect() as conn:
-            rows = conn.execute(
-                select(T.c.task_id, T.c.shard_id, T.c.due_ms)
-                .where(T.c.shard_id.in_(shards), T.c.status == int(Status.DELAY), T.c.due_ms < before_ms)
-                .order_by(T.c.due_ms).limit(limit))
-            return [Entry(r.task_id, r.shard_id, r.due_ms) for r in rows]
+            rows = conn.exec_driver_sql(
+                f"SELECT task_id, shard_id, due_ms FROM {T.name} WHERE shard_id IN ({_marks(len(shards))}) "
+                "AND status = %s AND due_ms >= %s AND due_ms < %s ORDER BY due_ms LIMIT %s",
+                (*shards, int(Status.DELAY), from_ms, before_ms, limit))
+            return [Entry(*r) for r in rows]
 
     def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int) -> list[Claimed]:
         """DELAY -> READY, attempt + 1, for the entries still due and of shards `owner` holds at
@@ -164,57 +171,54 @@ class TaskStore:
         wanted = {e.task_id: e for e in entries}
         shards = sorted({e.shard_id for e in entries if e.shard_id in fence})
         with unavailable_on_failure(), self._engine.begin() as conn:
-            held = {r.shard_id for r in conn.execute(
-                select(S.c.shard_id, S.c.owner, S.c.epoch).where(S.c.shard_id.in_(shards))
-                .with_for_update(read=True))
-                if r.owner == owner and r.epoch == fence[r.shard_id]}
+            held = {shard for shard, holder, epoch in conn.exec_driver_sql(
+                f"SELECT shard_id, owner, epoch FROM {S.name} WHERE shard_id IN ({_marks(len(shards))}) "
+                "LOCK IN SHARE MODE", tuple(shards))
+                if holder == owner and epoch == fence[shard]}
             if len(held) < len(shards):
                 log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)",
                             sorted(set(shards) - held))
             if not held:
                 return []
-            rows = conn.execute(
-                select(T.c.task_id, T.c.topic, T.c.shard_id, T.c.due_ms, T.c.attempt, T.c.payload,
-                       T.c.ttr_ms, T.c.max_retries)
-                .where(T.c.task_id.in_(list(wanted)), T.c.status == int(Status.DELAY), T.c.shard_id.in_(held))
-                # By primary key: through the (shard, status, due) index the locking read would
-                # take next-key locks over whole shards and block submits into them.
-                .with_hint(T, "FORCE INDEX (PRIMARY)", "mysql").with_hint(T, "FORCE INDEX (PRIMARY)", "mariadb")
-                .with_for_update()).all()
-            # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
-            rows = [r for r in rows if r.due_ms <= wanted[r.task_id].due_ms]
+            # By primary key: through the (shard, status, due) index the locking read would take
+            # next-key locks over whole shards and block submits into them.
+            rows = [r for r in conn.exec_driver_sql(
+                f"SELECT task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries "
+                f"FROM {T.name} FORCE INDEX (PRIMARY) WHERE task_id IN ({_marks(len(wanted))}) AND status = %s "
+                f"AND shard_id IN ({_marks(len(held))}) FOR UPDATE",
+                (*wanted, int(Status.DELAY), *held))
+                # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
+                if r[3] <= wanted[r[0]].due_ms]
             if not rows:
                 return []
-            conn.execute(
-                update(T).where(T.c.task_id.in_([r.task_id for r in rows]), T.c.status == int(Status.DELAY))
-                .values(status=int(Status.READY), attempt=T.c.attempt + 1, node_id=owner, updated_ms=now_ms,
-                        deadline_ms=now_ms + case((T.c.ttr_ms > 0, T.c.ttr_ms), else_=UNCONFIRMED_GRACE_MS)))
-        return [Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt + 1, bytes(r.payload),
-                        r.ttr_ms, r.max_retries) for r in rows]
+            conn.exec_driver_sql(
+                f"UPDATE {T.name} SET status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s, "
+                "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s) "
+                f"WHERE task_id IN ({_marks(len(rows))}) AND status = %s",
+                (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS, *(r[0] for r in rows),
+                 int(Status.DELAY)))
+        return [Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries)
+                for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows]
 
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
         """The broker confirmed these publishes: write their execlog rows. Tasks that expect no
         result (ttr 0) finish here. Returns the tasks finished."""
         if not confirmed:
             return []
+        done = {c.task_id for c, _ in confirmed if c.ttr_ms == 0}
         with unavailable_on_failure(), self._engine.begin() as conn:
             # A fast consumer's report may have created the row already: the dispatch time and
-            # node are ours to tell, the result stays.
-            stmt = mysql_insert(X).values([{"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id,
-                                             "dispatched_ms": at} for c, at in confirmed])
-            conn.execute(stmt.on_duplicate_key_update(dispatched_ms=stmt.inserted.dispatched_ms,
-                                                      node_id=stmt.inserted.node_id))
-            done = [c for c, _ in confirmed if c.ttr_ms == 0]
+            # node are ours to tell, the result stays. An attempt that expects no result has the
+            # broker's confirm as its result.
+            conn.exec_driver_sql(_UPSERT_DISPATCHED, [
+                (c.task_id, c.attempt, node_id, at, *(("CONFIRMED", at) if c.task_id in done else (None, None)))
+                for c, at in confirmed])
             if not done:
                 return []
             at = max(t for _, t in confirmed)
-            ids = self._finalize_many(conn, [(c.task_id, c.attempt) for c in done], (Status.READY,),
-                                      Status.FINISHED, at, None)
-            finished = [c for c in done if c.task_id in ids]
-            if finished:
-                conn.execute(update(X).where(*_pairs(X, [(c.task_id, c.attempt) for c in finished]))
-                             .values(result="CONFIRMED", result_ms=at))
-            return finished
+            ids = self._finalize_many(conn, [(c.task_id, c.attempt) for c, _ in confirmed if c.task_id in done],
+                                      (Status.READY,), Status.FINISHED, at, None)
+            return [c for c, _ in confirmed if c.task_id in ids]
 
     def release(self, claimed: Sequence[Claimed], due_ms: int, sent: bool, node_id: str, now_ms: int) -> int:
         """The publish failed: back to DELAY, to be dispatched again at due_ms.
@@ -394,37 +398,47 @@ class TaskStore:
     def _finalize_many(self, conn: Connection, pairs: Sequence[tuple[str, int]], statuses: Iterable[Status],
                        final: Status, now_ms: int, message: str | None) -> set[str]:
         """Move live tasks, each at its attempt and in one of `statuses`, to the backlog with their
-        final status, in four statements whatever their number. Returns the ids moved."""
-        cond = and_(*_pairs(T, pairs), T.c.status.in_([int(s) for s in statuses]))
+        final status, in three statements whatever their number. Returns the ids moved."""
+        # (task_id, attempt) IN pairs, with the plain id list that lets the primary key serve it.
+        codes = [int(s) for s in statuses]
+        cond = (f"task_id IN ({_marks(len(pairs))}) AND (task_id, attempt) IN ({', '.join(['(%s, %s)'] * len(pairs))}) "
+                f"AND status IN ({_marks(len(codes))})")
+        args = (*(p[0] for p in pairs), *(v for p in pairs for v in p), *codes)
         # Lock first: INSERT ... SELECT takes a shared lock that the DELETE would have to upgrade,
         # which deadlocks against a concurrent result for the same task.
-        locked = {r.task_id for r in conn.execute(select(T.c.task_id).where(cond).with_for_update())}
+        locked = {r[0] for r in conn.exec_driver_sql(f"SELECT task_id FROM {T.name} WHERE {cond} FOR UPDATE", args)}
         if not locked:
             return set()
-        dead = 1 if final is Status.FAILED else 0
-        copied = conn.execute(insert(B).from_select(
-            [B.c.task_id, B.c.topic, B.c.shard_id, B.c.due_ms, B.c.status, B.c.attempt, B.c.payload,
-             B.c.spec_hash, B.c.max_retries, B.c.ttr_ms, B.c.created_ms, B.c.finished_ms, B.c.message,
-             B.c.dead_letter],
-            select(T.c.task_id, T.c.topic, T.c.shard_id, T.c.due_ms, literal(int(final)), T.c.attempt, T.c.payload,
-                   T.c.spec_hash, T.c.max_retries, T.c.ttr_ms, T.c.created_ms, literal(now_ms), literal(message),
-                   literal(dead))
-            .where(cond))).rowcount
+        copied = conn.exec_driver_sql(
+            f"INSERT INTO {B.name} (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
+            "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter) "
+            "SELECT task_id, topic, shard_id, due_ms, %s, attempt, payload, spec_hash, max_retries, ttr_ms, "
+            f"created_ms, %s, %s, %s FROM {T.name} WHERE {cond}",
+            (int(final), now_ms, message, 1 if final is Status.FAILED else 0, *args)).rowcount
         if copied:
-            conn.execute(delete(T).where(cond))
+            conn.exec_driver_sql(f"DELETE FROM {T.name} WHERE {cond}", args)
         return locked if copied else set()
 
 
-def _pairs(table, pairs: Sequence[tuple[str, int]]) -> list:
-    """WHERE (task_id, attempt) IN pairs, with the plain id list that lets the primary key serve it."""
-    return [table.c.task_id.in_([p[0] for p in pairs]), tuple_(table.c.task_id, table.c.attempt).in_(list(pairs))]
+def _marks(n: int) -> str:
+    """n driver placeholders for an IN list."""
+    return ", ".join(["%s"] * n)
 
 
-def _task_row(t: NewTask) -> dict:
-    return {"task_id": t.task_id, "topic": t.topic, "shard_id": t.shard_id, "due_ms": t.due_ms,
-            "status": int(Status.DELAY), "attempt": 0, "payload": t.payload, "spec_hash": t.spec_hash,
-            "max_retries": t.max_retries, "ttr_ms": t.ttr_ms, "deadline_ms": None, "node_id": None,
-            "created_ms": t.created_ms, "updated_ms": t.created_ms}
+_TASK_COLUMNS = ("task_id", "topic", "shard_id", "due_ms", "status", "attempt", "payload", "spec_hash",
+                 "max_retries", "ttr_ms", "deadline_ms", "node_id", "created_ms", "updated_ms")
+# The drivers turn executemany of one INSERT ... VALUES into multi-row statements.
+_INSERT_TASK = f"INSERT INTO {T.name} ({', '.join(_TASK_COLUMNS)}) VALUES ({_marks(len(_TASK_COLUMNS))})"
+_UPSERT_DISPATCHED = (
+    f"INSERT INTO {X.name} (task_id, attempt, node_id, dispatched_ms, result, result_ms) "
+    "VALUES (%s, %s, %s, %s, %s, %s) "
+    "ON DUPLICATE KEY UPDATE dispatched_ms = VALUES(dispatched_ms), node_id = VALUES(node_id)")
+
+
+def _task_row(t: NewTask) -> tuple:
+    """A new task's values in _TASK_COLUMNS order."""
+    return (t.task_id, t.topic, t.shard_id, t.due_ms, int(Status.DELAY), 0, t.payload, t.spec_hash,
+            t.max_retries, t.ttr_ms, None, None, t.created_ms, t.created_ms)
 
 
 def _chunks(items: list, n: int) -> Iterable[list]:

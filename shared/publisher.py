@@ -25,11 +25,12 @@ While not READY, publish() fails messages at once (FAILED) instead of queueing t
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pika
 import pika.exceptions
@@ -53,6 +54,36 @@ class Outgoing:
 
 
 Outcome = Callable[[Any, str, str | None], None]
+
+
+class _BatchingConnection(SelectConnection):
+    """A SelectConnection that can hold back its outgoing frames and write them as one buffer.
+
+    pika hands each frame (method, header, body: three per message) to the transport separately,
+    and the transport sends each with its own `send()`. For a batch of publishes that is three
+    system calls per message, each releasing and retaking the GIL the node's other threads are
+    using. Inside `batched()` the frames are collected and written once, in the same order."""
+
+    _held: list[bytes] | None = None
+
+    def _output_marshaled_frames(self, marshaled_frames) -> None:
+        if self._held is None:
+            super()._output_marshaled_frames(marshaled_frames)
+            return
+        for frame in marshaled_frames:
+            self.bytes_sent += len(frame)
+            self.frames_sent += 1
+        self._held.extend(marshaled_frames)
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held and self.is_open:
+                self._adapter_emit_data(b"".join(held))
 
 
 class ConfirmedPublisher:
@@ -126,8 +157,7 @@ class ConfirmedPublisher:
                     return
                 except (pika.exceptions.AMQPError, RuntimeError, OSError, AttributeError):
                     del self._handed[key]
-        for msg in batch:
-            self._settle(msg, NOT_SENT, "broker not connected")
+        self._settle_many([(msg, NOT_SENT, "broker not connected") for msg in batch])
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -145,7 +175,7 @@ class ConfirmedPublisher:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            conn = SelectConnection(self._params, on_open_callback=self._on_open,
+            conn = _BatchingConnection(self._params, on_open_callback=self._on_open,
                                     on_open_error_callback=self._on_open_error,
                                     on_close_callback=self._on_closed)
             with self._lock:
@@ -205,20 +235,26 @@ class ConfirmedPublisher:
             self._publish_batch(batch)
 
     def _publish_batch(self, batch: list[Outgoing]) -> None:
+        if self._conn is None:
+            self._settle_many([(msg, NOT_SENT, "broker not connected") for msg in batch])
+            return
+        with self._conn.batched():
+            self._publish_each(batch)
+
+    def _publish_each(self, batch: list[Outgoing]) -> None:
         now = time.monotonic()
+        stamp = int(time.time())
         for i, msg in enumerate(batch):
             if self._channel is None or not self._channel.is_open:
-                for rest in batch[i:]:
-                    self._settle(rest, NOT_SENT, "channel closed")
+                self._settle_many([(rest, NOT_SENT, "channel closed") for rest in batch[i:]])
                 return
             try:
                 self._channel.basic_publish(
                     msg.exchange, msg.routing_key, msg.body, mandatory=True,
                     properties=pika.BasicProperties(delivery_mode=2, message_id=msg.message_id,
-                                                    headers=msg.headers, timestamp=int(time.time())))
+                                                    headers=msg.headers, timestamp=stamp))
             except (pika.exceptions.AMQPError, OSError) as e:
-                for rest in batch[i:]:
-                    self._settle(rest, NOT_SENT, f"publish failed: {e}")
+                self._settle_many([(rest, NOT_SENT, f"publish failed: {e}") for rest in batch[i:]])
                 return
             self._next_tag += 1
             self._in_flight[self._next_tag] = (msg, now)
@@ -230,8 +266,15 @@ class ConfirmedPublisher:
     def _on_confirm(self, frame) -> None:
         method = frame.method
         ack = isinstance(method, pika.spec.Basic.Ack)
-        tags = [method.delivery_tag] if not method.multiple else \
-            [t for t in self._in_flight if t <= method.delivery_tag]
+        if method.multiple:
+            tags = []
+            for tag in self._in_flight:         # in publish order: stop at the first one after
+                if tag > method.delivery_tag:
+                    break
+                tags.append(tag)
+        else:
+            tags = [method.delivery_tag]
+        settled = []
         for tag in tags:
             item = self._in_flight.pop(tag, None)
             if item is None:
@@ -239,11 +282,12 @@ class ConfirmedPublisher:
             msg = item[0]
             if msg.message_id in self._returned:
                 self._returned.discard(msg.message_id)
-                self._settle(msg, UNROUTABLE, f"no queue bound to {msg.exchange!r} for {msg.routing_key!r}")
+                settled.append((msg, UNROUTABLE, f"no queue bound to {msg.exchange!r} for {msg.routing_key!r}"))
             elif ack:
-                self._settle(msg, CONFIRMED, None)
+                settled.append((msg, CONFIRMED, None))
             else:
-                self._settle(msg, FAILED, "nacked by the broker")
+                settled.append((msg, FAILED, "nacked by the broker"))
+        self._settle_many(settled)
 
     def _check_timeouts(self) -> None:
         if self._conn is None or not self._conn.is_open:
@@ -262,14 +306,12 @@ class ConfirmedPublisher:
             self._conn = None
             handed, self._handed = self._handed, {}
         for batch in handed.values():
-            for msg in batch:
-                self._settle(msg, NOT_SENT, reason)
+            self._settle_many([(msg, NOT_SENT, reason) for msg in batch])
         self._ready_event.clear()
         self._channel = None
         pending, self._in_flight = self._in_flight, collections.OrderedDict()
         self._returned.clear()
-        for msg, _ in pending.values():
-            self._settle(msg, FAILED, reason)
+        self._settle_many([(msg, FAILED, reason) for msg, _ in pending.values()])
 
     def _close(self) -> None:
         if self._conn is not None and self._conn.is_open:
@@ -277,11 +319,14 @@ class ConfirmedPublisher:
         elif self._conn is not None:
             self._conn.ioloop.stop()
 
-    def _settle(self, msg: Outgoing, outcome: str, reason: str | None) -> None:
+    def _settle_many(self, settled: list[tuple[Outgoing, str, str | None]]) -> None:
+        if not settled:
+            return
         with self._space:
-            self._pending -= 1
+            self._pending -= len(settled)
             self._space.notify_all()
-        try:
-            self._on_outcome(msg.ref, outcome, reason)
-        except Exception:  # noqa: BLE001 - a failing callback must not kill the ioloop
-            log.exception("publish outcome handler failed")
+        for msg, outcome, reason in settled:
+            try:
+                self._on_outcome(msg.ref, outcome, reason)
+            except Exception:  # noqa: BLE001 - a failing callback must not kill the ioloop
+                log.exception("publish outcome handler failed")

@@ -55,6 +55,8 @@ def node(config_file: str | None) -> None:
     from nodes.main import NodeRuntime
     settings = load_settings(config_file)
     setup_logging(settings.log.level, settings.log.format)
+    # The process is this node: its threads take turns at the interpreter this often.
+    sys.setswitchinterval(settings.node.switch_interval_us / 1e6)
     runtime = NodeRuntime(settings)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -38,6 +38,8 @@ class Entry:
 
 
 class DelayQueue:
+    CHUNK = 256     # entries added per hold of the lock in offer_many
+
     def __init__(self, clock: Clock, cap: int = 1_000_000):
         self._clock = clock
         self._cap = cap
@@ -58,6 +60,15 @@ class DelayQueue:
         return self.offer_many([entry]) == 1
 
     def offer_many(self, entries: Iterable[Entry]) -> int:
+        """offer() for many entries. The lock is taken per chunk of them, so a window scan of
+        tens of thousands of entries never keeps the dispatcher from the head for long."""
+        entries = list(entries)
+        added = 0
+        for i in range(0, len(entries), self.CHUNK):
+            added += self._offer_chunk(entries[i:i + self.CHUNK])
+        return added
+
+    def _offer_chunk(self, entries: list[Entry]) -> int:
         added = 0
         with self._cond:
             head = self._heap[0][0] if self._heap else None
@@ -106,6 +117,12 @@ class DelayQueue:
     def set_horizon(self, horizon_ms: int) -> None:
         with self._cond:
             self.horizon_ms = horizon_ms
+
+    def raise_horizon(self, horizon_ms: int) -> int:
+        """Set the horizon; returns the one it replaces (0: memory is not known to be complete)."""
+        with self._cond:
+            previous, self.horizon_ms = self.horizon_ms, horizon_ms
+            return previous
 
     def accepts(self, due_ms: int) -> bool:
         """True when a task due then belongs in memory now (below the loaded horizon)."""

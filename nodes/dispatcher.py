@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from shared import topology
 from shared.clock import Clock
@@ -61,6 +62,9 @@ class Dispatcher(Worker):
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
+        # Called when a claim took fewer tasks than it was given (fenced shards, rows changed
+        # underneath): the loader re-reads the window so that none of them waits for a full scan.
+        self.on_unclaimed: Callable[[], None] = lambda: None
 
     def _interrupt(self) -> None:
         self._queue.close()
@@ -99,6 +103,8 @@ class Dispatcher(Worker):
             log.exception("claiming %d due tasks failed", len(due))
             self._dropped(due, None)
             return
+        if len(claimed) < len(due):
+            self.on_unclaimed()
         with self._lock:
             for c in claimed:
                 self._held[c.task_id] = c

@@ -1,9 +1,14 @@
 """Loader: keeps the DelayQueue filled with the window of the node's shards, and times out
 attempts whose time-to-run has passed.
 
-Every scan interval (and at once when shards are gained) it loads the DELAY tasks due before
-now + window, earliest first, up to the memory cap, and moves the queue's horizon to what it knows
-is complete. Overdue tasks are part of every scan, so a task a crash left behind is found again.
+Every scan interval it loads the DELAY tasks due before now + window, earliest first, up to the
+memory cap, and moves the queue's horizon to what it knows is complete. Below the horizon the
+queue holds every DELAY task of the node's shards (submits, retries and reschedules below it add
+themselves), so a scan reads only from the horizon on: in steady operation that is the few tasks
+that have come into the window, not the tens of thousands already in memory. The whole window is
+read again (overdue tasks included, so a task a crash left behind is found again) when the horizon
+was reset (start, shards gained, a claim or scan that failed, memory dropped), and every
+full_scan_ms as a safety net for rows written to MySQL by other means (`delayq tasks redrive`).
 In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail).
 
 Thread: one, owned here; `stop()` ends it.
@@ -29,24 +34,33 @@ class Loader(Worker):
     name = "loader"
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int,
+                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int, full_scan_ms: int = 60_000,
                  catchup_rate: int = 2000, catchup_grace_ms: int = 2000):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._clock = results, clock
         self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
         self.scans = 0
+        self._full_scan_ms = full_scan_ms
+        self._next_full_ms = 0
+        self._full_wanted = True
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
+
+    def rescan(self) -> None:
+        """Read the whole window now: memory may lack tasks below the horizon (shards gained,
+        entries a fenced claim left unclaimed)."""
+        self._full_wanted = True
+        self._wake.set()
 
     def _on_change(self, gained: set[int], lost: set[int]) -> None:
         if lost:
             dropped = self._queue.remove_shards(lost)
             log.info("dropped %d queued tasks of lost shards %s", dropped, sorted(lost))
         if gained:
-            self._wake.set()
+            self.rescan()   # their tasks below the horizon are not in memory
 
     def _run(self) -> None:
         failures = 0
@@ -67,24 +81,36 @@ class Loader(Worker):
 
     def scan_once(self) -> int:
         """One pass: load the window, then time out expired attempts. Returns tasks loaded."""
+        now = self._clock.now_ms()
+        full = self._full_wanted or now >= self._next_full_ms
+        self._full_wanted = False       # cleared before the shards are read: a gain after it rescans
         shards = self._ownership.shards()
         if not shards or not self._ownership.claimable:
             self._queue.set_horizon(0)
             return 0
-        now = self._clock.now_ms()
         end = now + self._window_ms
         room = max(1, self._cap)
         # Raise the horizon before reading: a submit committed before the read is in the result,
-        # one that sees the new horizon adds itself to memory.
-        self._queue.set_horizon(end)
-        entries = self._store.scan_due(shards, end, room)
+        # one that sees the new horizon adds itself to memory. The swap is atomic, so a reset to 0
+        # (a failed claim dropping its batch) is seen here and makes this scan a full one.
+        previous = self._queue.raise_horizon(end)
+        start = 0 if full else previous
+        try:
+            entries = self._store.scan_due(shards, end, room, from_ms=start)
+        except Exception:
+            self._full_wanted = True    # what lies between the old and the new horizon is unread
+            raise
+        if full:
+            self._next_full_ms = now + self._full_scan_ms
         if len(entries) >= room:
             # The window did not fit: only what precedes the last due time is complete.
             self._queue.set_horizon(entries[-1].due_ms)
-        # Entries of shards lost meanwhile would only fail their claim; skip them.
+        # Entries of shards lost meanwhile would only fail their claim; skip them. The filter runs
+        # outside the queue's lock (each holds() takes it briefly), so the dispatcher is not kept
+        # waiting behind a whole window.
         owned = self._ownership.shards()
-        self._queue.offer_many(self._pace(e, now) for e in entries
-                               if e.shard_id in owned and not self._queue.holds(e.task_id, e.due_ms))
+        fresh = [e for e in entries if e.shard_id in owned and not self._queue.holds(e.task_id, e.due_ms)]
+        self._queue.offer_many([self._pace(e, now) for e in fresh])
         self.scans += 1
         self._time_out(owned, now)
         return len(entries)

@@ -87,8 +87,10 @@ class NodeRuntime:
                                      default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
-                             cap=s.scheduling.memory_cap, catchup_rate=s.scheduling.catchup_rate,
+                             cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
+                             catchup_rate=s.scheduling.catchup_rate,
                              catchup_grace_ms=s.scheduling.catchup_grace_ms)
+        self.dispatcher.on_unclaimed = self.loader.rescan
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          cluster=s.node.cluster)
         self.committer = GroupCommitter(self.store)

@@ -24,6 +24,7 @@ class NodeSettings:
     host: str
     port: int
     advertise_host: str
+    switch_interval_us: int
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class SchedulingSettings:
     shards: int
     window_ms: int
     scan_interval_ms: int
+    full_scan_ms: int
     memory_cap: int
     dispatch_batch: int
     claim_lead_ms: int
@@ -130,6 +132,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_ADVERTISE_HOST", "node", "advertise_host", str,
             lambda raw: raw["DELAYQ_HOST"] if raw["DELAYQ_HOST"] != "0.0.0.0" else socket.gethostname(),
             "Host clients should use to reach this node (published in ZooKeeper)."),
+    Setting("DELAYQ_SWITCH_INTERVAL_US", "node", "switch_interval_us", int, 200,
+            "How long a Python thread may keep the interpreter while another waits for it "
+            "(sys.setswitchinterval; Python's own default is 5000). The node's dispatching threads "
+            "wait for it after every MySQL and RabbitMQ round trip, so it bounds their lateness."),
     Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
             "SQLAlchemy URL of the MySQL/MariaDB database."),
     Setting("DELAYQ_MYSQL_TIMEOUT_MS", "mysql", "timeout_ms", int, 5000,
@@ -157,6 +163,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Look-ahead window: tasks due within it are held in memory."),
     Setting("DELAYQ_SCAN_INTERVAL_MS", "scheduling", "scan_interval_ms", int, 5000,
             "How often the loader scans MySQL for the window (must be below the window)."),
+    Setting("DELAYQ_FULL_SCAN_MS", "scheduling", "full_scan_ms", int, 60000,
+            "How often a scan re-reads the whole window rather than only what lies past the loaded "
+            "horizon (tasks written to MySQL other than through a node, e.g. `delayq tasks redrive`, "
+            "fire within this)."),
     Setting("DELAYQ_MEMORY_CAP", "scheduling", "memory_cap", int, 200000,
             "Tasks held in memory at most; the window shrinks to fit."),
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,
@@ -268,6 +278,10 @@ def _check(s: Settings) -> None:
         raise ConfigError("DELAYQ_CLAIM_LEAD_MS must be between 0 and 1000")
     if s.scheduling.scan_interval_ms >= s.scheduling.window_ms:
         raise ConfigError("DELAYQ_SCAN_INTERVAL_MS must be smaller than DELAYQ_WINDOW_MS")
+    if s.scheduling.full_scan_ms < s.scheduling.scan_interval_ms:
+        raise ConfigError("DELAYQ_FULL_SCAN_MS must be at least DELAYQ_SCAN_INTERVAL_MS")
+    if not 50 <= s.node.switch_interval_us <= 5000:
+        raise ConfigError("DELAYQ_SWITCH_INTERVAL_US must be between 50 and 5000")
     if not 1 <= s.scheduling.shards <= 4096:
         raise ConfigError("DELAYQ_SHARDS must be between 1 and 4096")
     if s.log.format not in ("plain", "json"):

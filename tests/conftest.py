@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Callable
 import pika
 import pytest
 
-from bench.cluster import Node, free_port, now_ms
+from bench.cluster import Node, free_port, now_ms, wait_for
 from shared import config, db as dbm, schema
 from shared.client import CallbackService
 
@@ -29,14 +28,10 @@ ZK_HOSTS = os.environ.get("DELAYQ_TEST_ZK", "127.0.0.1:2181")
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.02, what: str = "condition"):
     """Poll predicate until it returns something truthy; fail the test after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.1f} s waiting for {what}")
-        time.sleep(interval)
+    try:
+        return wait_for(predicate, timeout, interval, what)
+    except TimeoutError as e:
+        pytest.fail(str(e))
 
 
 # ---- databases -----------------------------------------------------------------------------------
@@ -111,6 +106,7 @@ class NodeFactory:
             "DELAYQ_PORT": str(port), "DELAYQ_HTTP_PORT": str(free_port()), "DELAYQ_NODE_ID": f"n{len(self.made) + 1}",
             "DELAYQ_CLUSTER": self.database.name, "DELAYQ_ZK_ENABLED": "false",
             "DELAYQ_WINDOW_MS": "3000", "DELAYQ_SCAN_INTERVAL_MS": "500",
+            "DELAYQ_FULL_SCAN_MS": "2000",
             "DELAYQ_IDLE_TIMEOUT_MS": "2000", "PYTHONUNBUFFERED": "1",
         })
         env.update({k: str(v) for k, v in overrides.items()})

@@ -154,7 +154,7 @@ def test_redrive_sends_failed_tasks_again_and_purge_removes_old_history(node):
             dry = _delayq(node, "tasks", "redrive", "--topic", topic, "--json")
             assert json.loads(dry.stdout) == {"would_redrive": 1}
             done = _delayq(node, "tasks", "redrive", "--topic", topic, "--yes", "--json")
-            assert json.loads(done.stdout) == {"redriven": 1}, done.stderr
+            assert json.loads(done.stdout) == {"redriven": 1, "dispatched_within_s": 2.0}, done.stderr
             [first, again] = collector.wait_for(2, 15)
             assert again.properties.message_id == f"{ref.taskId}:2"
             c.reportResult(ref.taskId, 2, 1, "fixed")            # SUCCESS

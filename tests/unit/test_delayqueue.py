@@ -340,3 +340,21 @@ def test_remove_shards_after_retimings_keeps_order(clock: FakeClock, q: DelayQue
     out = q.take_due(100, timeout=0)
     assert ids(out) == ["t1", "t3", "t5", "t7", "t9"]
     assert [e.due_ms for e in out] == [now - 10_000 + 299 * 10 + i for i in (1, 3, 5, 7, 9)]
+
+
+def test_offer_many_adds_more_entries_than_one_lock_chunk_and_wakes_for_the_new_head():
+    clock = FakeClock(1000)
+    q = DelayQueue(clock)
+    n = DelayQueue.CHUNK * 3 + 7
+    assert q.offer_many(Entry(f"t{i}", 0, 2000 + i) for i in range(n)) == n
+    assert q.offer_many(Entry(f"t{i}", 0, 2000 + i) for i in range(n)) == 0     # already queued
+    clock.now = 2000 + n
+    assert [e.task_id for e in q.take_due(n + 1, timeout=0)] == [f"t{i}" for i in range(n)]
+
+
+def test_raise_horizon_returns_the_horizon_it_replaced():
+    q = DelayQueue(FakeClock(0))
+    assert q.raise_horizon(5000) == 0
+    q.set_horizon(0)
+    assert q.raise_horizon(9000) == 0 and q.horizon_ms == 9000
+    assert q.raise_horizon(12000) == 9000

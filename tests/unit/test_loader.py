@@ -1,0 +1,126 @@
+"""Unit tests for nodes.loader.Loader's window scans: what each scan asks MySQL for and what ends up
+in memory. The store is an in-memory table of DELAY rows, the clock is set by the test; no thread
+runs (scan_once is called directly)."""
+from __future__ import annotations
+
+import pytest
+
+from nodes.delayqueue import DelayQueue, Entry
+from nodes.loader import Loader
+from nodes.ownership import Ownership
+from shared.errors import Unavailable
+
+WINDOW, FULL = 60_000, 60_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000.0
+
+
+class Rows:
+    """job_delay_task reduced to its DELAY rows; records each scan's due-time range."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Entry] = {}
+        self.scans: list[tuple[int, int]] = []
+        self.fail_next = False
+
+    def add(self, task_id: str, due_ms: int, shard: int = 1) -> None:
+        self.rows[task_id] = Entry(task_id, shard, due_ms)
+
+    def scan_due(self, shards, before_ms: int, limit: int, from_ms: int = 0) -> list[Entry]:
+        if self.fail_next:
+            self.fail_next = False
+            raise Unavailable("MySQL unavailable")
+        self.scans.append((from_ms, before_ms))
+        found = sorted((e for e in self.rows.values()
+                        if e.shard_id in set(shards) and from_ms <= e.due_ms < before_ms), key=lambda e: e.due_ms)
+        return found[:limit]
+
+    def expired(self, shards, now_ms, limit, owner):
+        return []
+
+
+@pytest.fixture
+def setup():
+    clock, rows = Clock(), Rows()
+    queue = DelayQueue(clock)
+    ownership = Ownership("n1")
+    ownership.set({1: 1, 2: 1}, [1, 2, 3])
+    loader = Loader(rows, queue, ownership, results=None, clock=clock, window_ms=WINDOW, interval_ms=5000,
+                    cap=1000, full_scan_ms=FULL)
+    return clock, rows, queue, ownership, loader
+
+
+def test_the_first_scan_reads_the_whole_window_and_the_next_only_what_lies_past_the_horizon(setup):
+    clock, rows, queue, _, loader = setup
+    rows.add("overdue", clock.now - 10_000)
+    rows.add("soon", clock.now + 1_000)
+    loader.scan_once()
+    assert rows.scans == [(0, clock.now + WINDOW)]
+    assert len(queue) == 2 and queue.horizon_ms == clock.now + WINDOW
+
+    first_end = clock.now + WINDOW
+    clock.now += 5_000
+    rows.add("came_into_window", first_end + 1_000)
+    loader.scan_once()
+    assert rows.scans[-1] == (first_end, clock.now + WINDOW)
+    assert queue.holds("came_into_window", first_end + 1_000)
+
+
+def test_a_row_written_below_the_horizon_behind_the_nodes_back_is_found_by_the_periodic_full_scan(setup):
+    clock, rows, queue, _, loader = setup
+    loader.scan_once()
+    rows.add("redriven", clock.now + 100)           # e.g. `delayq tasks redrive`: straight into MySQL
+    clock.now += 5_000
+    loader.scan_once()
+    assert not queue.holds("redriven", rows.rows["redriven"].due_ms)
+    clock.now += FULL
+    loader.scan_once()
+    assert rows.scans[-1][0] == 0
+    assert queue.holds("redriven", rows.rows["redriven"].due_ms)
+
+
+def test_gained_shards_a_reset_horizon_a_rescan_request_and_a_failed_scan_each_make_the_next_scan_full(setup):
+    clock, rows, queue, ownership, loader = setup
+    loader.scan_once()
+
+    ownership.set({1: 1, 2: 1, 3: 2}, [1, 2, 3])    # shard 3 gained
+    loader.scan_once()
+    assert rows.scans[-1][0] == 0
+
+    loader.scan_once()
+    assert rows.scans[-1][0] > 0
+    queue.set_horizon(0)                            # a failed claim dropped its batch
+    loader.scan_once()
+    assert rows.scans[-1][0] == 0
+
+    loader.rescan()                                 # a claim took fewer tasks than it was given
+    loader.scan_once()
+    assert rows.scans[-1][0] == 0
+
+    rows.fail_next = True
+    with pytest.raises(Unavailable):
+        loader.scan_once()
+    loader.scan_once()
+    assert rows.scans[-1][0] == 0
+
+
+def test_incremental_scans_load_the_same_tasks_as_full_ones(setup):
+    clock, rows, queue, _, loader = setup
+    for i in range(300):
+        rows.add(f"t{i}", clock.now + i * 1_000, shard=1 + i % 2)
+    taken = set()
+    for _ in range(60):
+        loader.scan_once()
+        taken |= {e.task_id for e in queue.take_due(1000, timeout=0)}
+        clock.now += 5_000
+    assert len(rows.scans) == 60 and sum(1 for s in rows.scans if s[0] == 0) < 10
+    assert taken == {f"t{i}" for i in range(300) if 1_000_000 + i * 1_000 <= clock.now - 5_000}

@@ -26,6 +26,11 @@ date, machine, command, figures). Throughputs carry their ratio to the raw limit
     python -m bench --smoke --out /tmp/RESULTS.md           # tiny sizes, a few seconds each (the test)
     python -m bench --scale 0.1                             # every task count times 0.1
     python -m bench --set steady.rate=500 --set steady.duration=30
+    python -m bench --scenario burst --profile /tmp/prof  # py-spy on every node; summary printed
+
+--profile DIR records each node process with py-spy (sampling, so the figures move a little) into
+DIR/<scenario>-<node>.raw and prints, per scenario, each thread's busy share and its heaviest frames
+(`python -m bench.profile DIR/*.raw` prints it again).
 
 Services: DELAYQ_BENCH_MYSQL (mysql+pymysql://root@127.0.0.1:3306), DELAYQ_BENCH_AMQP,
 DELAYQ_BENCH_ZK override where they are. Exit status 1 when a scenario failed to run (a missed
@@ -47,7 +52,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import report
+from bench import profile as profiler, report
 from bench.cluster import describe_machine, sweep_stale, wait_for_services
 from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE, Run
 
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every task count")
     p.add_argument("--set", action="append", default=[], metavar="SCENARIO.SIZE=VALUE", help="one size")
     p.add_argument("--out", default="bench/RESULTS.md", help="RESULTS.md to write")
+    p.add_argument("--profile", metavar="DIR", help="record every node with py-spy into DIR and summarise")
     p.add_argument("--keep-logs", action="store_true", help="keep node logs and records (else kept on failure only)")
     args = p.parse_args(argv)
     # SIGTERM (a test's timeout) unwinds like Ctrl-C: nodes stopped, databases dropped, queues deleted.
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         report.emit(f)
 
     run = Run(workdir, workdir / "logs", emit)
+    if args.profile:
+        profiler.enable(Path(args.profile))
     try:
         for name in sweep_stale():
             print(f"dropped {name}, left behind by an earlier run", file=sys.stderr)
@@ -126,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(file=sys.stderr)
             print(json.dumps({"scenario": name, "error": errors[name]}), flush=True)
         print(f"== {name}: {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+        if args.profile:
+            for path in profiler.finish(name):
+                print(f"\n-- profile {path}\n{profiler.summary(path)}", flush=True)
 
     print()
     print(report.table(figures))

@@ -18,6 +18,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from bench import profile
 from shared import config, db as dbm, schema
 from shared.client import CallbackService, DelayqClient, connect
 
@@ -77,6 +78,7 @@ class Node:
         self.proc = subprocess.Popen([sys.executable, "-m", "nodes.cli", "node"], env=self.env, cwd=ROOT,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
+        profile.attach(self.proc.pid, f"{self.node_id}-{self.spawned_ms}")
         if wait:
             wait_for(self.answers, 60, 0.01, f"node {self.node_id} to serve\n{self.log_tail()}")
         return self

@@ -74,8 +74,9 @@ def write_results(path: Path, figures: list[dict], *, command: str, started: str
         " time at the consumer minus the task's due time",
         "- `ratio` is a throughput divided by the raw limit measured at the start of the same run"
         " (MariaDB batched INSERT rows/s for submits and loads, RabbitMQ confirmed publishes/s for dispatch)",
-        "- targets are the issue's; `met` compares the value measured here; other engineers may have been"
-        " using the same 2 cores at the time, so compare runs, not single numbers",
+        "- targets are delayq's performance targets for a 2-core machine with every service local; `met`"
+        " compares the value measured here; other load on the machine moves the figures, so compare runs,"
+        " not single numbers",
         "",
         "| scenario | figure | value | unit | target | met | ratio | note |",
         "| --- | --- | ---: | --- | --- | --- | ---: | --- |",

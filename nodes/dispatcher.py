@@ -62,9 +62,9 @@ class Dispatcher(Worker):
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
-        # Called when a claim took fewer tasks than it was given (fenced shards, rows changed
-        # underneath): the loader re-reads the window so that none of them waits for a full scan.
-        self.on_unclaimed: Callable[[], None] = lambda: None
+        # Called when a claim was fenced on some shard: the loader re-reads the whole window, so
+        # that the tasks taken from memory for it do not wait for the rolling re-read.
+        self.on_fenced: Callable[[], None] = lambda: None
 
     def _interrupt(self) -> None:
         self._queue.close()
@@ -95,7 +95,7 @@ class Dispatcher(Worker):
     def _claim(self, due: list) -> None:
         try:
             owner, fence = self._ownership.fence()
-            claimed = self._store.claim(due, owner, fence, self._clock.now_ms())
+            claimed, fenced = self._store.claim(due, owner, fence, self._clock.now_ms())
         except Unavailable as e:
             self._dropped(due, f"claim of {len(due)} due tasks failed: {e}")
             return
@@ -103,8 +103,10 @@ class Dispatcher(Worker):
             log.exception("claiming %d due tasks failed", len(due))
             self._dropped(due, None)
             return
-        if len(claimed) < len(due):
-            self.on_unclaimed()
+        if fenced:
+            # Taken from memory but not claimed: if the shard is ours again at a newer epoch
+            # than we knew, its tasks are in MySQL only.
+            self.on_fenced()
         with self._lock:
             for c in claimed:
                 self._held[c.task_id] = c

@@ -7,8 +7,11 @@ queue holds every DELAY task of the node's shards (submits, retries and reschedu
 themselves), so a scan reads only from the horizon on: in steady operation that is the few tasks
 that have come into the window, not the tens of thousands already in memory. The whole window is
 read again (overdue tasks included, so a task a crash left behind is found again) when the horizon
-was reset (start, shards gained, a claim or scan that failed, memory dropped), and every
-full_scan_ms as a safety net for rows written to MySQL by other means (`delayq tasks redrive`).
+was reset (start, shards gained, a claim or scan that failed, memory dropped). As a safety net for
+rows written to MySQL by other means (`delayq tasks redrive`), each scan also re-reads the loaded
+part of the window for a rolling share of the shards, so that every shard's is re-read within
+full_scan_ms: the cost of a whole-window read, spread evenly over the scans instead of landing on
+the dispatcher all at once.
 In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail).
 
 Thread: one, owned here; `stop()` ends it.
@@ -42,8 +45,8 @@ class Loader(Worker):
         self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
         self.scans = 0
         self._full_scan_ms = full_scan_ms
-        self._next_full_ms = 0
         self._full_wanted = True
+        self._roll = 0                  # where the rolling re-read goes on in the sorted shard list
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
@@ -51,7 +54,7 @@ class Loader(Worker):
 
     def rescan(self) -> None:
         """Read the whole window now: memory may lack tasks below the horizon (shards gained,
-        entries a fenced claim left unclaimed)."""
+        entries a fenced claim took from memory)."""
         self._full_wanted = True
         self._wake.set()
 
@@ -82,7 +85,7 @@ class Loader(Worker):
     def scan_once(self) -> int:
         """One pass: load the window, then time out expired attempts. Returns tasks loaded."""
         now = self._clock.now_ms()
-        full = self._full_wanted or now >= self._next_full_ms
+        full = self._full_wanted
         self._full_wanted = False       # cleared before the shards are read: a gain after it rescans
         shards = self._ownership.shards()
         if not shards or not self._ownership.claimable:
@@ -97,14 +100,17 @@ class Loader(Worker):
         start = 0 if full else previous
         try:
             entries = self._store.scan_due(shards, end, room, from_ms=start)
+            if len(entries) >= room:
+                # The window did not fit: only what precedes the last due time is complete.
+                self._queue.set_horizon(entries[-1].due_ms)
+            if start:
+                again = self._store.scan_due(self._rolling(shards), start, room)
+                if len(again) >= room:
+                    self._queue.set_horizon(min(self._queue.horizon_ms, again[-1].due_ms))
+                entries += again
         except Exception:
             self._full_wanted = True    # what lies between the old and the new horizon is unread
             raise
-        if full:
-            self._next_full_ms = now + self._full_scan_ms
-        if len(entries) >= room:
-            # The window did not fit: only what precedes the last due time is complete.
-            self._queue.set_horizon(entries[-1].due_ms)
         # Entries of shards lost meanwhile would only fail their claim; skip them. The filter runs
         # outside the queue's lock (each holds() takes it briefly), so the dispatcher is not kept
         # waiting behind a whole window.
@@ -114,6 +120,15 @@ class Loader(Worker):
         self.scans += 1
         self._time_out(owned, now)
         return len(entries)
+
+    def _rolling(self, shards: set[int]) -> list[int]:
+        """The next share of the shards whose loaded window is read again: enough per scan that
+        one pass over all of them takes at most full_scan_ms."""
+        ordered = sorted(shards)
+        count = min(len(ordered), -(-len(ordered) * self._interval_ms // self._full_scan_ms))
+        first = self._roll % len(ordered)
+        self._roll = first + count
+        return (ordered + ordered)[first:first + count]
 
     def _pace(self, e: Entry, now: int) -> Entry:
         """A task found already late by more than the grace (after downtime, a failover, a lost

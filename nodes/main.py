@@ -90,7 +90,7 @@ class NodeRuntime:
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
                              catchup_rate=s.scheduling.catchup_rate,
                              catchup_grace_ms=s.scheduling.catchup_grace_ms)
-        self.dispatcher.on_unclaimed = self.loader.rescan
+        self.dispatcher.on_fenced = self.loader.rescan
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          cluster=s.node.cluster)
         self.committer = GroupCommitter(self.store)

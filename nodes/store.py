@@ -163,23 +163,25 @@ class TaskStore:
                 (*shards, int(Status.DELAY), from_ms, before_ms, limit))
             return [Entry(*r) for r in rows]
 
-    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int) -> list[Claimed]:
+    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int],
+              now_ms: int) -> tuple[list[Claimed], list[int]]:
         """DELAY -> READY, attempt + 1, for the entries still due and of shards `owner` holds at
-        the epochs in `fence`. Only the returned tasks may be published."""
-        if not entries:
-            return []
+        the epochs in `fence`. Only the returned tasks may be published. Also returns the shards
+        in `fence` that MySQL says are no longer ours at those epochs (fenced)."""
         wanted = {e.task_id: e for e in entries}
         shards = sorted({e.shard_id for e in entries if e.shard_id in fence})
+        if not shards:
+            return [], []
         with unavailable_on_failure(), self._engine.begin() as conn:
             held = {shard for shard, holder, epoch in conn.exec_driver_sql(
                 f"SELECT shard_id, owner, epoch FROM {S.name} WHERE shard_id IN ({_marks(len(shards))}) "
                 "LOCK IN SHARE MODE", tuple(shards))
                 if holder == owner and epoch == fence[shard]}
-            if len(held) < len(shards):
-                log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)",
-                            sorted(set(shards) - held))
+            fenced = [s for s in shards if s not in held]
+            if fenced:
+                log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)", fenced)
             if not held:
-                return []
+                return [], fenced
             # By primary key: through the (shard, status, due) index the locking read would take
             # next-key locks over whole shards and block submits into them.
             rows = [r for r in conn.exec_driver_sql(
@@ -190,7 +192,7 @@ class TaskStore:
                 # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
                 if r[3] <= wanted[r[0]].due_ms]
             if not rows:
-                return []
+                return [], fenced
             conn.exec_driver_sql(
                 f"UPDATE {T.name} SET status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s, "
                 "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s) "
@@ -198,7 +200,7 @@ class TaskStore:
                 (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS, *(r[0] for r in rows),
                  int(Status.DELAY)))
         return [Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries)
-                for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows]
+                for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows], fenced
 
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
         """The broker confirmed these publishes: write their execlog rows. Tasks that expect no

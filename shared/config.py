@@ -164,9 +164,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_SCAN_INTERVAL_MS", "scheduling", "scan_interval_ms", int, 5000,
             "How often the loader scans MySQL for the window (must be below the window)."),
     Setting("DELAYQ_FULL_SCAN_MS", "scheduling", "full_scan_ms", int, 60000,
-            "How often a scan re-reads the whole window rather than only what lies past the loaded "
-            "horizon (tasks written to MySQL other than through a node, e.g. `delayq tasks redrive`, "
-            "fire within this)."),
+            "Each scan reads only what lies past the loaded horizon, plus the loaded part again for a "
+            "rolling share of the shards, so that every shard's is re-read within this time (tasks "
+            "written to MySQL other than through a node, e.g. `delayq tasks redrive`, fire within it)."),
     Setting("DELAYQ_MEMORY_CAP", "scheduling", "memory_cap", int, 200000,
             "Tasks held in memory at most; the window shrinks to fit."),
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,

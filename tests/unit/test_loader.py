@@ -25,11 +25,11 @@ class Clock:
 
 
 class Rows:
-    """job_delay_task reduced to its DELAY rows; records each scan's due-time range."""
+    """job_delay_task reduced to its DELAY rows; records each scan's shards and due-time range."""
 
     def __init__(self) -> None:
         self.rows: dict[str, Entry] = {}
-        self.scans: list[tuple[int, int]] = []
+        self.scans: list[tuple[tuple[int, ...], int, int]] = []
         self.fail_next = False
 
     def add(self, task_id: str, due_ms: int, shard: int = 1) -> None:
@@ -39,13 +39,20 @@ class Rows:
         if self.fail_next:
             self.fail_next = False
             raise Unavailable("MySQL unavailable")
-        self.scans.append((from_ms, before_ms))
+        self.scans.append((tuple(sorted(shards)), from_ms, before_ms))
         found = sorted((e for e in self.rows.values()
                         if e.shard_id in set(shards) and from_ms <= e.due_ms < before_ms), key=lambda e: e.due_ms)
         return found[:limit]
 
     def expired(self, shards, now_ms, limit, owner):
         return []
+
+
+def scan(loader: Loader, rows: Rows) -> list[tuple[tuple[int, ...], int, int]]:
+    """One loader pass; returns the scans it made, as (shards, from_ms, before_ms)."""
+    before = len(rows.scans)
+    loader.scan_once()
+    return rows.scans[before:]
 
 
 @pytest.fixture
@@ -63,54 +70,52 @@ def test_the_first_scan_reads_the_whole_window_and_the_next_only_what_lies_past_
     clock, rows, queue, _, loader = setup
     rows.add("overdue", clock.now - 10_000)
     rows.add("soon", clock.now + 1_000)
-    loader.scan_once()
-    assert rows.scans == [(0, clock.now + WINDOW)]
+    assert scan(loader, rows) == [((1, 2), 0, clock.now + WINDOW)]
     assert len(queue) == 2 and queue.horizon_ms == clock.now + WINDOW
 
     first_end = clock.now + WINDOW
     clock.now += 5_000
     rows.add("came_into_window", first_end + 1_000)
-    loader.scan_once()
-    assert rows.scans[-1] == (first_end, clock.now + WINDOW)
+    # Past the horizon for every shard, and the loaded part again for a share of them only.
+    assert scan(loader, rows) == [((1, 2), first_end, clock.now + WINDOW), ((1,), 0, first_end)]
     assert queue.holds("came_into_window", first_end + 1_000)
 
 
-def test_a_row_written_below_the_horizon_behind_the_nodes_back_is_found_by_the_periodic_full_scan(setup):
-    clock, rows, queue, _, loader = setup
-    loader.scan_once()
-    rows.add("redriven", clock.now + 100)           # e.g. `delayq tasks redrive`: straight into MySQL
-    clock.now += 5_000
-    loader.scan_once()
-    assert not queue.holds("redriven", rows.rows["redriven"].due_ms)
-    clock.now += FULL
-    loader.scan_once()
-    assert rows.scans[-1][0] == 0
-    assert queue.holds("redriven", rows.rows["redriven"].due_ms)
+def test_a_row_written_below_the_horizon_behind_the_nodes_back_is_loaded_within_the_full_scan_time(setup):
+    clock, rows, queue, ownership, loader = setup
+    ownership.set({s: 1 for s in range(1, 41)}, list(range(1, 41)))
+    scan(loader, rows)
+    rows.add("redriven", clock.now + 30_000, shard=40)   # e.g. `delayq tasks redrive`: straight into MySQL
+    passes = 0
+    while not queue.holds("redriven", clock.now + 30_000 - passes * 5_000):
+        clock.now += 5_000
+        passes += 1
+        scans = scan(loader, rows)
+        assert len(scans) == 2 and len(scans[1][0]) == 4     # 40 shards, 5 s of a 60 s pass: 4 per scan
+    assert passes <= FULL // 5_000
+    reread = [shard for shards, start, _ in rows.scans[1:] if start == 0 for shard in shards]
+    assert reread == list(range(1, 41))             # each shard once, in turn
 
 
 def test_gained_shards_a_reset_horizon_a_rescan_request_and_a_failed_scan_each_make_the_next_scan_full(setup):
     clock, rows, queue, ownership, loader = setup
-    loader.scan_once()
+    full = [((1, 2), 0, clock.now + WINDOW)]
+    assert scan(loader, rows) == full
 
     ownership.set({1: 1, 2: 1, 3: 2}, [1, 2, 3])    # shard 3 gained
-    loader.scan_once()
-    assert rows.scans[-1][0] == 0
+    assert scan(loader, rows) == [((1, 2, 3), 0, clock.now + WINDOW)]
 
-    loader.scan_once()
-    assert rows.scans[-1][0] > 0
+    assert scan(loader, rows)[0][1] > 0
     queue.set_horizon(0)                            # a failed claim dropped its batch
-    loader.scan_once()
-    assert rows.scans[-1][0] == 0
+    assert scan(loader, rows) == [((1, 2, 3), 0, clock.now + WINDOW)]
 
-    loader.rescan()                                 # a claim took fewer tasks than it was given
-    loader.scan_once()
-    assert rows.scans[-1][0] == 0
+    loader.rescan()                                 # a claim was fenced
+    assert scan(loader, rows) == [((1, 2, 3), 0, clock.now + WINDOW)]
 
     rows.fail_next = True
     with pytest.raises(Unavailable):
         loader.scan_once()
-    loader.scan_once()
-    assert rows.scans[-1][0] == 0
+    assert scan(loader, rows) == [((1, 2, 3), 0, clock.now + WINDOW)]
 
 
 def test_incremental_scans_load_the_same_tasks_as_full_ones(setup):
@@ -122,5 +127,5 @@ def test_incremental_scans_load_the_same_tasks_as_full_ones(setup):
         loader.scan_once()
         taken |= {e.task_id for e in queue.take_due(1000, timeout=0)}
         clock.now += 5_000
-    assert len(rows.scans) == 60 and sum(1 for s in rows.scans if s[0] == 0) < 10
+    assert sum(1 for shards, start, _ in rows.scans if start == 0 and shards == (1, 2)) == 1
     assert taken == {f"t{i}" for i in range(300) if 1_000_000 + i * 1_000 <= clock.now - 5_000}

@@ -6,10 +6,13 @@ publish is the Recorder's job: it gets every publish outcome. A task later than 
 threshold, with the policy "fail", is failed instead of published. A claim that fails because MySQL is
 down drops the batch from memory: the rows are still DELAY and the next window scan reloads them.
 
-Thread: one, owned here; `stop()` closes nothing it does not own and joins it.
+Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
+task, so no two claims touch the same row; both take the shard rows in share mode), and the releaser
+that publishes what they claimed at its due instant; all owned here, and `stop()` joins them.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -50,8 +53,8 @@ class Dispatcher(Worker):
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
-                 batch: int, default_exchange: str, lead_ms: int = 20):
-        super().__init__()
+                 batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1):
+        super().__init__(claimers)
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
         self._lead_ms = lead_ms
@@ -149,8 +152,12 @@ class Dispatcher(Worker):
     def _publish(self, claimed: list[Claimed]) -> None:
         now = self._clock.now_ms()
         out, misfired = [], []
+        services = {}                   # per topic, looked up once per batch
+        sent = collections.Counter()
         for c in claimed:
-            svc = self._services.find(c.topic)
+            if c.topic not in services:
+                services[c.topic] = self._services.find(c.topic)
+            svc = services[c.topic]
             if svc is not None and svc.misfire_policy == "fail" and svc.misfire_threshold_ms is not None \
                     and now - c.due_ms > svc.misfire_threshold_ms:
                 misfired.append((c, now - c.due_ms))
@@ -158,7 +165,9 @@ class Dispatcher(Worker):
             exchange = svc.exchange if svc else self._default_exchange
             routing_key = svc.routing_key if svc else c.topic
             out.append(build_message(c, exchange, routing_key, now))
-            self._metrics.dispatched.labels(c.topic).inc()
+            sent[c.topic] += 1
+        for topic, n in sent.items():
+            self._metrics.dispatched.labels(topic).inc(n)
         self._publisher.publish(out)
         for c, late in misfired:
             try:

@@ -74,7 +74,8 @@ class NodeRuntime:
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
                                      on_failed=lambda: self.deadletters and self.deadletters.wake())
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
-                                 publish_retry_ms=s.scheduling.publish_retry_ms)
+                                 publish_retry_ms=s.scheduling.publish_retry_ms,
+                                 threads=s.scheduling.dispatch_concurrency)
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
         self.publisher = ConfirmedPublisher(
             amqp, self.recorder.on_outcome,
@@ -84,7 +85,8 @@ class NodeRuntime:
         self.recorder.dead_letters = self.deadletters.on_outcome
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
-                                     default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms)
+                                     default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
+                                     claimers=s.scheduling.dispatch_concurrency)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,

@@ -401,25 +401,26 @@ class TaskStore:
                        final: Status, now_ms: int, message: str | None) -> set[str]:
         """Move live tasks, each at its attempt and in one of `statuses`, to the backlog with their
         final status, in three statements whatever their number. Returns the ids moved."""
-        # (task_id, attempt) IN pairs, with the plain id list that lets the primary key serve it.
-        codes = [int(s) for s in statuses]
-        cond = (f"task_id IN ({_marks(len(pairs))}) AND (task_id, attempt) IN ({', '.join(['(%s, %s)'] * len(pairs))}) "
-                f"AND status IN ({_marks(len(codes))})")
-        args = (*(p[0] for p in pairs), *(v for p in pairs for v in p), *codes)
+        wanted = dict(pairs)
+        codes = {int(s) for s in statuses}
         # Lock first: INSERT ... SELECT takes a shared lock that the DELETE would have to upgrade,
-        # which deadlocks against a concurrent result for the same task.
-        locked = {r[0] for r in conn.exec_driver_sql(f"SELECT task_id FROM {T.name} WHERE {cond} FOR UPDATE", args)}
+        # which deadlocks against a concurrent result for the same task. Locked, the rows cannot
+        # change under the two statements that follow, so those need only the ids that matched.
+        locked = [task_id for task_id, attempt, status in conn.exec_driver_sql(
+            f"SELECT task_id, attempt, status FROM {T.name} WHERE task_id IN ({_marks(len(wanted))}) FOR UPDATE",
+            tuple(wanted))
+            if attempt == wanted[task_id] and status in codes]
         if not locked:
             return set()
-        copied = conn.exec_driver_sql(
+        ids = f"task_id IN ({_marks(len(locked))})"
+        conn.exec_driver_sql(
             f"INSERT INTO {B.name} (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
             "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter) "
             "SELECT task_id, topic, shard_id, due_ms, %s, attempt, payload, spec_hash, max_retries, ttr_ms, "
-            f"created_ms, %s, %s, %s FROM {T.name} WHERE {cond}",
-            (int(final), now_ms, message, 1 if final is Status.FAILED else 0, *args)).rowcount
-        if copied:
-            conn.exec_driver_sql(f"DELETE FROM {T.name} WHERE {cond}", args)
-        return locked if copied else set()
+            f"created_ms, %s, %s, %s FROM {T.name} WHERE {ids}",
+            (int(final), now_ms, message, 1 if final is Status.FAILED else 0, *locked))
+        conn.exec_driver_sql(f"DELETE FROM {T.name} WHERE {ids}", tuple(locked))
+        return set(locked)
 
 
 def _marks(n: int) -> str:

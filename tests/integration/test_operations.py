@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import Collector, NodeFactory, fresh_database, now_ms, wait_until
+from conftest import Collector, NodeFactory, fresh_database, wait_until
 from shared.client import CallbackService, DelayqClient, TaskSpec
 
 pytestmark = pytest.mark.integration

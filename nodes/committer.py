@@ -1,12 +1,13 @@
 """GroupCommitter: concurrent submits share one MySQL transaction, so one commit (one fsync) serves
 many clients.
 
-Thrift handler threads call `submit(tasks)`, which blocks until its group is committed. The
+Thrift handler threads call `submit(tasks)`, which blocks until its group is committed. A
 committer thread takes whatever is waiting when it is free (nothing is held back on purpose: an
 idle node commits a lone submit at once) and inserts up to `max_rows` tasks in one transaction.
+With several threads, the next group gathers and goes out while one waits for its commit.
 Each submit keeps its own result: created or existing tasks, or its own Conflict.
 
-Thread: one, owned here (a Worker); `stop()` fails what is still waiting with Unavailable.
+Threads: `threads`, owned here (a Worker); `stop()` fails what is still waiting with Unavailable.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ log = logging.getLogger(__name__)
 class GroupCommitter(Worker):
     name = "committer"
 
-    def __init__(self, store: TaskStore, *, max_rows: int = 2000, timeout_s: float = 30.0):
-        super().__init__()
+    def __init__(self, store: TaskStore, *, max_rows: int = 2000, timeout_s: float = 30.0, threads: int = 1):
+        super().__init__(threads)
         self._store = store
         self._max_rows = max_rows
         self._timeout_s = timeout_s
@@ -44,7 +45,8 @@ class GroupCommitter(Worker):
             raise Unavailable(f"MySQL did not commit within {self._timeout_s:.0f} s") from None
 
     def _interrupt(self) -> None:
-        self._inbox.put(((), Future()))      # wake the thread
+        for _ in range(self._count):
+            self._inbox.put(((), Future()))  # wake each thread
 
     def _run(self) -> None:
         while not self._stop.is_set():

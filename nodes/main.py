@@ -75,7 +75,7 @@ class NodeRuntime:
                                      on_failed=lambda: self.deadletters and self.deadletters.wake())
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  publish_retry_ms=s.scheduling.publish_retry_ms,
-                                 threads=s.scheduling.dispatch_concurrency)
+                                 threads=s.scheduling.write_concurrency)
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
         self.publisher = ConfirmedPublisher(
             amqp, self.recorder.on_outcome,
@@ -86,7 +86,7 @@ class NodeRuntime:
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
                                      default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
-                                     claimers=s.scheduling.dispatch_concurrency)
+                                     claimers=s.scheduling.write_concurrency)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
@@ -95,7 +95,7 @@ class NodeRuntime:
         self.dispatcher.on_fenced = self.loader.rescan
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          cluster=s.node.cluster)
-        self.committer = GroupCommitter(self.store)
+        self.committer = GroupCommitter(self.store, threads=s.scheduling.write_concurrency)
         self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
                                self.metrics, self.committer.submit,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),

@@ -23,6 +23,7 @@ class Ownership:
         self._fence: dict[int, int] = {}
         self._all: tuple[int, ...] = ()      # the shards new tasks may go to
         self._all_set: frozenset[int] = frozenset()
+        self._near: tuple[int, ...] = ()     # ours that new tasks may go to (kept with _fence, _all)
         self._claimable = True
         self._listeners: list[Listener] = []
         self._rng = rng or random.Random()
@@ -40,6 +41,9 @@ class Ownership:
             self._fence = dict(fence)
             self._all = tuple(sorted(all_shards))
             self._all_set = frozenset(self._all)
+            # Only shards new tasks may go to: during a reshard the draining ones are excluded.
+            self._near = tuple(s for s in sorted(self._fence) if s in self._all_set) if self._all_set \
+                else tuple(sorted(self._fence))
         gained, lost = changed, before - set(fence)
         if gained or lost:
             for listener in self._listeners:
@@ -81,10 +85,8 @@ class Ownership:
         """A shard for a new task: one of ours when it is due soon (it goes straight to memory),
         otherwise any shard, evenly."""
         with self._lock:
-            # Only shards new tasks may go to: during a reshard the draining ones are excluded.
-            usable = [s for s in self._fence if s in self._all_set] if self._all_set else list(self._fence)
-            if near and usable and self._claimable:
-                return self._rng.choice(usable)
+            if near and self._near and self._claimable:
+                return self._rng.choice(self._near)
             if not self._all:
                 raise LookupError("the cluster has no shards yet")
             return self._rng.choice(self._all)

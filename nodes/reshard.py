@@ -27,7 +27,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from shared import tables
 from shared.clock import Clock
 from shared.db import unavailable_on_failure
-from shared.errors import StoreUnavailable
+from shared.errors import LOCK_CONFLICTS, StoreUnavailable
 from shared.lifecycle import Status
 from shared.schema import shard_count
 from shared.zkpaths import AssignmentDoc, ZkPaths
@@ -35,7 +35,6 @@ from shared.zkpaths import AssignmentDoc, ZkPaths
 log = logging.getLogger(__name__)
 T, S, META = tables.task, tables.shard, tables.meta
 MARGIN_MS = 60_000
-LOCK_CONFLICTS = {1205, 1213}     # lock wait timeout, deadlock: the batch can simply run again
 
 
 def _crc(m: int):

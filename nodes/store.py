@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, sel
 
 from shared import tables
 from shared.db import unavailable_on_failure
-from shared.errors import Conflict, NotFound
+from shared.errors import LOCK_CONFLICTS, Conflict, NotFound, StoreUnavailable
 from shared.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
 from nodes.delayqueue import Entry
 
@@ -106,8 +106,12 @@ class TaskStore:
                 with unavailable_on_failure(), self._engine.begin() as conn:
                     return self._insert(conn, groups)
             except sqlalchemy.exc.IntegrityError:
-                # A concurrent submit of the same client id (on another node) won the race.
+                # A concurrent submit of the same client id (another node, another group) won the race.
                 if attempt == 2:
+                    raise
+            except StoreUnavailable as e:
+                # Concurrent groups inserting the same client id can deadlock; running again settles it.
+                if e.code not in LOCK_CONFLICTS or attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
@@ -428,8 +432,10 @@ def _marks(n: int) -> str:
     return ", ".join(["%s"] * n)
 
 
-_TASK_COLUMNS = ("task_id", "topic", "shard_id", "due_ms", "status", "attempt", "payload", "spec_hash",
-                 "max_retries", "ttr_ms", "deadline_ms", "node_id", "created_ms", "updated_ms")
+# status, attempt, deadline_ms and node_id take the schema's defaults: DELAY, attempt 0, NULL, NULL
+# (sql/001_initial.sql). Each value left out is one less to escape per row in Python.
+_TASK_COLUMNS = ("task_id", "topic", "shard_id", "due_ms", "payload", "spec_hash", "max_retries", "ttr_ms",
+                 "created_ms", "updated_ms")
 # The drivers turn executemany of one INSERT ... VALUES into multi-row statements.
 _INSERT_TASK = f"INSERT INTO {T.name} ({', '.join(_TASK_COLUMNS)}) VALUES ({_marks(len(_TASK_COLUMNS))})"
 _UPSERT_DISPATCHED = (
@@ -440,8 +446,8 @@ _UPSERT_DISPATCHED = (
 
 def _task_row(t: NewTask) -> tuple:
     """A new task's values in _TASK_COLUMNS order."""
-    return (t.task_id, t.topic, t.shard_id, t.due_ms, int(Status.DELAY), 0, t.payload, t.spec_hash,
-            t.max_retries, t.ttr_ms, None, None, t.created_ms, t.created_ms)
+    return (t.task_id, t.topic, t.shard_id, t.due_ms, t.payload, t.spec_hash, t.max_retries, t.ttr_ms,
+            t.created_ms, t.created_ms)
 
 
 def _chunks(items: list, n: int) -> Iterable[list]:

@@ -58,7 +58,7 @@ class SchedulingSettings:
     full_scan_ms: int
     memory_cap: int
     dispatch_batch: int
-    dispatch_concurrency: int
+    write_concurrency: int
     claim_lead_ms: int
     publish_retry_ms: int
     catchup_rate: int
@@ -172,10 +172,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Tasks held in memory at most; the window shrinks to fit."),
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,
             "Due tasks claimed in one MySQL statement at most."),
-    Setting("DELAYQ_DISPATCH_CONCURRENCY", "scheduling", "dispatch_concurrency", int, 2,
-            "Claims, and batches of publish outcomes being recorded, in flight in MySQL at once. While "
-            "one waits for its round trips and commit, the next is on its way; 1 makes each wait "
-            "for the one before."),
+    Setting("DELAYQ_WRITE_CONCURRENCY", "scheduling", "write_concurrency", int, 2,
+            "Transactions each of the node's write paths (group commits of submits, claims, records of "
+            "publish outcomes) keeps in flight in MySQL at once. While one waits for its round trips "
+            "and commit, the next is on its way; 1 makes each wait for the one before."),
     Setting("DELAYQ_CLAIM_LEAD_MS", "scheduling", "claim_lead_ms", int, 20,
             "Tasks are claimed in MySQL this long before they are due and published at the due instant "
             "(from the claim on, cancel answers ALREADY_DISPATCHED)."),
@@ -287,8 +287,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("DELAYQ_FULL_SCAN_MS must be at least DELAYQ_SCAN_INTERVAL_MS")
     if not 50 <= s.node.switch_interval_us <= 5000:
         raise ConfigError("DELAYQ_SWITCH_INTERVAL_US must be between 50 and 5000")
-    if not 1 <= s.scheduling.dispatch_concurrency <= 8:
-        raise ConfigError("DELAYQ_DISPATCH_CONCURRENCY must be between 1 and 8")
+    if not 1 <= s.scheduling.write_concurrency <= 8:
+        raise ConfigError("DELAYQ_WRITE_CONCURRENCY must be between 1 and 8")
     if not 1 <= s.scheduling.shards <= 4096:
         raise ConfigError("DELAYQ_SHARDS must be between 1 and 4096")
     if s.log.format not in ("plain", "json"):

@@ -53,6 +53,10 @@ class Unavailable(DelayqError):
     """A dependency is down; the same call may succeed later."""
 
 
+# MySQL errors after which the same transaction can simply run again: lock wait timeout, deadlock.
+LOCK_CONFLICTS = {1205, 1213}
+
+
 class StoreUnavailable(Unavailable):
     def __init__(self, message: str, code: int | None = None):
         super().__init__(message)

@@ -21,6 +21,7 @@ from nodes.store import NewTask, Submitted, TaskStore
 from nodes.worker import Worker
 
 log = logging.getLogger(__name__)
+_WAKE = None                            # in the inbox: a thread should look at the stop flag
 
 
 class GroupCommitter(Worker):
@@ -31,7 +32,7 @@ class GroupCommitter(Worker):
         self._store = store
         self._max_rows = max_rows
         self._timeout_s = timeout_s
-        self._inbox: queue.Queue[tuple[Sequence[NewTask], Future]] = queue.Queue()
+        self._inbox: queue.Queue[tuple[Sequence[NewTask], Future] | None] = queue.Queue()
 
     def submit(self, tasks: Sequence[NewTask]) -> list[Submitted]:
         """Insert these tasks (all or nothing) with whatever else is waiting; raises like the store."""
@@ -46,22 +47,27 @@ class GroupCommitter(Worker):
 
     def _interrupt(self) -> None:
         for _ in range(self._count):
-            self._inbox.put(((), Future()))  # wake each thread
+            self._inbox.put(_WAKE)          # a thread waiting for work looks at the stop flag now
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            batch = [self._inbox.get()]
-            rows = len(batch[0][0])
+            try:
+                first = self._inbox.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if first is _WAKE:
+                continue
+            batch, rows = [first], len(first[0])
             while rows < self._max_rows:
                 try:
                     item = self._inbox.get_nowait()
                 except queue.Empty:
                     break
+                if item is _WAKE:
+                    break
                 batch.append(item)
                 rows += len(item[0])
-            batch = [(tasks, done) for tasks, done in batch if tasks]
-            if batch:
-                self._commit(batch)
+            self._commit(batch)
         self._fail_waiting()
 
     def _commit(self, batch: list[tuple[Sequence[NewTask], Future]]) -> None:
@@ -80,8 +86,11 @@ class GroupCommitter(Worker):
     def _fail_waiting(self) -> None:
         while True:
             try:
-                _, done = self._inbox.get_nowait()
+                item = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            if item is _WAKE:
+                continue
+            _, done = item
             if not done.done():
                 done.set_exception(Unavailable("the node is stopping"))

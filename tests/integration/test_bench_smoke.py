@@ -47,6 +47,10 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
     lost = [f for f in figures if f["figure"] == "lost"]
     assert {f["scenario"] for f in lost} >= {"steady", "burst", "scale", "restart", "failover"}
     assert all(f["value"] == 0 for f in lost), "\n".join(json.dumps(f) for f in lost) + "\n" + stderr[-3000:]
+    # A crash may send a task again as a further attempt; never the same attempt twice.
+    repeated = [f for f in figures if f["figure"] == "repeated_attempts"]
+    assert {f["scenario"] for f in repeated} >= {"steady", "burst", "restart", "failover"}
+    assert all(f["value"] == 0 for f in repeated), "\n".join(json.dumps(f) for f in repeated)
     assert by_scenario["limits"]["mysql_insert_rows"]["value"] > 0
     assert by_scenario["limits"]["rabbitmq_confirmed_publishes"]["value"] > 0
     assert by_scenario["burst"]["drain_rate"]["ratio_to_limit"] is not None

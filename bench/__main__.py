@@ -54,7 +54,8 @@ from pathlib import Path
 
 from bench import profile as profiler, report
 from bench.cluster import describe_machine, sweep_stale, wait_for_services
-from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE, Run
+from bench.measure import Run
+from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE
 
 
 def sizes(args) -> dict[str, dict]:

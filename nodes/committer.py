@@ -51,12 +51,20 @@ class GroupCommitter(Worker):
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            batch = self._gather()
+            if batch:
+                self._commit(batch)
+        self._fail_waiting()
+
+    def _gather(self) -> list[tuple[Sequence[NewTask], Future]]:
+        """What is waiting, up to max_rows, once this thread's turn to wait has come."""
+        with self._turn:
             try:
                 first = self._inbox.get(timeout=0.2)
             except queue.Empty:
-                continue
+                return []
             if first is _WAKE:
-                continue
+                return []
             batch, rows = [first], len(first[0])
             while rows < self._max_rows:
                 try:
@@ -67,8 +75,7 @@ class GroupCommitter(Worker):
                     break
                 batch.append(item)
                 rows += len(item[0])
-            self._commit(batch)
-        self._fail_waiting()
+            return batch
 
     def _commit(self, batch: list[tuple[Sequence[NewTask], Future]]) -> None:
         try:

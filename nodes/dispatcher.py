@@ -84,14 +84,17 @@ class Dispatcher(Worker):
             self._releaser.join(timeout)
 
     def _run(self) -> None:
+        # The first claiming thread claims up to lead_ms ahead, so the claim's round trips and
+        # commit are done by the due instant; the releaser publishes each claimed task at its due
+        # time. The others take only tasks already due: on time, the first keeps up alone (more
+        # claims of fewer tasks would only cost CPU); they join in when due tasks pile up (a burst).
+        lead_ms = self._lead_ms if threading.current_thread() is self._threads[0] else 0
         while not self._stop.is_set():
             if not self._ownership.claimable or not self._publisher.ready:
                 # Claiming is suspended or nothing could be published: leave due tasks queued.
                 self._stop.wait(0.1)
                 continue
-            # Claim up to lead_ms ahead, so the claim's round trips and commit are done by the
-            # due instant; the releaser publishes each claimed task at its due time.
-            due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=self._lead_ms)
+            due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=lead_ms)
             if due:
                 self._claim(due)
 

@@ -9,9 +9,7 @@
 If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
 task that was never recorded times out after its time-to-run and is dispatched again.
 
-Threads: `threads`, owned here, each recording its own batches (a task has one outcome per attempt,
-so no two batches touch the same row); `stop()` drains what is queued (bounded by its timeout) and
-joins them.
+Thread: one, owned here; `stop()` drains what is queued (bounded by its timeout) and joins it.
 """
 from __future__ import annotations
 
@@ -38,8 +36,8 @@ class Recorder(Worker):
     name = "recorder"
 
     def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, batch: int = 1000, threads: int = 1):
-        super().__init__(threads)
+                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, batch: int = 1000):
+        super().__init__()
         self._store, self._queue, self._ownership = store, queue_, ownership
         self._results, self._clock, self._metrics = results, clock, metrics
         self.dead_letters: Callable[[Any, str, str | None], None] | None = None

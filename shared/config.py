@@ -173,9 +173,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,
             "Due tasks claimed in one MySQL statement at most."),
     Setting("DELAYQ_WRITE_CONCURRENCY", "scheduling", "write_concurrency", int, 2,
-            "Transactions each of the node's write paths (group commits of submits, claims, records of "
-            "publish outcomes) keeps in flight in MySQL at once. While one waits for its round trips "
-            "and commit, the next is on its way; 1 makes each wait for the one before."),
+            "Group commits of submits, and claims of due tasks, the node keeps in flight in MySQL at once. "
+            "While one waits for its round trips and commit, the next is on its way. The extra claims "
+            "take only tasks already due, so they join in when due tasks pile up (a burst); 1 makes "
+            "each wait for the one before."),
     Setting("DELAYQ_CLAIM_LEAD_MS", "scheduling", "claim_lead_ms", int, 20,
             "Tasks are claimed in MySQL this long before they are due and published at the due instant "
             "(from the claim on, cancel answers ALREADY_DISPATCHED)."),

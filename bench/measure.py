@@ -152,7 +152,7 @@ def drain(consumer: ConsumerProcess, count: int, until_ms: int, grace_s: float, 
 def settle(cl: Cluster, consumer: ConsumerProcess, tasks: dict[str, int], records: list[Record],
            wait_stuck: bool) -> tuple[Delivery, dict]:
     """The delivery, and the undelivered tasks still live in MySQL (READY: claimed by a node that died
-    before recording the publish; they go again after their time-to-run, 60 s for ttr 0). With
+    before recording the publish; they go again after their time-to-run, 2 s for ttr 0). With
     wait_stuck, waits for those to arrive first."""
     d = Delivery.of(tasks, records)
     stuck = live_statuses(cl, d.lost) if d.lost else {}

@@ -140,7 +140,7 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
                    f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
         return
     moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())))
-    # Written straight to MySQL: the nodes find them at their next full window scan.
+    # Written straight to MySQL: the nodes find them when they re-read their shards' windows.
     within_s = settings.scheduling.full_scan_ms / 1000
     click.echo(json.dumps({"redriven": moved, "dispatched_within_s": within_s}) if as_json else
                f"redriven: {moved} tasks (dispatched within {within_s:g} s, DELAYQ_FULL_SCAN_MS)")

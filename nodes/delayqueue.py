@@ -7,9 +7,9 @@ losing it loses nothing, and the dispatcher re-checks every entry against MySQL 
     q.offer(Entry("t1", shard_id=3, due_ms=clock.now_ms() + 500))
     due = q.take_due(max_items=500, timeout=1.0)   # blocks until t1 is due (or 1 s passes)
 
-Threads: any number of producers (loader, Thrift handlers, recorder) and one consumer (dispatcher).
-A producer whose entry becomes the new head wakes the consumer, which then waits only until that
-entry is due: no polling. `close()` wakes the consumer for good.
+Threads: any number of producers (loader, Thrift handlers, recorder) and of consumers (the
+dispatcher's claiming threads). A producer whose entry becomes the new head wakes the consumers,
+which then wait only until that entry is due: no polling. `close()` wakes them for good.
 
 `horizon_ms` is the due time up to which the queue holds *every* DELAY task of the node's shards;
 the loader advances it after each scan, and a submit adds its task only when it falls below it.
@@ -118,6 +118,12 @@ class DelayQueue:
         with self._cond:
             self.horizon_ms = horizon_ms
 
+    def lower_horizon(self, horizon_ms: int) -> None:
+        """Memory is complete only below horizon_ms, if it was not already less (a reset to 0 made
+        meanwhile stays)."""
+        with self._cond:
+            self.horizon_ms = min(self.horizon_ms, horizon_ms)
+
     def raise_horizon(self, horizon_ms: int) -> int:
         """Set the horizon; returns the one it replaces (0: memory is not known to be complete)."""
         with self._cond:
@@ -125,9 +131,15 @@ class DelayQueue:
             return previous
 
     def accepts(self, due_ms: int) -> bool:
-        """True when a task due then belongs in memory now (below the loaded horizon)."""
+        """True when a task due then belongs in memory now (below the loaded horizon). When memory
+        is full it does not, and from its due time on memory is no longer complete."""
         with self._cond:
-            return due_ms < self.horizon_ms and len(self._live) < self._cap
+            if due_ms >= self.horizon_ms:
+                return False
+            if len(self._live) >= self._cap:
+                self.horizon_ms = due_ms
+                return False
+            return True
 
     def next_due_ms(self) -> int | None:
         with self._cond:

@@ -7,8 +7,9 @@ threshold, with the policy "fail", is failed instead of published. A claim that 
 down drops the batch from memory: the rows are still DELAY and the next window scan reloads them.
 
 Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
-task, so no two claims touch the same row; both take the shard rows in share mode), and the releaser
-that publishes what they claimed at its due instant; all owned here, and `stop()` joins them.
+task, so no two claims touch the same row; all take the shard rows in share mode), and the releaser
+that publishes what they claimed at its due instant; all owned here. `stop()` joins the claiming
+threads first, so the releaser still publishes what their last claims took.
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ class Dispatcher(Worker):
         self._held: dict[str, Claimed] = {}
         self._lock = threading.Lock()
         self._releaser: threading.Thread | None = None
+        self._claims_over = threading.Event()     # set on stop once no claiming thread runs
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
@@ -78,7 +80,8 @@ class Dispatcher(Worker):
         self._releaser.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        super().stop(timeout)
+        super().stop(timeout)           # the claiming threads have ended (or timed out) here
+        self._claims_over.set()
         self._claimed.close()
         if self._releaser is not None:
             self._releaser.join(timeout)
@@ -122,7 +125,7 @@ class Dispatcher(Worker):
         """The releaser thread: publishes claimed tasks the moment they are due, never before.
         On stop it still publishes what is claimed (due within lead_ms), then ends."""
         while True:
-            stopping = self._stop.is_set()
+            stopping = self._claims_over.is_set()
             entries = self._claimed.take_due(self._batch, timeout=0.5)
             with self._lock:
                 ready = [self._held.pop(e.task_id) for e in entries if e.task_id in self._held]

@@ -37,7 +37,7 @@ class Loader(Worker):
     name = "loader"
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int, full_scan_ms: int = 60_000,
+                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int, full_scan_ms: int = 15_000,
                  catchup_rate: int = 2000, catchup_grace_ms: int = 2000):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
@@ -45,7 +45,6 @@ class Loader(Worker):
         self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
         self.scans = 0
         self._full_scan_ms = full_scan_ms
-        self._full_wanted = True
         self._roll = 0                  # where the rolling re-read goes on in the sorted shard list
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
@@ -54,8 +53,9 @@ class Loader(Worker):
 
     def rescan(self) -> None:
         """Read the whole window now: memory may lack tasks below the horizon (shards gained,
-        entries a fenced claim took from memory)."""
-        self._full_wanted = True
+        entries a fenced claim took from memory). A horizon of 0 says memory is not known to hold
+        anything; the next scan sees it in its atomic swap, however the two threads interleave."""
+        self._queue.set_horizon(0)
         self._wake.set()
 
     def _on_change(self, gained: set[int], lost: set[int]) -> None:
@@ -85,8 +85,6 @@ class Loader(Worker):
     def scan_once(self) -> int:
         """One pass: load the window, then time out expired attempts. Returns tasks loaded."""
         now = self._clock.now_ms()
-        full = self._full_wanted
-        self._full_wanted = False       # cleared before the shards are read: a gain after it rescans
         shards = self._ownership.shards()
         if not shards or not self._ownership.claimable:
             self._queue.set_horizon(0)
@@ -95,21 +93,21 @@ class Loader(Worker):
         room = max(1, self._cap)
         # Raise the horizon before reading: a submit committed before the read is in the result,
         # one that sees the new horizon adds itself to memory. The swap is atomic, so a reset to 0
-        # (a failed claim dropping its batch) is seen here and makes this scan a full one.
-        previous = self._queue.raise_horizon(end)
-        start = 0 if full else previous
+        # (a rescan request, a failed claim dropping its batch) is seen here and makes this scan a
+        # full one; a reset made while it runs survives it (lower_horizon) for the next.
+        start = self._queue.raise_horizon(end)
         try:
             entries = self._store.scan_due(shards, end, room, from_ms=start)
             if len(entries) >= room:
                 # The window did not fit: only what precedes the last due time is complete.
-                self._queue.set_horizon(entries[-1].due_ms)
+                self._queue.lower_horizon(entries[-1].due_ms)
             if start:
                 again = self._store.scan_due(self._rolling(shards), start, room)
                 if len(again) >= room:
-                    self._queue.set_horizon(min(self._queue.horizon_ms, again[-1].due_ms))
+                    self._queue.lower_horizon(again[-1].due_ms)
                 entries += again
         except Exception:
-            self._full_wanted = True    # what lies between the old and the new horizon is unread
+            self._queue.set_horizon(0)  # what lies between the old and the new horizon is unread
             raise
         # Entries of shards lost meanwhile would only fail their claim; skip them. The filter runs
         # outside the queue's lock (each holds() takes it briefly), so the dispatcher is not kept

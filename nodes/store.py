@@ -405,6 +405,8 @@ class TaskStore:
                        final: Status, now_ms: int, message: str | None) -> set[str]:
         """Move live tasks, each at its attempt and in one of `statuses`, to the backlog with their
         final status, in three statements whatever their number. Returns the ids moved."""
+        if not pairs:
+            return set()
         wanted = dict(pairs)
         codes = {int(s) for s in statuses}
         # Lock first: INSERT ... SELECT takes a shared lock that the DELETE would have to upgrade,

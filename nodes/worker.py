@@ -1,14 +1,14 @@
-"""Worker: a component that owns one thread.
+"""Worker: a component that owns its threads (one unless told otherwise).
 
     class Loader(Worker):
         name = "loader"
         def _run(self): ...          # loop until self._stop is set; self._wake ends a wait early
 
 `start()` runs `_run` on `threads` new daemon threads (named `name`, then `name-2`, ...), which
-then share the work: `_run` must be safe to run concurrently when threads > 1. Such threads take
-turns at waiting for work (`with self._turn:` around the wait and the gathering of a batch): one
-item wakes one thread, the batch is as large as what is waiting, and a second thread starts on the
-next batch only while the first is still busy with its own. `stop()` sets the
+then share the work: `_run` must be safe to run concurrently when threads > 1. `self._turn` lets
+such threads take turns at waiting for work (held around the wait and the gathering of a batch):
+one item wakes one thread, the batch is as large as what is waiting, and a second thread starts on
+the next batch only while the first is still busy with its own. `stop()` sets the
 stop event, wakes the threads and joins them (subclasses add what else unblocks them in
 `_interrupt`); `alive` is what /healthz reports.
 """

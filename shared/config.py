@@ -164,7 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
             "Look-ahead window: tasks due within it are held in memory."),
     Setting("DELAYQ_SCAN_INTERVAL_MS", "scheduling", "scan_interval_ms", int, 5000,
             "How often the loader scans MySQL for the window (must be below the window)."),
-    Setting("DELAYQ_FULL_SCAN_MS", "scheduling", "full_scan_ms", int, 60000,
+    Setting("DELAYQ_FULL_SCAN_MS", "scheduling", "full_scan_ms", int, 15000,
             "Each scan reads only what lies past the loaded horizon, plus the loaded part again for a "
             "rolling share of the shards, so that every shard's is re-read within this time (tasks "
             "written to MySQL other than through a node, e.g. `delayq tasks redrive`, fire within it)."),

@@ -296,9 +296,10 @@ def test_accepts_respects_horizon_and_cap(clock: FakeClock):
     q.offer(Entry("a", 0, now))
     assert q.accepts(now) is True
     q.offer(Entry("b", 0, now))
-    assert q.accepts(now) is False             # full
+    assert q.accepts(now) is False             # full: and memory now lacks a task due then
     q.remove("a")
-    assert q.accepts(now) is True
+    assert q.accepts(now - 1) is True
+    assert q.accepts(now) is False             # until a scan has read MySQL from there again
 
 
 # ---------------------------------------------------------------- compaction
@@ -358,3 +359,21 @@ def test_raise_horizon_returns_the_horizon_it_replaced():
     q.set_horizon(0)
     assert q.raise_horizon(9000) == 0 and q.horizon_ms == 9000
     assert q.raise_horizon(12000) == 9000
+
+
+def test_a_full_queue_refuses_a_task_below_its_horizon_and_lowers_the_horizon_to_it():
+    clock = FakeClock()
+    q = DelayQueue(clock, cap=2)
+    q.set_horizon(clock.now_ms() + 60_000)
+    q.offer(Entry("a", 1, clock.now_ms() + 1_000))
+    q.offer(Entry("b", 1, clock.now_ms() + 2_000))
+    assert not q.accepts(clock.now_ms() + 30_000)
+    # From there on memory lacks a task, so the next scan reads MySQL from there.
+    assert q.horizon_ms == clock.now_ms() + 30_000
+
+
+def test_lower_horizon_keeps_a_reset_made_meanwhile():
+    q = DelayQueue(FakeClock())
+    q.set_horizon(0)
+    q.lower_horizon(50_000)
+    assert q.horizon_ms == 0

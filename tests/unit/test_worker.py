@@ -29,7 +29,7 @@ def test_a_worker_runs_its_loop_on_each_of_its_threads_and_stop_joins_them_all()
         assert w.alive
     finally:
         w.stop(timeout=5)
-    assert not w.alive
+    assert not any(t.is_alive() for t in w._threads)
     assert not {"counting", "counting-2", "counting-3"} & {t.name for t in threading.enumerate()}
 
 
@@ -55,4 +55,4 @@ def test_a_committer_with_several_threads_commits_submits_and_stops_promptly():
     finally:
         started = time.monotonic()
         c.stop(timeout=5)
-    assert time.monotonic() - started < 2 and not c.alive
+    assert time.monotonic() - started < 2 and not any(t.is_alive() for t in c._threads)

@@ -130,3 +130,14 @@ def test_incremental_scans_load_the_same_tasks_as_full_ones(setup):
         clock.now += 5_000
     assert sum(1 for shards, start, _ in rows.scans if start == 0 and shards == (1, 2)) == 1
     assert taken == {f"t{i}" for i in range(300) if 1_000_000 + i * 1_000 <= clock.now - 5_000}
+
+
+def test_a_full_scan_time_at_or_below_the_scan_interval_re_reads_every_shard_each_scan():
+    clock, rows = Clock(), Rows()
+    ownership = Ownership("n1")
+    ownership.set({1: 1, 2: 1, 3: 1}, [1, 2, 3])
+    loader = Loader(rows, DelayQueue(clock), ownership, results=None, clock=clock, window_ms=WINDOW,
+                    interval_ms=5000, cap=1000, full_scan_ms=5000)
+    first = scan(loader, rows)
+    clock.now += 5_000
+    assert scan(loader, rows)[1] == ((1, 2, 3), 0, first[0][2])

@@ -62,7 +62,9 @@ class _BatchingConnection(SelectConnection):
     pika hands each frame (method, header, body: three per message) to the transport separately,
     and the transport sends each with its own `send()`. For a batch of publishes that is three
     system calls per message, each releasing and retaking the GIL the node's other threads are
-    using. Inside `batched()` the frames are collected and written once, in the same order."""
+    using. Inside `batched()` the frames are collected and written once, in the same order.
+    It overrides pika's `_output_marshaled_frames`, which is not public API: setup.cfg keeps pika
+    below 1.5 so that a release that changes it is taken on purpose."""
 
     _held: list[bytes] | None = None
 

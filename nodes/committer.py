@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 from concurrent.futures import Future
 from typing import Sequence
 
@@ -21,7 +22,6 @@ from nodes.store import NewTask, Submitted, TaskStore
 from nodes.worker import Worker
 
 log = logging.getLogger(__name__)
-_WAKE = None                            # in the inbox: a thread should look at the stop flag
 
 
 class GroupCommitter(Worker):
@@ -32,7 +32,8 @@ class GroupCommitter(Worker):
         self._store = store
         self._max_rows = max_rows
         self._timeout_s = timeout_s
-        self._inbox: queue.Queue[tuple[Sequence[NewTask], Future] | None] = queue.Queue()
+        self._inbox: queue.Queue[tuple[Sequence[NewTask], Future]] = queue.Queue()
+        self._turn = threading.Lock()       # held by the one thread waiting for submits
 
     def submit(self, tasks: Sequence[NewTask]) -> list[Submitted]:
         """Insert these tasks (all or nothing) with whatever else is waiting; raises like the store."""
@@ -45,10 +46,6 @@ class GroupCommitter(Worker):
         except TimeoutError:
             raise Unavailable(f"MySQL did not commit within {self._timeout_s:.0f} s") from None
 
-    def _interrupt(self) -> None:
-        for _ in range(self._count):
-            self._inbox.put(_WAKE)          # a thread waiting for work looks at the stop flag now
-
     def _run(self) -> None:
         while not self._stop.is_set():
             batch = self._gather()
@@ -57,21 +54,20 @@ class GroupCommitter(Worker):
         self._fail_waiting()
 
     def _gather(self) -> list[tuple[Sequence[NewTask], Future]]:
-        """What is waiting, up to max_rows, once this thread's turn to wait has come."""
+        """What is waiting, up to max_rows, once this thread's turn to wait has come. The threads
+        take turns at waiting: one submit wakes one thread, and a second thread gathers the next
+        group only while the first is busy committing its own. The wait ends every 0.2 s, so a
+        thread sees the stop flag within that."""
         with self._turn:
             try:
                 first = self._inbox.get(timeout=0.2)
             except queue.Empty:
-                return []
-            if first is _WAKE:
                 return []
             batch, rows = [first], len(first[0])
             while rows < self._max_rows:
                 try:
                     item = self._inbox.get_nowait()
                 except queue.Empty:
-                    break
-                if item is _WAKE:
                     break
                 batch.append(item)
                 rows += len(item[0])
@@ -93,11 +89,8 @@ class GroupCommitter(Worker):
     def _fail_waiting(self) -> None:
         while True:
             try:
-                item = self._inbox.get_nowait()
+                _, done = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if item is _WAKE:
-                continue
-            _, done = item
             if not done.done():
                 done.set_exception(Unavailable("the node is stopping"))

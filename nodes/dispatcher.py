@@ -91,7 +91,7 @@ class Dispatcher(Worker):
         # commit are done by the due instant; the releaser publishes each claimed task at its due
         # time. The others take only tasks already due: on time, the first keeps up alone (more
         # claims of fewer tasks would only cost CPU); they join in when due tasks pile up (a burst).
-        lead_ms = self._lead_ms if threading.current_thread() is self._threads[0] else 0
+        lead_ms = self._lead_ms if self._is_first_thread() else 0
         while not self._stop.is_set():
             if not self._ownership.claimable or not self._publisher.ready:
                 # Claiming is suspended or nothing could be published: leave due tasks queued.

@@ -5,11 +5,9 @@
         def _run(self): ...          # loop until self._stop is set; self._wake ends a wait early
 
 `start()` runs `_run` on `threads` new daemon threads (named `name`, then `name-2`, ...), which
-then share the work: `_run` must be safe to run concurrently when threads > 1. `self._turn` lets
-such threads take turns at waiting for work (held around the wait and the gathering of a batch):
-one item wakes one thread, the batch is as large as what is waiting, and a second thread starts on
-the next batch only while the first is still busy with its own. `stop()` sets the
-stop event, wakes the threads and joins them (subclasses add what else unblocks them in
+then share the work: `_run` must be safe to run concurrently when threads > 1, and
+`_is_first_thread()` tells a thread whether it is the first. `stop()` sets the stop event, wakes
+the threads and joins them (subclasses add what else unblocks them in
 `_interrupt`); `alive` is what /healthz reports.
 """
 from __future__ import annotations
@@ -25,7 +23,6 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._count = threads
-        self._turn = threading.Lock()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -41,6 +38,9 @@ class Worker:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
+
+    def _is_first_thread(self) -> bool:
+        return bool(self._threads) and threading.current_thread() is self._threads[0]
 
     def wake(self) -> None:
         self._wake.set()

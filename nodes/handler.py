@@ -5,11 +5,14 @@ Runs on the Thrift server's worker threads; it holds no state of its own.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import logging
-import secrets
+import os
 import time
-from typing import Callable
+from typing import Callable, Iterator, Sequence
+
+from thrift.Thrift import TApplicationException
 
 from shared import errors
 from shared.clock import Clock
@@ -35,20 +38,17 @@ def _declared(fn: Callable) -> Callable:
     count each call by method and outcome."""
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
-        started, outcome = time.perf_counter(), "ok"
+        started, error = time.perf_counter(), None
         try:
             return fn(self, *args, **kwargs)
         except errors.DelayqError as e:
-            outcome = _OUTCOMES.get(type(e), "error")
-            if isinstance(e, errors.Unavailable):
-                self._metrics.errors.labels("rabbitmq" if isinstance(e, errors.BrokerUnavailable) else "mysql").inc()
+            error = e
             raise _as_declared(e) from None
-        except Exception:
-            outcome = "error"
+        except Exception as e:
+            error = e
             raise
         finally:
-            self._metrics.thrift_requests.labels(fn.__name__, outcome).inc()
-            self._metrics.thrift_seconds.labels(fn.__name__).observe(time.perf_counter() - started)
+            self._count(fn.__name__, error, time.perf_counter() - started)
     return wrapper
 
 
@@ -72,21 +72,27 @@ def _as_declared(e: errors.DelayqError) -> Exception:
     return ttypes.Unavailable(reason=str(e))     # Unavailable, or a node misconfigured: try another
 
 
-def new_task_id(now_ms: int) -> str:
-    """Time-ordered (keeps InnoDB inserts near the end of the primary key) and unguessable."""
-    return f"{now_ms:011x}{secrets.token_hex(8)}"
+def new_task_ids(now_ms: int, n: int) -> Iterator[str]:
+    """Task ids for up to n tasks: time-ordered (keeps InnoDB inserts near the end of the primary
+    key) and unguessable; one read of the system's random source for all of them."""
+    prefix, rand = f"{now_ms:011x}", os.urandom(8 * n).hex()
+    return (prefix + rand[16 * i:16 * i + 16] for i in range(n))
+
+
+def _raised(result):
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
-                 clock: Clock, results: ResultApplier, metrics: Metrics, insert: Callable[[list[NewTask]], list[Submitted]],
-                 *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
+                 clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
                  declare_exchange: Callable[[str], None], cluster_info: Callable[[], ttypes.ClusterInfo]):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
         self._metrics = metrics
-        self._insert = insert      # the group committer: concurrent submits share a commit
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._declare_exchange = declare_exchange
@@ -94,21 +100,47 @@ class Handler:
 
     # ---- tasks --------------------------------------------------------------------------------
 
-    @_declared
     def submit(self, task: ttypes.TaskSpec) -> ttypes.TaskRef:
-        return self._submit([task], batch=False)[0]
+        return _raised(self.submit_many([([task], False)])[0])[0]
 
-    @_declared
     def submitBatch(self, tasks: list[ttypes.TaskSpec]) -> list[ttypes.TaskRef]:
-        if tasks is None or len(tasks) == 0:
-            raise errors.InvalidTask("tasks", "must hold at least one task")
-        if len(tasks) > self._max_batch:
-            raise errors.InvalidTask("tasks", f"holds {len(tasks)} tasks, at most {self._max_batch} allowed")
-        return self._submit(tasks, batch=True)
+        return _raised(self.submit_many([(tasks, True)])[0])
 
-    def _submit(self, specs: list[ttypes.TaskSpec], batch: bool) -> list[ttypes.TaskRef]:
+    def submit_many(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]]) -> list:
+        """Several submit (batch False) and submitBatch (True) calls, inserted in one transaction
+        (one commit for all). Each call is all or nothing on its own: its result is its TaskRefs or
+        its own exception, a declared one or TApplicationException (internal error). Each is counted
+        like any call."""
+        started = time.perf_counter()
         now = self._clock.now_ms()
+        out: list = [None] * len(calls)
+        prepared: list[tuple[int, list[NewTask]]] = []
+        ids = new_task_ids(now, sum(len(specs) for specs, _ in calls if specs))
+        for i, (specs, batch) in enumerate(calls):
+            try:
+                prepared.append((i, self._prepare(specs, batch, now, ids)))
+            except Exception as e:  # noqa: BLE001 - this call's own failure, answered below
+                out[i] = e
+        if prepared:
+            try:
+                done = self._store.insert_groups([new for _, new in prepared])
+            except Exception as e:  # noqa: BLE001 - every call of the transaction shares it
+                done = [e] * len(prepared)
+            for (i, new), result in zip(prepared, done):
+                out[i] = result if isinstance(result, Exception) else self._accepted(new, result)
+        elapsed = time.perf_counter() - started
+        return [self._answer("submitBatch" if batch else "submit", result, elapsed)
+                for (_, batch), result in zip(calls, out)]
+
+    def _prepare(self, specs: Sequence[ttypes.TaskSpec] | None, batch: bool, now: int,
+                 ids: Iterator[str]) -> list[NewTask]:
+        if batch:
+            if not specs:
+                raise errors.InvalidTask("tasks", "must hold at least one task")
+            if len(specs) > self._max_batch:
+                raise errors.InvalidTask("tasks", f"holds {len(specs)} tasks, at most {self._max_batch} allowed")
         new = []
+        near_before = now + self._window_ms
         for i, spec in enumerate(specs):
             index = i if batch else None
             if spec is None:
@@ -119,19 +151,44 @@ class Handler:
             due = due_time(req, now, self._limits, index)
             svc = self._services.get(req.topic)
             new.append(NewTask(
-                task_id=req.task_id or new_task_id(now), topic=req.topic,
-                shard_id=self._ownership.pick_shard(near=due < now + self._window_ms), due_ms=due,
+                task_id=req.task_id or next(ids), topic=req.topic,
+                shard_id=self._ownership.pick_shard(near=due < near_before), due_ms=due,
                 payload=req.payload or b"", spec_hash=spec_hash(req),
                 max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
                 ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
                 client_id=req.task_id is not None))
-        done = self._insert(new)
-        self._enqueue([d for d in done if d.created])
-        topics = {t.task_id: t.topic for t in new}
-        for d in done:
-            if d.created:
-                self._metrics.submitted.labels(topics[d.task_id]).inc()
+        return new
+
+    def _accepted(self, new: list[NewTask], done: list[Submitted]) -> list[ttypes.TaskRef]:
+        created = [d for d in done if d.created]
+        self._enqueue(created)
+        if created:
+            topics = {t.task_id: t.topic for t in new}
+            for topic, n in collections.Counter(topics[d.task_id] for d in created).items():
+                self._metrics.submitted.labels(topic).inc(n)
         return [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in done]
+
+    def _answer(self, method: str, result, elapsed: float):
+        """A call's result as its client sees it (a delayq error as the declared exception), counted."""
+        error = result if isinstance(result, Exception) else None
+        self._count(method, error, elapsed)
+        if isinstance(error, errors.DelayqError):
+            return _as_declared(error)
+        if error is not None:
+            log.error("%s failed", method, exc_info=error)
+            return TApplicationException(TApplicationException.INTERNAL_ERROR, "Internal error")
+        return result
+
+    def _count(self, method: str, error: Exception | None, elapsed: float) -> None:
+        if error is None:
+            outcome = "ok"
+        else:
+            outcome = _OUTCOMES.get(type(error), "error")
+            if isinstance(error, errors.Unavailable):
+                self._metrics.errors.labels("rabbitmq" if isinstance(error, errors.BrokerUnavailable)
+                                            else "mysql").inc()
+        self._metrics.thrift_requests.labels(method, outcome).inc()
+        self._metrics.thrift_seconds.labels(method).observe(elapsed)
 
     def _enqueue(self, done: list[Submitted]) -> None:
         """NetEase: a task due within the scan window goes straight into the memory queue."""

@@ -14,6 +14,7 @@ import time
 from kazoo.exceptions import KazooException, NoNodeError
 
 import pika
+from thrift.protocol import TBinaryProtocol
 
 from shared.clock import SYSTEM_CLOCK, Clock
 from shared.coordination import ZkSession
@@ -30,7 +31,6 @@ from shared.gen.delayq_thrift import DelayScheduler, ttypes
 from shared.publisher import ConfirmedPublisher
 from shared.validation import Limits
 from nodes.delayqueue import DelayQueue
-from nodes.committer import GroupCommitter
 from nodes.deadletters import DeadLetterer
 from nodes.dispatcher import Dispatcher
 from nodes.feedback import FeedbackConsumer
@@ -42,9 +42,10 @@ from nodes.loader import Loader
 from nodes.ownership import Ownership
 from nodes.recorder import Recorder
 from nodes.results import ResultApplier
-from nodes.server import ThriftServer
+from nodes.server import CallPool, ThriftServer
 from nodes.services import ServiceRegistry
 from nodes.store import TaskStore
+from nodes.submits import SubmitBatcher
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ class NodeRuntime:
         self.clock = clock
         self.metrics = Metrics()
         self.engine = make_engine(s.mysql)
-        self.store = TaskStore(self.engine)
+        self.writes = make_engine(s.mysql, autocommit=True)
+        self.store = TaskStore(self.engine, autocommit=self.writes)
         self.services = ServiceRegistry(self.engine, clock)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)
         self.ownership = Ownership(s.node.node_id)
@@ -94,17 +96,20 @@ class NodeRuntime:
         self.dispatcher.on_fenced = self.loader.rescan
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          cluster=s.node.cluster)
-        self.committer = GroupCommitter(self.store, threads=s.scheduling.write_concurrency)
         self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
-                               self.metrics, self.committer.submit,
-                               limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
+                               self.metrics, limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
                                cluster_info=self.cluster_info)
-        self.server = ThriftServer(DelayScheduler.Processor(self.handler), s.node.host, s.node.port,
-                                   workers=s.limits.thrift_workers, max_frame=s.limits.max_frame_bytes,
-                                   idle_timeout=s.limits.idle_timeout_ms / 1000.0,
-                                   max_string=s.limits.max_payload_bytes + 4096, max_container=s.limits.max_batch)
+        # Refused while decoding, before anything is built: a frame of 8 MiB could otherwise claim
+        # millions of list elements.
+        protocol = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
+            string_length_limit=s.limits.max_payload_bytes + 4096, container_length_limit=s.limits.max_batch)
+        self.submits = SubmitBatcher(self.handler.submit_many, protocol)
+        self.calls = CallPool(DelayScheduler.Processor(self.handler), protocol, threads=s.limits.thrift_threads)
+        self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
+                                   s.node.host, s.node.port, max_connections=s.limits.thrift_workers,
+                                   max_frame=s.limits.max_frame_bytes, idle_timeout=s.limits.idle_timeout_ms / 1000.0)
         self._epoch = 0
         self.zk: ZkSession | None = None
         if s.zk.enabled:
@@ -146,7 +151,8 @@ class NodeRuntime:
         self.loader.start()
         self.deadletters.start()
         self.feedback.start()
-        self.committer.start()
+        self.submits.start()
+        self.calls.start()
         self.server.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
@@ -189,7 +195,8 @@ class NodeRuntime:
 
     def stop(self, timeout: float = 10.0) -> None:
         self.server.stop()
-        self.committer.stop()
+        self.submits.stop()
+        self.calls.stop()
         if self.zk is not None:
             self.rebalancer.stop()
             self.zk.stop()
@@ -203,6 +210,7 @@ class NodeRuntime:
         self.publisher.stop()
         self.recorder.stop(max(1.0, deadline - time.monotonic()))
         self.engine.dispose()
+        self.writes.dispose()
         self.http.stop()
         log.info("node %s stopped", self.settings.node.node_id)
 
@@ -228,7 +236,7 @@ class NodeRuntime:
 
     def _alive(self) -> dict[str, str | None]:
         threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
-                   "committer": self.committer}
+                   "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:

@@ -1,115 +1,363 @@
-"""ThriftServer: TBinaryProtocol over TFramedTransport on TCP, a thread per connection, bounded.
+"""ThriftServer: TBinaryProtocol over TFramedTransport on TCP. One I/O thread moves the bytes; the
+calls run on the lanes' threads.
 
-One acceptor thread; each accepted connection is served on its own worker thread, at most
-`workers` at once (one more is closed at once: a clean refusal the client can retry elsewhere).
-Frames above `max_frame` close the connection before anything is read into memory; a connection
-silent for `idle_timeout` seconds is closed, so a client that connects and sends nothing cannot
-hold a worker. `stop()` closes the listener and every connection, and joins every thread.
+The I/O thread (a selector over the listener and every connection) accepts, reads and cuts
+frames, and hands each request to a lane chosen by its method name: submits to the SubmitBatcher,
+which serves every submit waiting with one transaction, everything else to the CallPool. The
+thread that served a call writes the reply straight to the socket; only what the socket does not
+take at once goes back to the I/O thread. (A thread per connection costs about ten thread
+switches per call under the GIL; a group of submits served this way costs a few.)
+
+Limits: at most `max_connections` connections (one more is closed at once: a clean refusal the
+client can retry elsewhere); a frame header above `max_frame` closes the connection before the
+body is read; a connection without a call in progress that stays silent for `idle_timeout`
+seconds is closed. Thrift's clients send a call and wait for its reply; a frame that arrives while
+its connection's call is still being served waits for that reply (at most `max_waiting` of them),
+so replies keep their order.
+
+`stop()` closes the listener and every connection and joins the I/O thread. The lanes belong to
+whoever made them (nodes.main), which stops them after the server.
 """
 from __future__ import annotations
 
+import collections
 import logging
+import queue
+import selectors
 import socket
+import struct
 import threading
+import time
+from typing import Mapping, Protocol
 
-from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TException
-from thrift.transport import TSocket, TTransport
+from thrift.transport import TTransport
+
+from nodes.worker import Worker
 
 log = logging.getLogger(__name__)
 
+_HEADER = struct.Struct("!i")
+_CHUNK = 256 * 1024
+_WAKE = object()
+
+
+class Lane(Protocol):
+    def put(self, call: Call) -> None: ...
+
+
+class Call:
+    """One request frame (a whole Thrift message), and the way back to its connection."""
+    __slots__ = ("frame", "_conn")
+
+    def __init__(self, frame: bytes, conn: _Conn):
+        self.frame, self._conn = frame, conn
+
+    def reply(self, message: bytes) -> None:
+        """Send the reply message (framed here); the connection's next call may then be served."""
+        self._conn.reply(message)
+
+    def drop(self, why: str) -> None:
+        """Close the connection instead of replying (the request could not be read)."""
+        log.info("closing connection from %s: %s", self._conn.peer, why)
+        self._conn.shutdown()
+
+
+class _Conn:
+    """A client connection. The I/O thread reads it; any thread may reply on it (under `lock`)."""
+
+    def __init__(self, server: ThriftServer, sock: socket.socket, peer):
+        self.server, self.sock, self.peer = server, sock, peer
+        self.inbuf = bytearray()
+        self.out = bytearray()          # reply bytes the socket has not taken yet; the I/O thread sends them
+        self.busy = False               # one of its calls is being served
+        self.waiting: collections.deque[bytes] = collections.deque()
+        self.last = time.monotonic()    # last request or reply
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def received(self, frame: bytes) -> bool:
+        """A whole request arrived: serve it, or keep it until the call in progress is answered.
+        False: too many calls are waiting on this connection."""
+        with self.lock:
+            if self.busy:
+                if len(self.waiting) >= self.server.max_waiting:
+                    return False
+                self.waiting.append(frame)
+                return True
+            self.busy = True
+        self.server.route(Call(frame, self))
+        return True
+
+    def reply(self, message: bytes) -> None:
+        data = _HEADER.pack(len(message)) + message
+        with self.lock:
+            if self.closed:
+                return
+            if not self.out:
+                try:
+                    data = data[self.sock.send(data):]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    data = b""      # the I/O thread sees the broken connection and closes it
+            if data:
+                self.out += data
+                self.server.want_write(self)
+            self.last = time.monotonic()
+            frame = self.waiting.popleft() if self.waiting else None
+            self.busy = frame is not None
+        if frame is not None:
+            self.server.route(Call(frame, self))
+
+    def flush(self) -> bool:
+        """I/O thread: send what is left; True when nothing is."""
+        with self.lock:
+            if self.out and not self.closed:
+                try:
+                    del self.out[:self.sock.send(self.out)]
+                except BlockingIOError:
+                    pass
+            return not self.out
+
+    def shutdown(self) -> None:
+        with self.lock:
+            if not self.closed:
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)     # the I/O thread then reads EOF and closes it
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.sock.close()
+
 
 class ThriftServer:
-    def __init__(self, processor, host: str, port: int, *, workers: int, max_frame: int, idle_timeout: float,
-                 max_string: int, max_container: int):
-        self._processor = processor
+    def __init__(self, lanes: Mapping[str, Lane], default: Lane, host: str, port: int, *, max_connections: int,
+                 max_frame: int, idle_timeout: float, max_waiting: int = 16):
+        self._lanes = {name.encode(): lane for name, lane in lanes.items()}
+        self._default = default
         self._host, self._port = host, port
-        self._slots = threading.Semaphore(workers)
+        self._max_connections = max_connections
         self._max_frame = max_frame
         self._idle_timeout = idle_timeout
-        # Refused while decoding, before anything is built: a frame of 8 MiB could otherwise claim
-        # millions of list elements.
-        self._proto = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
-            string_length_limit=max_string, container_length_limit=max_container)
+        self.max_waiting = max_waiting
+        self._sel = selectors.DefaultSelector()
+        self._conns: dict[socket.socket, _Conn] = {}
         self._listener: socket.socket | None = None
+        self._listening = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._writers: list[_Conn] = []          # connections with reply bytes left, for the I/O thread
+        self._writers_lock = threading.Lock()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._conns: dict[threading.Thread, socket.socket] = {}
-        self._acceptor: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         assert self._listener is not None
         return self._listener.getsockname()[1]
 
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
         ls = socket.create_server((self._host, self._port), backlog=128, reuse_port=False)
-        ls.settimeout(0.5)
+        ls.setblocking(False)
         self._listener = ls
-        self._acceptor = threading.Thread(target=self._accept, name="thrift-acceptor", daemon=True)
-        self._acceptor.start()
+        self._sel.register(ls, selectors.EVENT_READ, None)
+        self._listening = True
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._thread = threading.Thread(target=self._run, name="thrift-io", daemon=True)
+        self._thread.start()
         log.info("Thrift server listening on %s:%d", self._host, self.port)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        if self._acceptor is not None:
-            self._acceptor.join(timeout)
-        if self._listener is not None:
-            self._listener.close()
-        with self._lock:
-            conns = dict(self._conns)
-        for sock in conns.values():
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        for thread in conns:
-            thread.join(timeout)
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- called from the lanes' threads -------------------------------------------------------
+
+    def route(self, call: Call) -> None:
+        self._lanes.get(_method(call.frame), self._default).put(call)
+
+    def want_write(self, conn: _Conn) -> None:
+        with self._writers_lock:
+            self._writers.append(conn)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass        # a wake-up is pending already, or the server has stopped
+
+    # ---- the I/O thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_sweep = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                for key, mask in self._sel.select(timeout=0.25):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is _WAKE:
+                        self._woken()
+                    else:
+                        if mask & selectors.EVENT_WRITE:
+                            self._flush(key.data)
+                        if mask & selectors.EVENT_READ:
+                            self._read(key.data)
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + min(0.25, self._idle_timeout / 4)
+        except Exception:  # noqa: BLE001 - logged; /healthz reports the server stopped
+            log.exception("the Thrift server's I/O thread failed")
+        finally:
+            self._close_all()
 
     def _accept(self) -> None:
         assert self._listener is not None
-        while not self._stop.is_set():
+        while True:
             try:
                 sock, peer = self._listener.accept()
-            except socket.timeout:
-                continue
+            except BlockingIOError:
+                return
             except OSError as e:
-                if self._stop.is_set():
-                    return
-                # Out of file descriptors and the like: keep the listener, try again shortly.
+                # Out of file descriptors and the like: stop listening for a moment (the sweep resumes it).
                 log.warning("accept failed: %s", e)
-                self._stop.wait(0.1)
-                continue
-            if not self._slots.acquire(blocking=False):
-                log.warning("refusing a connection from %s: all workers busy", peer)
+                self._sel.unregister(self._listener)
+                self._listening = False
+                return
+            if len(self._conns) >= self._max_connections:
+                log.warning("refusing a connection from %s: %d connections open", peer, len(self._conns))
                 sock.close()
                 continue
-            sock.settimeout(self._idle_timeout)
+            sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            thread = threading.Thread(target=self._serve, args=(sock, peer), name=f"thrift-{peer[1]}", daemon=True)
-            with self._lock:
-                self._conns[thread] = sock
-            thread.start()
+            conn = _Conn(self, sock, peer)
+            self._conns[sock] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
 
-    def _serve(self, sock: socket.socket, peer) -> None:
-        tsock = TSocket.TSocket()
-        tsock.setHandle(sock)
-        trans = TTransport.TFramedTransport(tsock, self._max_frame)
-        proto = self._proto.getProtocol(trans)
+    def _read(self, conn: _Conn) -> None:
         try:
-            while not self._stop.is_set():
-                self._processor.process(proto, proto)
-        except TTransport.TTransportException as e:
-            if e.type not in (TTransport.TTransportException.END_OF_FILE,):
-                log.info("closing connection from %s: %s", peer, e)
-        except (TException, OSError, ValueError, EOFError, OverflowError) as e:
-            log.info("closing connection from %s: %s", peer, e)
-        except Exception:  # noqa: BLE001 - one client's request must not take the node down
-            log.exception("closing connection from %s", peer)
-        finally:
+            data = conn.sock.recv(_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            self._close(conn, str(e))
+            return
+        if not data:
+            self._close(conn, None)
+            return
+        conn.last = time.monotonic()
+        buf = conn.inbuf
+        buf += data
+        while len(buf) >= 4:
+            (size,) = _HEADER.unpack_from(buf)
+            if size <= 0 or size > self._max_frame:
+                self._close(conn, f"frame of {size} bytes (at most {self._max_frame})")
+                return
+            if len(buf) < 4 + size:
+                return
+            frame = bytes(buf[4:4 + size])
+            del buf[:4 + size]
+            if not conn.received(frame):
+                self._close(conn, f"more than {self.max_waiting} calls waiting for replies")
+                return
+
+    def _woken(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self._writers_lock:
+            writers, self._writers = self._writers, []
+        for conn in writers:
+            if conn.sock in self._conns and not conn.flush():
+                self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        if conn.flush() and conn.sock in self._conns:
+            self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+
+    def _sweep(self, now: float) -> None:
+        if not self._listening and self._listener is not None:
+            self._sel.register(self._listener, selectors.EVENT_READ, None)
+            self._listening = True
+        for conn in list(self._conns.values()):
+            if not conn.busy and not conn.out and now - conn.last > self._idle_timeout:
+                self._close(conn, f"silent for {self._idle_timeout:g} s")
+
+    def _close(self, conn: _Conn, why: str | None) -> None:
+        if why:
+            log.info("closing connection from %s: %s", conn.peer, why)
+        if self._conns.pop(conn.sock, None) is not None:
+            self._sel.unregister(conn.sock)
+        conn.close()
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns.values()):
+            self._close(conn, None)
+        if self._listener is not None:
+            self._listener.close()
+        self._sel.close()
+        for s in (self._wake_r, self._wake_w):
+            s.close()
+
+
+def _method(frame: bytes) -> bytes:
+    """The method name of a TBinaryProtocol message, strict (version first) or not; b"" if none."""
+    if len(frame) < 8:
+        return b""
+    if frame[0] & 0x80:
+        (n,) = _HEADER.unpack_from(frame, 4)
+        return frame[8:8 + n] if n > 0 else b""
+    (n,) = _HEADER.unpack_from(frame, 0)
+    return frame[4:4 + n] if n > 0 else b""
+
+
+class CallPool(Worker):
+    """Serves calls with the generated Thrift processor, one call per thread at a time. A request
+    that cannot be read closes its connection; the handler's errors are the processor's business
+    (declared exceptions, or an internal error)."""
+    name = "thrift"
+
+    def __init__(self, processor, protocol, threads: int):
+        super().__init__(threads)
+        self._processor = processor
+        self._protocol = protocol
+        self._inbox: queue.Queue[Call] = queue.Queue()
+
+    def put(self, call: Call) -> None:
+        self._inbox.put(call)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
             try:
-                sock.close()
-            finally:
-                with self._lock:
-                    self._conns.pop(threading.current_thread(), None)
-                self._slots.release()
+                call = self._inbox.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.serve(call)
+
+    def serve(self, call: Call) -> None:
+        out = TTransport.TMemoryBuffer()
+        try:
+            self._processor.process(self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame)),
+                                    self._protocol.getProtocol(out))
+        except (TException, ValueError, EOFError, OverflowError, struct.error) as e:
+            call.drop(f"unreadable request: {e}")
+            return
+        except Exception:  # noqa: BLE001 - one client's request must not take the node down
+            log.exception("closing connection: the request failed")
+            call.drop("internal error")
+            return
+        call.reply(out.getvalue())

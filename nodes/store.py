@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, select, update
@@ -38,8 +39,7 @@ T, X, B, S = tables.task, tables.execlog, tables.backlog, tables.shard
 UNCONFIRMED_GRACE_MS = 2_000
 
 
-@dataclass(frozen=True)
-class NewTask:
+class NewTask(NamedTuple):
     task_id: str
     topic: str
     shard_id: int
@@ -52,8 +52,7 @@ class NewTask:
     client_id: bool = True      # chosen by the client (may exist already); False: generated here, unique
 
 
-@dataclass(frozen=True)
-class Submitted:
+class Submitted(NamedTuple):
     task_id: str
     shard_id: int
     due_ms: int
@@ -84,8 +83,12 @@ class Transition:
 
 
 class TaskStore:
-    def __init__(self, engine: Engine, rng: random.Random | None = None):
+    def __init__(self, engine: Engine, rng: random.Random | None = None, autocommit: Engine | None = None):
+        """autocommit: an engine made with make_engine(..., autocommit=True), for the submits (one
+        round trip for a group of them); without it, `engine` switches its connections to
+        autocommit for them, a round trip more each way."""
         self._engine = engine
+        self._autocommit = autocommit or engine.execution_options(isolation_level="AUTOCOMMIT")
         self._rng = rng or random.Random()
 
     # ---- submit -------------------------------------------------------------------------------
@@ -99,11 +102,16 @@ class TaskStore:
         return result
 
     def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
-        """Several independent submits in one transaction (one commit for all): each group is all
-        or nothing on its own, and a group's Conflict is its result, not the others' failure."""
+        """Several independent submits written together (one commit for all): each group is all
+        or nothing on its own, and a group's Conflict is its result, not the others' failure.
+
+        The rows go in as one INSERT statement, which InnoDB writes whole or not at all, with
+        autocommit: one round trip, where a transaction would take three (the statement, COMMIT,
+        and the ROLLBACK that resets a pooled connection). Rows too large for one statement go in
+        several, inside START TRANSACTION ... COMMIT."""
         for attempt in range(3):
             try:
-                with unavailable_on_failure(), self._engine.begin() as conn:
+                with unavailable_on_failure(), self._autocommit.connect() as conn:
                     return self._insert(conn, groups)
             except sqlalchemy.exc.IntegrityError:
                 # A concurrent submit of the same client id (another node, another group) won the race.
@@ -149,7 +157,11 @@ class TaskStore:
             rows.extend(mine)
             results.append(out)
         if rows:
-            conn.exec_driver_sql(_INSERT_TASK, [_task_row(t) for t in rows])
+            statements = [_insert_sql(part) for part in _by_size(rows)]
+            if len(statements) == 1:
+                conn.exec_driver_sql(statements[0])
+            else:
+                _in_transaction(conn, statements)
         return results
 
     # ---- loading and claiming -----------------------------------------------------------------
@@ -435,21 +447,64 @@ def _marks(n: int) -> str:
 
 
 # status, attempt, deadline_ms and node_id take the schema's defaults: DELAY, attempt 0, NULL, NULL
-# (sql/001_initial.sql). Each value left out is one less to escape per row in Python.
-_TASK_COLUMNS = ("task_id", "topic", "shard_id", "due_ms", "payload", "spec_hash", "max_retries", "ttr_ms",
-                 "created_ms", "updated_ms")
-# The drivers turn executemany of one INSERT ... VALUES into multi-row statements.
-_INSERT_TASK = f"INSERT INTO {T.name} ({', '.join(_TASK_COLUMNS)}) VALUES ({_marks(len(_TASK_COLUMNS))})"
+# (sql/001_initial.sql).
+_INSERT_TASK = (f"INSERT INTO {T.name} (task_id, topic, shard_id, due_ms, payload, spec_hash, max_retries, ttr_ms, "
+                "created_ms, updated_ms) VALUES ")
+_PLAIN = re.compile(r"[A-Za-z0-9._:-]+")     # what task ids and topics may hold (shared.validation)
+
+
+def _insert_sql(rows: Sequence[NewTask]) -> str:
+    """One INSERT of new tasks with their values written in: ids and topics as they are (they
+    hold no quote, backslash or percent sign: checked here), bytes as hex literals, numbers as
+    numbers. PyMySQL's escaping, a lookup per value, cost more than the insert itself."""
+    values = []
+    for t in rows:
+        if not (_PLAIN.fullmatch(t.task_id) and _PLAIN.fullmatch(t.topic)):
+            raise ValueError(f"task id {t.task_id!r} or topic {t.topic!r} holds characters not allowed")
+        values.append("('%s','%s',%d,%d,X'%s',X'%s',%d,%d,%d,%d)" % (
+            t.task_id, t.topic, t.shard_id, t.due_ms, t.payload.hex(), t.spec_hash.hex(), t.max_retries, t.ttr_ms,
+            t.created_ms, t.created_ms))
+    return _INSERT_TASK + ",".join(values)
+
+
 _UPSERT_DISPATCHED = (
     f"INSERT INTO {X.name} (task_id, attempt, node_id, dispatched_ms, result, result_ms) "
     "VALUES (%s, %s, %s, %s, %s, %s) "
     "ON DUPLICATE KEY UPDATE dispatched_ms = VALUES(dispatched_ms), node_id = VALUES(node_id)")
 
 
-def _task_row(t: NewTask) -> tuple:
-    """A new task's values in _TASK_COLUMNS order."""
-    return (t.task_id, t.topic, t.shard_id, t.due_ms, t.payload, t.spec_hash, t.max_retries, t.ttr_ms,
-            t.created_ms, t.created_ms)
+# Rows of one INSERT at most, by size: well below MySQL's max_allowed_packet. A payload takes
+# twice its size in hex; the other values less than 256 bytes.
+_STATEMENT_BYTES = 1024 * 1024
+
+
+def _by_size(rows: list[NewTask]) -> list[list[NewTask]]:
+    """New tasks in parts that each make one INSERT statement."""
+    parts: list[list[NewTask]] = [[]]
+    size = 0
+    for t in rows:
+        n = 2 * len(t.payload) + 256
+        if parts[-1] and size + n > _STATEMENT_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(t)
+        size += n
+    return parts
+
+
+def _in_transaction(conn: Connection, statements: list[str]) -> None:
+    """Several statements as one transaction on an autocommit connection."""
+    conn.exec_driver_sql("START TRANSACTION")
+    try:
+        for sql in statements:
+            conn.exec_driver_sql(sql)
+        conn.exec_driver_sql("COMMIT")
+    except BaseException:
+        try:
+            conn.exec_driver_sql("ROLLBACK")
+        except Exception:  # noqa: BLE001 - the connection is broken: the server ends the transaction
+            conn.invalidate()
+        raise
 
 
 def _chunks(items: list, n: int) -> Iterable[list]:

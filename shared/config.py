@@ -72,6 +72,7 @@ class LimitSettings:
     max_batch: int
     max_frame_bytes: int
     thrift_workers: int
+    thrift_threads: int
     idle_timeout_ms: int
 
 
@@ -174,7 +175,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,
             "Due tasks claimed in one MySQL statement at most."),
     Setting("DELAYQ_WRITE_CONCURRENCY", "scheduling", "write_concurrency", int, 2,
-            "Group commits of submits, and claims of due tasks, the node keeps in flight in MySQL at once. "
+            "Claims of due tasks the node keeps in flight in MySQL at once. "
             "While one waits for its round trips and commit, the next is on its way. The extra claims "
             "take only tasks already due, so they join in when due tasks pile up (a burst); 1 makes "
             "each wait for the one before."),
@@ -195,7 +196,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MAX_FRAME_BYTES", "limits", "max_frame_bytes", int, 8 * 1024 * 1024,
             "Largest Thrift frame; a larger one closes the connection."),
     Setting("DELAYQ_THRIFT_WORKERS", "limits", "thrift_workers", int, 64,
-            "Thrift connections served at once; more are refused."),
+            "Thrift connections open at once; more are refused."),
+    Setting("DELAYQ_THRIFT_THREADS", "limits", "thrift_threads", int, 8,
+            "Threads serving Thrift calls other than submits (get, cancel, reschedule, reportResult, ...); "
+            "a call waits while all are busy. Submits are served in groups by a thread of their own."),
     Setting("DELAYQ_IDLE_TIMEOUT_MS", "limits", "idle_timeout_ms", int, 60000,
             "A Thrift connection silent this long is closed."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
@@ -272,7 +276,8 @@ def _check(s: Settings) -> None:
         "DELAYQ_SCAN_INTERVAL_MS": s.scheduling.scan_interval_ms, "DELAYQ_FULL_SCAN_MS": s.scheduling.full_scan_ms,
         "DELAYQ_MEMORY_CAP": s.scheduling.memory_cap, "DELAYQ_DISPATCH_BATCH": s.scheduling.dispatch_batch,
         "DELAYQ_SHARDS": s.scheduling.shards, "DELAYQ_MAX_BATCH": s.limits.max_batch,
-        "DELAYQ_THRIFT_WORKERS": s.limits.thrift_workers, "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight,
+        "DELAYQ_THRIFT_WORKERS": s.limits.thrift_workers, "DELAYQ_THRIFT_THREADS": s.limits.thrift_threads,
+        "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight,
         "DELAYQ_MYSQL_TIMEOUT_MS": s.mysql.timeout_ms, "DELAYQ_AMQP_TIMEOUT_MS": s.amqp.timeout_ms,
         "DELAYQ_IDLE_TIMEOUT_MS": s.limits.idle_timeout_ms,
         "DELAYQ_MAX_FRAME_BYTES": s.limits.max_frame_bytes,

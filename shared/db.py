@@ -13,12 +13,17 @@ from shared.config import MySQLSettings
 from shared.errors import ConfigError, StoreUnavailable
 
 
-def make_engine(settings: MySQLSettings, database: bool = True) -> Engine:
-    """An engine whose connections time out; database=False connects to the server only."""
+def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool = False) -> Engine:
+    """An engine whose connections time out; database=False connects to the server only.
+
+    autocommit=True: every statement commits on its own, and a connection goes back to the pool
+    without the ROLLBACK (a round trip) that ends a transaction. For writes that are one
+    statement, or that say START TRANSACTION and COMMIT or ROLLBACK themselves."""
     url = make_url(settings.url)
     if not database:
         url = url._replace(database=None)
     timeout = max(1, settings.timeout_ms // 1000)
+    options = {"isolation_level": "AUTOCOMMIT", "skip_autocommit_rollback": True} if autocommit else {}
     engine = create_engine(
         url,
         pool_size=settings.pool_size,
@@ -31,6 +36,7 @@ def make_engine(settings: MySQLSettings, database: bool = True) -> Engine:
             "write_timeout": timeout,
             "charset": "utf8mb4",
         },
+        **options,
     )
     _ping_when_idle(engine)
     return engine

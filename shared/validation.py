@@ -5,6 +5,7 @@ import hashlib
 import re
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shared.errors import InvalidService, InvalidTask
 
@@ -22,8 +23,7 @@ class Limits:
     max_horizon_ms: int
 
 
-@dataclass(frozen=True)
-class TaskRequest:
+class TaskRequest(NamedTuple):
     """A submit as the client sent it (Thrift-free)."""
     topic: str | None
     task_id: str | None = None

@@ -38,21 +38,3 @@ def test_a_worker_that_never_started_is_not_alive_and_stops_cleanly():
     assert not w.alive
     w.stop(timeout=1)
     assert not w.alive
-
-
-def test_a_committer_with_several_threads_commits_submits_and_stops_promptly():
-    from nodes.committer import GroupCommitter
-
-    class Store:
-        def insert_groups(self, groups):
-            return [[f"ok:{len(g)}"] for g in groups]
-
-    c = GroupCommitter(Store(), threads=3)
-    c.start()
-    try:
-        assert c.submit(["a", "b"]) == ["ok:2"]
-        assert c.submit([]) == ["ok:0"]
-    finally:
-        started = time.monotonic()
-        c.stop(timeout=5)
-    assert time.monotonic() - started < 2 and not any(t.is_alive() for t in c._threads)

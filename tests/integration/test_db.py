@@ -1,0 +1,84 @@
+"""The MySQL engines (shared.db) against the real MariaDB: what a pooled connection carries from one
+checkout to the next, and what a submit group writes."""
+from __future__ import annotations
+
+import dataclasses
+
+import pymysql
+import pytest
+
+from shared import config, db as dbm
+from nodes.store import NewTask, TaskStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def engines(database):
+    settings = config.load({"DELAYQ_MYSQL_URL": database.url})
+    one = dataclasses.replace(settings.mysql, pool_size=1)       # every checkout is the same connection
+    engine, writes = dbm.make_engine(one), dbm.make_engine(one, autocommit=True)
+    url = engine.url
+    other = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username, password=url.password or "",
+                            database=url.database, autocommit=True)
+    other.cursor().execute("CREATE TABLE IF NOT EXISTS pool_probe (a INT PRIMARY KEY, b INT) ENGINE=InnoDB")
+    other.cursor().execute("REPLACE INTO pool_probe VALUES (1, 0)")
+    yield engine, writes, other.cursor()
+    other.cursor().execute("DROP TABLE pool_probe")
+    other.close()
+    engine.dispose()
+    writes.dispose()
+
+
+def _session_rollbacks(engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Com_rollback'").all()[0][1])
+
+
+def _b(engine) -> int:
+    with engine.connect() as conn:
+        return conn.exec_driver_sql("SELECT b FROM pool_probe WHERE a = 1").scalar_one()
+
+
+@pytest.mark.parametrize("use", ["read", "read in begin", "commit then read", "failed write"])
+def test_no_snapshot_or_write_outlives_its_checkout(engines, use):
+    engine, _, other = engines
+    _b(engine)
+    with pytest.raises(ValueError) if use == "failed write" else _nothing():
+        with (engine.begin() if use in ("read in begin", "failed write") else engine.connect()) as conn:
+            if use == "commit then read":
+                conn.exec_driver_sql("UPDATE pool_probe SET b = 5 WHERE a = 1")
+                conn.commit()
+            if use == "failed write":
+                conn.exec_driver_sql("UPDATE pool_probe SET b = 7 WHERE a = 1")
+                raise ValueError("the transaction fails")
+            conn.exec_driver_sql("SELECT b FROM pool_probe").all()
+    other.execute("UPDATE pool_probe SET b = 100 WHERE a = 1")
+    assert _b(engine) == 100            # a snapshot kept from before would still say 0 or 5
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _task(i: int, payload: bytes) -> NewTask:
+    return NewTask(f"pool-{i}", "t", 0, 10**12 + i, payload, b"h" * 16, 3, 0, 1, client_id=False)
+
+
+def test_a_group_too_large_for_one_statement_is_written_whole_or_not_at_all(engines):
+    engine, writes, other = engines
+    store = TaskStore(engine, autocommit=writes)
+    big = [_task(i, bytes([i % 256]) * 60_000) for i in range(40)]        # about 4.8 MB in hex: 5 statements
+    assert all(s.created for s in store.insert_tasks(big))
+    other.execute("SELECT COUNT(*), SUM(LENGTH(payload)) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
+    assert other.fetchone() == (40, 40 * 60_000)
+    clash = [_task(100 + i, b"x" * 60_000) for i in range(30)] + [_task(0, b"again")]   # the last one exists
+    with pytest.raises(Exception):      # noqa: B017 - the duplicate key, as the driver reports it
+        store.insert_tasks(clash)
+    other.execute("SELECT COUNT(*) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
+    assert other.fetchone() == (40,)
+    assert writes.pool.checkedout() == 0

@@ -1,0 +1,221 @@
+"""Unit tests for the Thrift front of a node (nodes.server, nodes.submits) with a handler of its
+own: what a client sees of grouping, errors, limits, order and stopping. Real sockets on
+127.0.0.1; no MySQL, RabbitMQ or ZooKeeper."""
+from __future__ import annotations
+
+import concurrent.futures
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TApplicationException
+from thrift.transport import TTransport
+
+from shared.client import connect
+from shared.gen.delayq_thrift import DelayScheduler, ttypes
+from nodes.server import CallPool, ThriftServer
+from nodes.submits import SubmitBatcher
+from tests.conftest import wait_until
+
+PROTOCOL = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(string_length_limit=16 << 20,
+                                                             container_length_limit=1000)
+
+
+class Handler:
+    """Answers submits with a ref per task (topic "bad" is refused, "boom" fails inside), and
+    records the groups submit_many was given. `hold` keeps the first group waiting."""
+
+    def __init__(self):
+        self.groups: list[int] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.entered = threading.Event()
+
+    def submit_many(self, calls):
+        self.entered.set()
+        self.hold.wait(10)
+        self.groups.append(len(calls))
+        out = []
+        for specs, batch in calls:
+            if any(s.topic == "bad" for s in specs):
+                out.append(ttypes.InvalidTask(field="topic", reason="is bad", index=0 if batch else None))
+            elif any(s.topic == "boom" for s in specs):
+                out.append(RuntimeError("a bug"))
+            else:
+                out.append([ttypes.TaskRef(taskId=s.taskId, dueAtMs=s.delayMs, created=True) for s in specs])
+        return out
+
+    def get(self, taskId):
+        if taskId == "missing":
+            raise ttypes.NotFound(taskId=taskId)
+        return ttypes.TaskInfo(taskId=taskId, payload=b"p" * (int(taskId) if taskId.isdigit() else 1))
+
+
+class Front:
+    def __init__(self, handler, submit_threads: int = 2, **limits):
+        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL, threads=submit_threads)
+        self.calls = CallPool(DelayScheduler.Processor(handler), PROTOCOL, threads=2)
+        self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
+                                   "127.0.0.1", 0, **{"max_connections": 8, "max_frame": 1 << 20,
+                                                      "idle_timeout": 30.0, **limits})
+
+    def __enter__(self):
+        self.submits.start()
+        self.calls.start()
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop()
+        self.submits.stop()
+        self.calls.stop()
+
+    def client(self, timeout_s: float = 5.0):
+        return connect("127.0.0.1", self.server.port, timeout_s)
+
+    def raw(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
+
+
+def _spec(i: int, topic: str = "t") -> ttypes.TaskSpec:
+    return ttypes.TaskSpec(topic=topic, taskId=f"id-{i}", delayMs=i)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_concurrent_submits_are_served_in_one_group_and_each_gets_its_own_answer():
+    handler = Handler()
+    handler.hold.clear()          # the first submit waits, so the others gather behind it
+    with Front(handler, submit_threads=1) as f:
+        topics = ["t", "t", "bad", "t", "boom", "t"]
+
+        def call(i):
+            c, trans = f.client()
+            try:
+                if i == 3:
+                    return c.submitBatch([_spec(30), _spec(31)])
+                return c.submit(_spec(i, topics[i]))
+            except Exception as e:  # noqa: BLE001 - the answer under test
+                return e
+            finally:
+                trans.close()
+
+        with concurrent.futures.ThreadPoolExecutor(len(topics)) as pool:
+            first = pool.submit(call, 0)
+            assert handler.entered.wait(5)
+            rest = [pool.submit(call, i) for i in range(1, len(topics))]
+            wait_until(lambda: f.submits._inbox.qsize() == len(rest), 5, what="the other calls waiting")
+            handler.hold.set()
+            answers = [first.result(10)] + [r.result(10) for r in rest]
+    assert answers[0].taskId == "id-0" and answers[1].taskId == "id-1" and answers[5].taskId == "id-5"
+    assert [r.taskId for r in answers[3]] == ["id-30", "id-31"]
+    assert isinstance(answers[2], ttypes.InvalidTask) and answers[2].reason == "is bad"
+    assert isinstance(answers[4], TApplicationException)
+    assert handler.groups == [1, 5]
+
+
+def test_other_calls_are_served_by_the_processor_with_their_declared_exceptions():
+    with Front(Handler()) as f:
+        c, trans = f.client()
+        try:
+            assert c.get("abc").taskId == "abc"
+            with pytest.raises(ttypes.NotFound):
+                c.get("missing")
+            with pytest.raises(TApplicationException):
+                c.cancel("x")           # the handler has no cancel: an internal error, not a dead connection
+            assert c.submit(_spec(7)).taskId == "id-7"
+        finally:
+            trans.close()
+
+
+def test_a_reply_larger_than_the_socket_takes_at_once_arrives_whole():
+    with Front(Handler()) as f:
+        c, trans = f.client(timeout_s=10)
+        try:
+            assert len(c.get(str(8 << 20)).payload) == 8 << 20
+            assert c.get("abc").taskId == "abc"
+        finally:
+            trans.close()
+
+
+def test_calls_sent_back_to_back_on_one_connection_are_answered_in_order():
+    with Front(Handler()) as f, f.raw() as s:
+        frames = b""
+        for seqid, name, args in ((1, "get", DelayScheduler.get_args(taskId="a")),
+                                  (2, "submit", DelayScheduler.submit_args(task=_spec(2))),
+                                  (3, "get", DelayScheduler.get_args(taskId="b"))):
+            buf = TTransport.TMemoryBuffer()
+            proto = TBinaryProtocol.TBinaryProtocol(buf)
+            proto.writeMessageBegin(name, 1, seqid)
+            args.write(proto)
+            proto.writeMessageEnd()
+            frames += struct.pack("!i", len(buf.getvalue())) + buf.getvalue()
+        s.sendall(frames)
+        seqids = []
+        reader = s.makefile("rb")
+        for _ in range(3):
+            (size,) = struct.unpack("!i", reader.read(4))
+            proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(reader.read(size)))
+            seqids.append(proto.readMessageBegin()[2])
+        assert seqids == [1, 2, 3]
+
+
+@pytest.mark.parametrize("frame", [struct.pack("!i", 1 << 30), struct.pack("!i", 64) + b"\xff" * 64,
+                                   struct.pack("!i", 0)],
+                         ids=["oversized", "garbage", "empty"])
+def test_a_bad_frame_closes_its_connection_and_the_server_keeps_serving(frame):
+    with Front(Handler()) as f:
+        with f.raw() as s:
+            s.sendall(frame)
+            assert _closed_by_peer(s)
+        c, trans = f.client()
+        try:
+            assert c.submit(_spec(1)).taskId == "id-1"
+        finally:
+            trans.close()
+
+
+def test_connections_past_the_limit_are_refused_and_silent_ones_closed():
+    with Front(Handler(), max_connections=2, idle_timeout=0.5) as f:
+        silent = [f.raw(), f.raw()]
+        try:
+            extra = f.raw()
+            assert _closed_by_peer(extra)          # both places taken
+            extra.close()
+            assert all(_closed_by_peer(s) for s in silent)       # silent past 0.5 s
+
+            def served():
+                try:
+                    c, trans = f.client()
+                except Exception:  # noqa: BLE001 - still refused
+                    return False
+                try:
+                    return c.submit(_spec(1)).taskId == "id-1"
+                finally:
+                    trans.close()
+            wait_until(served, 5, 0.05, what="a new client served")
+        finally:
+            for s in silent:
+                s.close()
+
+
+def test_stop_closes_connections_and_joins_every_thread_promptly():
+    f = Front(Handler())
+    f.__enter__()
+    c, trans = f.client()
+    assert c.submit(_spec(1)).taskId == "id-1"
+    started = time.monotonic()
+    f.__exit__(None, None, None)
+    assert time.monotonic() - started < 2
+    assert not f.server.alive and not f.submits.alive and not f.calls.alive
+    with pytest.raises(Exception):      # noqa: B017 - whichever error a closed connection gives
+        c.submit(_spec(2))
+    trans.close()

@@ -40,6 +40,16 @@ def _b(engine) -> int:
         return conn.exec_driver_sql("SELECT b FROM pool_probe WHERE a = 1").scalar_one()
 
 
+def test_a_committed_transaction_returns_its_connection_without_a_rollback(engines):
+    engine, _, _ = engines
+    before = _session_rollbacks(engine)              # this checkout reads, so it is rolled back: 1
+    for _ in range(10):
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE pool_probe SET b = b + 1 WHERE a = 1")
+    assert _session_rollbacks(engine) - before == 1
+    assert _b(engine) == 10
+
+
 @pytest.mark.parametrize("use", ["read", "read in begin", "commit then read", "failed write"])
 def test_no_snapshot_or_write_outlives_its_checkout(engines, use):
     engine, _, other = engines

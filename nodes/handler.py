@@ -1,7 +1,8 @@
 """The DelayScheduler Thrift handler: converts Thrift structs to domain values, calls the store, and
-maps delayq's errors to the IDL's declared exceptions in one place (`_declared`).
+maps delayq's errors to the IDL's declared exceptions in one place (`_declared`, `_answer`).
 
-Runs on the Thrift server's worker threads; it holds no state of its own.
+Runs on the threads of the Thrift server's lanes (submits: the SubmitBatcher's, through
+`submit_many`; the rest: the CallPool's); it holds no state of its own.
 """
 from __future__ import annotations
 
@@ -160,13 +161,20 @@ class Handler:
         return new
 
     def _accepted(self, new: list[NewTask], done: list[Submitted]) -> list[ttypes.TaskRef]:
-        created = [d for d in done if d.created]
+        """The committed call's refs; offering the new tasks to memory and counting them only
+        follow (memory is a cache: a task the queue did not get, the loader reads)."""
+        try:
+            self._remember([d for d in done if d.created], new)
+        except Exception:  # noqa: BLE001 - the tasks are committed: the client must hear so
+            log.exception("committed tasks not offered to memory; the loader will read them")
+        return [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in done]
+
+    def _remember(self, created: list[Submitted], new: list[NewTask]) -> None:
         self._enqueue(created)
         if created:
             topics = {t.task_id: t.topic for t in new}
             for topic, n in collections.Counter(topics[d.task_id] for d in created).items():
                 self._metrics.submitted.labels(topic).inc(n)
-        return [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in done]
 
     def _answer(self, method: str, result, elapsed: float):
         """A call's result as its client sees it (a delayq error as the declared exception), counted."""

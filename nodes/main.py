@@ -6,6 +6,7 @@ is the reverse, letting unconfirmed publishes settle first so nothing is left ha
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -67,7 +68,8 @@ class NodeRuntime:
         self.clock = clock
         self.metrics = Metrics()
         self.engine = make_engine(s.mysql)
-        self.writes = make_engine(s.mysql, autocommit=True)
+        # Submits, on the one SubmitBatcher thread: a second connection for a reconnect at most.
+        self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
         self.store = TaskStore(self.engine, autocommit=self.writes)
         self.services = ServiceRegistry(self.engine, clock)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)

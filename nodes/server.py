@@ -10,8 +10,8 @@ switches per call under the GIL; a group of submits served this way costs a few.
 
 Limits: at most `max_connections` connections (one more is closed at once: a clean refusal the
 client can retry elsewhere); a frame header above `max_frame` closes the connection before the
-body is read; a connection without a call in progress that stays silent for `idle_timeout`
-seconds is closed. Thrift's clients send a call and wait for its reply; a frame that arrives while
+body is read; a connection without a call in progress that stays silent (or does not read its reply) for
+`idle_timeout` seconds is closed; an error on one connection closes that connection only. Thrift's clients send a call and wait for its reply; a frame that arrives while
 its connection's call is still being served waits for that reply (at most `max_waiting` of them),
 so replies keep their order.
 
@@ -100,7 +100,7 @@ class _Conn:
                 except BlockingIOError:
                     pass
                 except OSError:
-                    data = b""      # the I/O thread sees the broken connection and closes it
+                    data = b""      # the peer is gone: the I/O thread reads that and closes it
             if data:
                 self.out += data
                 self.server.want_write(self)
@@ -111,13 +111,16 @@ class _Conn:
             self.server.route(Call(frame, self))
 
     def flush(self) -> bool:
-        """I/O thread: send what is left; True when nothing is."""
+        """I/O thread: send what is left; True when nothing is. Raises OSError when the peer is gone."""
         with self.lock:
             if self.out and not self.closed:
                 try:
-                    del self.out[:self.sock.send(self.out)]
+                    sent = self.sock.send(self.out)
                 except BlockingIOError:
-                    pass
+                    sent = 0
+                if sent:
+                    del self.out[:sent]
+                    self.last = time.monotonic()
             return not self.out
 
     def shutdown(self) -> None:
@@ -210,10 +213,7 @@ class ThriftServer:
                     elif key.data is _WAKE:
                         self._woken()
                     else:
-                        if mask & selectors.EVENT_WRITE:
-                            self._flush(key.data)
-                        if mask & selectors.EVENT_READ:
-                            self._read(key.data)
+                        self._serve(key.data, mask)
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)
@@ -228,7 +228,7 @@ class ThriftServer:
         while True:
             try:
                 sock, peer = self._listener.accept()
-            except BlockingIOError:
+            except (BlockingIOError, ConnectionAbortedError):
                 return
             except OSError as e:
                 # Out of file descriptors and the like: stop listening for a moment (the sweep resumes it).
@@ -240,19 +240,33 @@ class ThriftServer:
                 log.warning("refusing a connection from %s: %d connections open", peer, len(self._conns))
                 sock.close()
                 continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                sock.close()        # reset before it was served
+                continue
             conn = _Conn(self, sock, peer)
             self._conns[sock] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _serve(self, conn: _Conn, mask: int) -> None:
+        """One connection's events. Whatever goes wrong with it closes it, not the server."""
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if mask & selectors.EVENT_READ and conn.sock in self._conns:
+                self._read(conn)
+        except OSError as e:
+            self._close(conn, str(e))
+        except Exception:  # noqa: BLE001 - one connection must not take the server down
+            log.exception("closing connection from %s", conn.peer)
+            self._close(conn, None)
 
     def _read(self, conn: _Conn) -> None:
         try:
             data = conn.sock.recv(_CHUNK)
         except BlockingIOError:
-            return
-        except OSError as e:
-            self._close(conn, str(e))
             return
         if not data:
             self._close(conn, None)
@@ -282,8 +296,12 @@ class ThriftServer:
         with self._writers_lock:
             writers, self._writers = self._writers, []
         for conn in writers:
-            if conn.sock in self._conns and not conn.flush():
-                self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            if conn.sock in self._conns:
+                try:
+                    if not conn.flush():
+                        self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                except OSError as e:
+                    self._close(conn, str(e))
 
     def _flush(self, conn: _Conn) -> None:
         if conn.flush() and conn.sock in self._conns:
@@ -294,8 +312,10 @@ class ThriftServer:
             self._sel.register(self._listener, selectors.EVENT_READ, None)
             self._listening = True
         for conn in list(self._conns.values()):
-            if not conn.busy and not conn.out and now - conn.last > self._idle_timeout:
-                self._close(conn, f"silent for {self._idle_timeout:g} s")
+            # Not while a call of its own is being served; a reply it does not read counts as silence.
+            if not conn.busy and now - conn.last > self._idle_timeout:
+                self._close(conn, f"silent for {self._idle_timeout:g} s" if not conn.out
+                            else f"not reading its replies for {self._idle_timeout:g} s")
 
     def _close(self, conn: _Conn, why: str | None) -> None:
         if why:
@@ -354,7 +374,7 @@ class CallPool(Worker):
             self._processor.process(self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame)),
                                     self._protocol.getProtocol(out))
         except (TException, ValueError, EOFError, OverflowError, struct.error) as e:
-            call.drop(f"unreadable request: {e}")
+            call.drop(f"request not read or reply not written: {e!r}")
             return
         except Exception:  # noqa: BLE001 - one client's request must not take the node down
             log.exception("closing connection: the request failed")

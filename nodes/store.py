@@ -3,8 +3,9 @@
 The hot paths (submit, window scan, claim, execlog, finishing fire-and-forget tasks) run fixed SQL
 text through the driver (`exec_driver_sql`): building and compiling a Core statement with a
 thousand-element IN list cost more CPU than the round trip it describes. Everything else is
-SQLAlchemy Core. Both take connections from the same engine, so timeouts and error translation are
-the same.
+SQLAlchemy Core. Submits are written through an autocommit engine (see insert_groups), the rest
+through a transactional one; both come from shared.db.make_engine, so timeouts and error
+translation are the same.
 
 MySQL is the truth (ARCHITECTURE invariant 1). Each state change is conditional on the row's
 current status and attempt, so whatever races it (another node, a late report, a stale memory
@@ -106,9 +107,9 @@ class TaskStore:
         or nothing on its own, and a group's Conflict is its result, not the others' failure.
 
         The rows go in as one INSERT statement, which InnoDB writes whole or not at all, with
-        autocommit: one round trip, where a transaction would take three (the statement, COMMIT,
-        and the ROLLBACK that resets a pooled connection). Rows too large for one statement go in
-        several, inside START TRANSACTION ... COMMIT."""
+        autocommit: one round trip, where a transaction takes two (the statement and COMMIT);
+        client-chosen ids are looked up first (two SELECTs per 1000). Rows too large for one
+        statement go in several, inside START TRANSACTION ... COMMIT."""
         for attempt in range(3):
             try:
                 with unavailable_on_failure(), self._autocommit.connect() as conn:

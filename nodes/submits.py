@@ -62,8 +62,10 @@ class SubmitBatcher(Worker):
     def _run(self) -> None:
         while not self._stop.is_set():
             group = self._gather()
-            if group:
+            try:
                 self._serve(group)
+            except Exception:  # noqa: BLE001 - logged; the thread goes on with the next group
+                log.exception("serving submits failed")
         self._drop_waiting()
 
     def _gather(self) -> list[_Request]:
@@ -104,13 +106,21 @@ class SubmitBatcher(Worker):
         return _Request(call, method, seqid, args.tasks, True)
 
     def _serve(self, group: list[_Request]) -> None:
+        if not group:
+            return
         try:
             results = self._submit_many([(r.specs, r.batch) for r in group])
         except Exception:  # noqa: BLE001 - every call of the group gets the failure as its own
             log.exception("submits failed")
             results = [TApplicationException(TApplicationException.INTERNAL_ERROR, "Internal error")] * len(group)
         for request, result in zip(group, results):
-            request.call.reply(self._encode(request, result))
+            try:
+                reply = self._encode(request, result)
+            except Exception:  # noqa: BLE001 - this client gets a closed connection, the others their replies
+                log.exception("could not encode the reply to %s", request.method)
+                request.call.drop("internal error")
+                continue
+            request.call.reply(reply)
 
     def _encode(self, request: _Request, result) -> bytes:
         out = TTransport.TMemoryBuffer()

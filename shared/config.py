@@ -143,7 +143,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MYSQL_TIMEOUT_MS", "mysql", "timeout_ms", int, 5000,
             "Connect, read and write timeout of every MySQL call."),
     Setting("DELAYQ_MYSQL_POOL_SIZE", "mysql", "pool_size", int, 16,
-            "MySQL connections this node keeps open at most."),
+            "MySQL connections this node keeps open at most for its work, plus 2 for writing submits."),
     Setting("DELAYQ_AMQP_URL", "amqp", "url", str, "amqp://guest:guest@127.0.0.1:5672/%2F",
             "AMQP URL of RabbitMQ."),
     Setting("DELAYQ_AMQP_TIMEOUT_MS", "amqp", "timeout_ms", int, 5000,

@@ -20,7 +20,7 @@ from nodes.server import CallPool, ThriftServer
 from nodes.submits import SubmitBatcher
 from tests.conftest import wait_until
 
-PROTOCOL = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(string_length_limit=16 << 20,
+PROTOCOL = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(string_length_limit=64 << 20,
                                                              container_length_limit=1000)
 
 
@@ -44,6 +44,8 @@ class Handler:
                 out.append(ttypes.InvalidTask(field="topic", reason="is bad", index=0 if batch else None))
             elif any(s.topic == "boom" for s in specs):
                 out.append(RuntimeError("a bug"))
+            elif any(s.topic == "unencodable" for s in specs):
+                out.append(["not a TaskRef"])
             else:
                 out.append([ttypes.TaskRef(taskId=s.taskId, dueAtMs=s.delayMs, created=True) for s in specs])
         return out
@@ -219,3 +221,74 @@ def test_stop_closes_connections_and_joins_every_thread_promptly():
     with pytest.raises(Exception):      # noqa: B017 - whichever error a closed connection gives
         c.submit(_spec(2))
     trans.close()
+
+
+def test_a_reply_that_cannot_be_encoded_closes_that_connection_only():
+    handler = Handler()
+    handler.hold.clear()
+    with Front(handler, submit_threads=1) as f:
+        def call(topic):
+            c, trans = f.client()
+            try:
+                return c.submit(_spec(1, topic))
+            except Exception as e:  # noqa: BLE001 - the answer under test
+                return e
+            finally:
+                trans.close()
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            first = pool.submit(call, "t")
+            assert handler.entered.wait(5)
+            bad, good = pool.submit(call, "unencodable"), pool.submit(call, "t")
+            wait_until(lambda: f.submits._inbox.qsize() == 2, 5, what="both calls waiting")
+            handler.hold.set()
+            assert first.result(10).taskId == "id-1"
+            assert isinstance(bad.result(10), TTransport.TTransportException)
+            assert good.result(10).taskId == "id-1"
+        assert call("t").taskId == "id-1"          # the submit thread goes on
+
+
+def test_a_client_gone_before_its_large_reply_is_sent_does_not_stop_the_server():
+    with Front(Handler()) as f:
+        for _ in range(3):
+            s = f.raw()
+            buf = TTransport.TMemoryBuffer()
+            proto = TBinaryProtocol.TBinaryProtocol(buf)
+            proto.writeMessageBegin("get", 1, 1)
+            DelayScheduler.get_args(taskId=str(48 << 20)).write(proto)    # more than the socket buffers hold
+            proto.writeMessageEnd()
+            s.sendall(struct.pack("!i", len(buf.getvalue())) + buf.getvalue())
+            got = 0
+            while got < 16 << 20:          # the server is sending as the socket takes it
+                got += len(s.recv(1 << 20))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()                      # reset, with most of the reply unsent
+        assert f.server.alive
+        c, trans = f.client()
+        try:
+            assert c.get("abc").taskId == "abc"
+        finally:
+            trans.close()
+
+
+def test_a_client_that_does_not_read_its_reply_is_closed_after_the_idle_timeout():
+    with Front(Handler(), max_connections=1, idle_timeout=0.5) as f, f.raw() as s:
+        buf = TTransport.TMemoryBuffer()
+        proto = TBinaryProtocol.TBinaryProtocol(buf)
+        proto.writeMessageBegin("get", 1, 1)
+        DelayScheduler.get_args(taskId=str(8 << 20)).write(proto)
+        proto.writeMessageEnd()
+        s.sendall(struct.pack("!i", len(buf.getvalue())) + buf.getvalue())     # and never reads
+
+        def served():
+            try:
+                c, trans = f.client(timeout_s=2)
+            except Exception:  # noqa: BLE001 - the one place is still taken
+                return False
+            try:
+                return c.get("abc").taskId == "abc"
+            except Exception:  # noqa: BLE001 - refused: closed at once
+                return False
+            finally:
+                trans.close()
+        wait_until(served, 10, 0.1, what="the place of the client that does not read")

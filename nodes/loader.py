@@ -11,7 +11,7 @@ was reset (start, shards gained, a claim or scan that failed, memory dropped). A
 rows written to MySQL by other means (`delayq tasks redrive`), each scan also re-reads the loaded
 part of the window for a rolling share of the shards, so that every shard's is re-read within
 full_scan_ms: the cost of a whole-window read, spread evenly over the scans instead of landing on
-the dispatcher all at once.
+the dispatcher all at once. The re-read pauses while memory holds a backlog of overdue tasks.
 In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail).
 
 Thread: one, owned here; `stop()` ends it.
@@ -31,6 +31,8 @@ from nodes.store import TaskStore
 from nodes.worker import Worker
 
 log = logging.getLogger(__name__)
+
+DRAINING_MS = 1000
 
 
 class Loader(Worker):
@@ -101,7 +103,7 @@ class Loader(Worker):
             if len(entries) >= room:
                 # The window did not fit: only what precedes the last due time is complete.
                 self._queue.lower_horizon(entries[-1].due_ms)
-            if start:
+            if start and not self._draining(now):
                 again = self._store.scan_due(self._rolling(shards), start, room)
                 if len(again) >= room:
                     self._queue.lower_horizon(again[-1].due_ms)
@@ -118,6 +120,14 @@ class Loader(Worker):
         self.scans += 1
         self._time_out(owned, now)
         return len(entries)
+
+    def _draining(self, now: int) -> bool:
+        """Memory holds tasks overdue by more than DRAINING_MS: the dispatcher is working through a
+        backlog (a burst, a broker outage). The rolling re-read would only read back what memory
+        holds and take the CPU the dispatcher needs; it goes on where it stopped once the backlog
+        is gone."""
+        head = self._queue.next_due_ms()
+        return head is not None and head < now - DRAINING_MS
 
     def _rolling(self, shards: set[int]) -> list[int]:
         """The next share of the shards whose loaded window is read again: enough per scan that

@@ -75,6 +75,8 @@ def test_the_first_scan_reads_the_whole_window_and_the_next_only_what_lies_past_
 
     first_end = clock.now + WINDOW
     clock.now += 5_000
+    for dispatched in ("overdue", "soon"):
+        queue.remove(dispatched)
     rows.add("came_into_window", first_end + 1_000)
     # Past the horizon for every shard, and the loaded part again for a share of them only.
     assert scan(loader, rows) == [((1, 2), first_end, clock.now + WINDOW), ((1,), 0, first_end)]
@@ -96,6 +98,17 @@ def test_a_row_written_below_the_horizon_behind_the_nodes_back_is_loaded_within_
     assert queue.holds("redriven", due), f"not loaded after {passes} scans"
     reread = [shard for shards, start, _ in rows.scans[1:] if start == 0 for shard in shards]
     assert reread == list(range(1, 41))             # each shard once, in turn
+
+
+def test_the_rolling_re_read_pauses_while_memory_holds_a_backlog_and_then_goes_on(setup):
+    clock, rows, queue, _, loader = setup
+    rows.add("late", clock.now + 1_000)
+    scan(loader, rows)
+    clock.now += 5_000                        # "late" is 4 s overdue: the dispatcher is behind
+    assert scan(loader, rows) == [((1, 2), clock.now - 5_000 + WINDOW, clock.now + WINDOW)]
+    queue.remove("late")                      # the backlog is gone
+    clock.now += 5_000
+    assert scan(loader, rows)[1:] == [((1,), 0, clock.now - 5_000 + WINDOW)]
 
 
 def test_gained_shards_a_reset_horizon_a_rescan_request_and_a_failed_scan_each_make_the_next_scan_full(setup):

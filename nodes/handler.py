@@ -80,12 +80,6 @@ def new_task_ids(now_ms: int, n: int) -> Iterator[str]:
     return (prefix + rand[16 * i:16 * i + 16] for i in range(n))
 
 
-def _raised(result):
-    if isinstance(result, Exception):
-        raise result
-    return result
-
-
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
                  clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
@@ -100,12 +94,6 @@ class Handler:
         self._cluster_info = cluster_info
 
     # ---- tasks --------------------------------------------------------------------------------
-
-    def submit(self, task: ttypes.TaskSpec) -> ttypes.TaskRef:
-        return _raised(self.submit_many([([task], False)])[0])[0]
-
-    def submitBatch(self, tasks: list[ttypes.TaskSpec]) -> list[ttypes.TaskRef]:
-        return _raised(self.submit_many([(tasks, True)])[0])
 
     def submit_many(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]]) -> list:
         """Several submit (batch False) and submitBatch (True) calls, inserted in one transaction
@@ -164,17 +152,16 @@ class Handler:
         """The committed call's refs; offering the new tasks to memory and counting them only
         follow (memory is a cache: a task the queue did not get, the loader reads)."""
         try:
-            self._remember([d for d in done if d.created], new)
+            self._remember(new, done)
         except Exception:  # noqa: BLE001 - the tasks are committed: the client must hear so
             log.exception("committed tasks not offered to memory; the loader will read them")
         return [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in done]
 
-    def _remember(self, created: list[Submitted], new: list[NewTask]) -> None:
-        self._enqueue(created)
-        if created:
-            topics = {t.task_id: t.topic for t in new}
-            for topic, n in collections.Counter(topics[d.task_id] for d in created).items():
-                self._metrics.submitted.labels(topic).inc(n)
+    def _remember(self, new: list[NewTask], done: list[Submitted]) -> None:
+        """Offer the created tasks to memory and count them (`done` lines up with `new`)."""
+        self._enqueue([d for d in done if d.created])
+        for topic, n in collections.Counter(t.topic for t, d in zip(new, done) if d.created).items():
+            self._metrics.submitted.labels(topic).inc(n)
 
     def _answer(self, method: str, result, elapsed: float):
         """A call's result as its client sees it (a delayq error as the declared exception), counted."""

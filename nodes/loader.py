@@ -131,7 +131,7 @@ class Loader(Worker):
 
     def _rolling(self, shards: set[int]) -> list[int]:
         """The next share of the shards whose loaded window is read again: enough per scan that
-        one pass over all of them takes at most full_scan_ms."""
+        one pass over all of them takes at most full_scan_ms (plus the time paused draining)."""
         ordered = sorted(shards)
         count = min(len(ordered), -(-len(ordered) * self._interval_ms // self._full_scan_ms))
         first = self._roll % len(ordered)

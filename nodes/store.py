@@ -12,7 +12,7 @@ current status and attempt, so whatever races it (another node, a late report, a
 entry) it either applies once or changes nothing. The claim is fenced (invariant 3): it locks the
 shard rows in share mode and only takes tasks of shards this node owns at its epoch.
 
-Thread-safe: it holds only the engine; each call checks a connection out of the pool.
+Thread-safe: it holds only its two engines; each call checks a connection out of a pool.
 """
 from __future__ import annotations
 
@@ -93,14 +93,6 @@ class TaskStore:
         self._rng = rng or random.Random()
 
     # ---- submit -------------------------------------------------------------------------------
-
-    def insert_tasks(self, new: Sequence[NewTask]) -> list[Submitted]:
-        """Insert all or nothing. A task id that exists with the same spec hash is returned with
-        created=False; with another hash it raises Conflict (and nothing is inserted)."""
-        result = self.insert_groups([new])[0]
-        if isinstance(result, Exception):
-            raise result
-        return result
 
     def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
         """Several independent submits written together (one commit for all): each group is all
@@ -479,11 +471,11 @@ def _insert_sql(rows: Sequence[NewTask]) -> str:
     numbers. PyMySQL's escaping, a lookup per value, cost more than the insert itself."""
     values = []
     for t in rows:
-        if not (_PLAIN.fullmatch(t.task_id) and _PLAIN.fullmatch(t.topic)):
-            raise ValueError(f"task id {t.task_id!r} or topic {t.topic!r} holds characters not allowed")
-        values.append("('%s','%s',%d,%d,X'%s',X'%s',%d,%d,%d,%d)" % (
-            t.task_id, t.topic, t.shard_id, t.due_ms, t.payload.hex(), t.spec_hash.hex(), t.max_retries, t.ttr_ms,
-            t.created_ms, t.created_ms))
+        if not _PLAIN.fullmatch(t.topic):
+            raise ValueError(f"topic {t.topic!r} holds characters not allowed")
+        values.append("(%s,'%s',%d,%d,X'%s',X'%s',%d,%d,%d,%d)" % (
+            _id(t.task_id), t.topic, t.shard_id, t.due_ms, t.payload.hex(), t.spec_hash.hex(), t.max_retries,
+            t.ttr_ms, t.created_ms, t.created_ms))
     return _INSERT_TASK + ",".join(values)
 
 

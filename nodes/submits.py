@@ -1,15 +1,16 @@
 """SubmitBatcher: the submit and submitBatch calls waiting at one moment are served together, with
-one MySQL transaction (one commit, one fsync) for all of them.
+one MySQL statement (one commit, one fsync) for all of them.
 
 The Thrift server hands it the calls (see nodes.server). A thread takes every call waiting when it
 is free (nothing is held back on purpose: an idle node serves a lone submit at once), up to
 `max_rows` tasks, decodes them, has the handler validate and insert them (`Handler.submit_many`)
 and writes each reply. Each call keeps its own result: its tasks, created or existing, or its own
-declared exception. The node runs one such thread: with two, each took half the calls waiting,
+declared exception. It runs one thread. With two taking turns, each took half the calls waiting,
 and the smaller groups cost more than overlapping two commits saved (8 clients of single
-submits: 3,580/s against 3,870/s with one).
+submits: 3,580/s against 3,870/s); with two as a pipeline (one preparing the next group while
+the other writes), the handoffs cost more than the overlap (3,100/s against 3,360/s).
 
-Threads: `threads`, owned here (a Worker). On stop, calls still waiting have their connections
+Thread: one, owned here (a Worker). On stop, calls still waiting have their connections
 closed: the client sees a broken connection and may retry on another node.
 """
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import logging
 import queue
 import struct
-import threading
 from typing import Callable, NamedTuple, Sequence
 
 from thrift.Thrift import TApplicationException, TException, TMessageType
@@ -41,20 +41,22 @@ class _Request(NamedTuple):
     method: str
     seqid: int
     specs: Sequence[ttypes.TaskSpec] | None
-    batch: bool
+
+    @property
+    def batch(self) -> bool:
+        return self.method == "submitBatch"
 
 
 class SubmitBatcher(Worker):
     name = "submits"
 
     def __init__(self, submit_many: Callable[[list[tuple[Sequence | None, bool]]], list], protocol, *,
-                 max_rows: int = 2000, threads: int = 1):
-        super().__init__(threads)
+                 max_rows: int = 2000):
+        super().__init__()
         self._submit_many = submit_many
         self._protocol = protocol
         self._max_rows = max_rows
         self._inbox: queue.Queue[Call] = queue.Queue()
-        self._turn = threading.Lock()       # held by the one thread waiting for calls
 
     def put(self, call: Call) -> None:
         self._inbox.put(call)
@@ -69,27 +71,24 @@ class SubmitBatcher(Worker):
         self._drop_waiting()
 
     def _gather(self) -> list[_Request]:
-        """The calls waiting, decoded, up to max_rows tasks, once this thread's turn to wait has
-        come. The threads take turns at waiting: a second thread gathers the next group only while
-        the first is busy with its own. The wait ends every 0.2 s, so a thread sees the stop flag
-        within that."""
-        with self._turn:
+        """The calls waiting, decoded, up to max_rows tasks. The wait ends every 0.2 s, so the
+        thread sees the stop flag within that."""
+        try:
+            call = self._inbox.get(timeout=0.2)
+        except queue.Empty:
+            return []
+        group, rows = [], 0
+        while True:
+            request = self._decode(call)
+            if request is not None:
+                group.append(request)
+                rows += len(request.specs or ())
+            if rows >= self._max_rows:
+                return group
             try:
-                call = self._inbox.get(timeout=0.2)
+                call = self._inbox.get_nowait()
             except queue.Empty:
-                return []
-            group, rows = [], 0
-            while True:
-                request = self._decode(call)
-                if request is not None:
-                    group.append(request)
-                    rows += len(request.specs or ())
-                if rows >= self._max_rows:
-                    return group
-                try:
-                    call = self._inbox.get_nowait()
-                except queue.Empty:
-                    return group
+                return group
 
     def _decode(self, call: Call) -> _Request | None:
         iprot = self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame))
@@ -101,9 +100,7 @@ class SubmitBatcher(Worker):
         except (TException, ValueError, EOFError, OverflowError, KeyError, struct.error) as e:
             call.drop(f"unreadable request: {e}")
             return None
-        if method == "submit":
-            return _Request(call, method, seqid, [args.task], False)
-        return _Request(call, method, seqid, args.tasks, True)
+        return _Request(call, method, seqid, [args.task] if method == "submit" else args.tasks)
 
     def _serve(self, group: list[_Request]) -> None:
         if not group:
@@ -125,15 +122,12 @@ class SubmitBatcher(Worker):
     def _encode(self, request: _Request, result) -> bytes:
         out = TTransport.TMemoryBuffer()
         oprot = self._protocol.getProtocol(out)
-        field = _FIELDS.get(type(result))
-        if isinstance(result, Exception) and field is None:
-            if not isinstance(result, TApplicationException):
-                log.error("%s failed", request.method, exc_info=result)
-                result = TApplicationException(TApplicationException.INTERNAL_ERROR, "Internal error")
+        if isinstance(result, TApplicationException):
             oprot.writeMessageBegin(request.method, TMessageType.EXCEPTION, request.seqid)
             result.write(oprot)
         else:
             reply = _RESULTS[request.method]()
+            field = _FIELDS.get(type(result))
             if field is not None:
                 setattr(reply, field, result)
             else:

@@ -169,7 +169,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Each scan reads only what lies past the loaded horizon, plus the loaded part again for a "
             "rolling share of the shards, so that every shard's is re-read within this time (tasks "
             "written to MySQL other than through a node, e.g. `delayq tasks redrive`, fire within it; "
-            "at or below DELAYQ_SCAN_INTERVAL_MS, every scan re-reads every shard's)."),
+            "at or below DELAYQ_SCAN_INTERVAL_MS, every scan re-reads every shard's). The re-read pauses "
+            "while memory holds tasks more than a second overdue."),
     Setting("DELAYQ_MEMORY_CAP", "scheduling", "memory_cap", int, 200000,
             "Tasks held in memory at most; the window shrinks to fit."),
     Setting("DELAYQ_DISPATCH_BATCH", "scheduling", "dispatch_batch", int, 500,

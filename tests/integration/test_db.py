@@ -2,10 +2,12 @@
 checkout to the next, and what a submit group writes."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pymysql
 import pytest
+import sqlalchemy.exc
 
 from shared import config, db as dbm
 from nodes.store import NewTask, TaskStore
@@ -54,7 +56,7 @@ def test_a_committed_transaction_returns_its_connection_without_a_rollback(engin
 def test_no_snapshot_or_write_outlives_its_checkout(engines, use):
     engine, _, other = engines
     _b(engine)
-    with pytest.raises(ValueError) if use == "failed write" else _nothing():
+    with pytest.raises(ValueError) if use == "failed write" else contextlib.nullcontext():
         with (engine.begin() if use in ("read in begin", "failed write") else engine.connect()) as conn:
             if use == "commit then read":
                 conn.exec_driver_sql("UPDATE pool_probe SET b = 5 WHERE a = 1")
@@ -67,14 +69,6 @@ def test_no_snapshot_or_write_outlives_its_checkout(engines, use):
     assert _b(engine) == 100            # a snapshot kept from before would still say 0 or 5
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _task(i: int, payload: bytes) -> NewTask:
     return NewTask(f"pool-{i}", "t", 0, 10**12 + i, payload, b"h" * 16, 3, 0, 1, client_id=False)
 
@@ -83,12 +77,12 @@ def test_a_group_too_large_for_one_statement_is_written_whole_or_not_at_all(engi
     engine, writes, other = engines
     store = TaskStore(engine, autocommit=writes)
     big = [_task(i, bytes([i % 256]) * 60_000) for i in range(40)]        # about 4.8 MB in hex: 5 statements
-    assert all(s.created for s in store.insert_tasks(big))
+    assert all(s.created for s in store.insert_groups([big])[0])
     other.execute("SELECT COUNT(*), SUM(LENGTH(payload)) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
     assert other.fetchone() == (40, 40 * 60_000)
     clash = [_task(100 + i, b"x" * 60_000) for i in range(30)] + [_task(0, b"again")]   # the last one exists
-    with pytest.raises(Exception):      # noqa: B017 - the duplicate key, as the driver reports it
-        store.insert_tasks(clash)
+    with pytest.raises(sqlalchemy.exc.IntegrityError):     # the duplicate key
+        store.insert_groups([clash])
     other.execute("SELECT COUNT(*) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
     assert other.fetchone() == (40,)
     assert writes.pool.checkedout() == 0

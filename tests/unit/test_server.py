@@ -43,7 +43,7 @@ class Handler:
             if any(s.topic == "bad" for s in specs):
                 out.append(ttypes.InvalidTask(field="topic", reason="is bad", index=0 if batch else None))
             elif any(s.topic == "boom" for s in specs):
-                out.append(RuntimeError("a bug"))
+                out.append(TApplicationException(TApplicationException.INTERNAL_ERROR, "Internal error"))
             elif any(s.topic == "unencodable" for s in specs):
                 out.append(["not a TaskRef"])
             else:
@@ -57,8 +57,8 @@ class Handler:
 
 
 class Front:
-    def __init__(self, handler, submit_threads: int = 2, **limits):
-        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL, threads=submit_threads)
+    def __init__(self, handler, **limits):
+        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL)
         self.calls = CallPool(DelayScheduler.Processor(handler), PROTOCOL, threads=2)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    "127.0.0.1", 0, **{"max_connections": 8, "max_frame": 1 << 20,
@@ -86,6 +86,16 @@ def _spec(i: int, topic: str = "t") -> ttypes.TaskSpec:
     return ttypes.TaskSpec(topic=topic, taskId=f"id-{i}", delayMs=i)
 
 
+def _frame(name: str, seqid: int, args) -> bytes:
+    """A framed TBinaryProtocol call, as a client sends it."""
+    buf = TTransport.TMemoryBuffer()
+    proto = TBinaryProtocol.TBinaryProtocol(buf)
+    proto.writeMessageBegin(name, 1, seqid)
+    args.write(proto)
+    proto.writeMessageEnd()
+    return struct.pack("!i", len(buf.getvalue())) + buf.getvalue()
+
+
 def _closed_by_peer(sock: socket.socket) -> bool:
     try:
         return sock.recv(1) == b""
@@ -96,7 +106,7 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 def test_concurrent_submits_are_served_in_one_group_and_each_gets_its_own_answer():
     handler = Handler()
     handler.hold.clear()          # the first submit waits, so the others gather behind it
-    with Front(handler, submit_threads=1) as f:
+    with Front(handler) as f:
         topics = ["t", "t", "bad", "t", "boom", "t"]
 
         def call(i):
@@ -150,17 +160,9 @@ def test_a_reply_larger_than_the_socket_takes_at_once_arrives_whole():
 
 def test_calls_sent_back_to_back_on_one_connection_are_answered_in_order():
     with Front(Handler()) as f, f.raw() as s:
-        frames = b""
-        for seqid, name, args in ((1, "get", DelayScheduler.get_args(taskId="a")),
-                                  (2, "submit", DelayScheduler.submit_args(task=_spec(2))),
-                                  (3, "get", DelayScheduler.get_args(taskId="b"))):
-            buf = TTransport.TMemoryBuffer()
-            proto = TBinaryProtocol.TBinaryProtocol(buf)
-            proto.writeMessageBegin(name, 1, seqid)
-            args.write(proto)
-            proto.writeMessageEnd()
-            frames += struct.pack("!i", len(buf.getvalue())) + buf.getvalue()
-        s.sendall(frames)
+        s.sendall(_frame("get", 1, DelayScheduler.get_args(taskId="a"))
+                  + _frame("submit", 2, DelayScheduler.submit_args(task=_spec(2)))
+                  + _frame("get", 3, DelayScheduler.get_args(taskId="b")))
         seqids = []
         reader = s.makefile("rb")
         for _ in range(3):
@@ -226,7 +228,7 @@ def test_stop_closes_connections_and_joins_every_thread_promptly():
 def test_a_reply_that_cannot_be_encoded_closes_that_connection_only():
     handler = Handler()
     handler.hold.clear()
-    with Front(handler, submit_threads=1) as f:
+    with Front(handler) as f:
         def call(topic):
             c, trans = f.client()
             try:
@@ -252,12 +254,7 @@ def test_a_client_gone_before_its_large_reply_is_sent_does_not_stop_the_server()
     with Front(Handler()) as f:
         for _ in range(3):
             s = f.raw()
-            buf = TTransport.TMemoryBuffer()
-            proto = TBinaryProtocol.TBinaryProtocol(buf)
-            proto.writeMessageBegin("get", 1, 1)
-            DelayScheduler.get_args(taskId=str(48 << 20)).write(proto)    # more than the socket buffers hold
-            proto.writeMessageEnd()
-            s.sendall(struct.pack("!i", len(buf.getvalue())) + buf.getvalue())
+            s.sendall(_frame("get", 1, DelayScheduler.get_args(taskId=str(48 << 20))))   # more than sockets buffer
             got = 0
             while got < 16 << 20:          # the server is sending as the socket takes it
                 got += len(s.recv(1 << 20))
@@ -273,12 +270,7 @@ def test_a_client_gone_before_its_large_reply_is_sent_does_not_stop_the_server()
 
 def test_a_client_that_does_not_read_its_reply_is_closed_after_the_idle_timeout():
     with Front(Handler(), max_connections=1, idle_timeout=0.5) as f, f.raw() as s:
-        buf = TTransport.TMemoryBuffer()
-        proto = TBinaryProtocol.TBinaryProtocol(buf)
-        proto.writeMessageBegin("get", 1, 1)
-        DelayScheduler.get_args(taskId=str(8 << 20)).write(proto)
-        proto.writeMessageEnd()
-        s.sendall(struct.pack("!i", len(buf.getvalue())) + buf.getvalue())     # and never reads
+        s.sendall(_frame("get", 1, DelayScheduler.get_args(taskId=str(8 << 20))))     # and never reads
 
         def served():
             try:

@@ -82,7 +82,8 @@ def new_task_ids(now_ms: int, n: int) -> Iterator[str]:
 
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
-                 clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int, window_ms: int, default_exchange: str,
+                 clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int,
+                 window_ms: int, default_exchange: str,
                  declare_exchange: Callable[[str], None], cluster_info: Callable[[], ttypes.ClusterInfo]):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
@@ -96,8 +97,8 @@ class Handler:
     # ---- tasks --------------------------------------------------------------------------------
 
     def submit_many(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]]) -> list:
-        """Several submit (batch False) and submitBatch (True) calls, inserted in one transaction
-        (one commit for all). Each call is all or nothing on its own: its result is its TaskRefs or
+        """Several submit (batch False) and submitBatch (True) calls, written together (one commit
+        for all). Each call is all or nothing on its own: its result is its TaskRefs or
         its own exception, a declared one or TApplicationException (internal error). Each is counted
         like any call."""
         started = time.perf_counter()

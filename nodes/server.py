@@ -11,7 +11,8 @@ switches per call under the GIL; a group of submits served this way costs a few.
 Limits: at most `max_connections` connections (one more is closed at once: a clean refusal the
 client can retry elsewhere); a frame header above `max_frame` closes the connection before the
 body is read; a connection without a call in progress that stays silent (or does not read its reply) for
-`idle_timeout` seconds is closed; an error on one connection closes that connection only. Thrift's clients send a call and wait for its reply; a frame that arrives while
+`idle_timeout` seconds is closed; an error on one connection closes that connection only.
+Thrift's clients send a call and wait for its reply; a frame that arrives while
 its connection's call is still being served waits for that reply (at most `max_waiting` of them),
 so replies keep their order.
 
@@ -28,7 +29,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Mapping, Protocol
+from typing import Mapping
 
 from thrift.Thrift import TException
 from thrift.transport import TTransport
@@ -40,10 +41,6 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("!i")
 _CHUNK = 256 * 1024
 _WAKE = object()
-
-
-class Lane(Protocol):
-    def put(self, call: Call) -> None: ...
 
 
 class Call:
@@ -345,35 +342,60 @@ def _method(frame: bytes) -> bytes:
     return frame[4:4 + n] if n > 0 else b""
 
 
-class CallPool(Worker):
-    """Serves calls with the generated Thrift processor, one call per thread at a time. A request
-    that cannot be read closes its connection; the handler's errors are the processor's business
-    (declared exceptions, or an internal error)."""
-    name = "thrift"
+# What reading a request that is not a well-formed call of the IDL can raise.
+UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.error)
 
-    def __init__(self, processor, protocol, threads: int):
+
+class Lane(Worker):
+    """Where the server sends calls: an inbox and the threads (a Worker) that serve it. Calls
+    still waiting when the threads stop have their connections closed."""
+
+    def __init__(self, protocol, threads: int = 1):
         super().__init__(threads)
-        self._processor = processor
         self._protocol = protocol
         self._inbox: queue.Queue[Call] = queue.Queue()
 
     def put(self, call: Call) -> None:
         self._inbox.put(call)
 
+    def _next(self) -> Call | None:
+        """The next call, or None after 0.2 s without one (so a thread sees the stop flag)."""
+        try:
+            return self._inbox.get(timeout=0.2)
+        except queue.Empty:
+            return None
+
+    def _drop_waiting(self) -> None:
+        while True:
+            try:
+                self._inbox.get_nowait().drop("the node is stopping")
+            except queue.Empty:
+                return
+
+
+class CallPool(Lane):
+    """Serves calls with the generated Thrift processor, one call per thread at a time. A request
+    that cannot be read closes its connection; the handler's errors are the processor's business
+    (declared exceptions, or an internal error)."""
+    name = "thrift"
+
+    def __init__(self, processor, protocol, threads: int):
+        super().__init__(protocol, threads)
+        self._processor = processor
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                call = self._inbox.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self.serve(call)
+            call = self._next()
+            if call is not None:
+                self.serve(call)
+        self._drop_waiting()
 
     def serve(self, call: Call) -> None:
         out = TTransport.TMemoryBuffer()
         try:
             self._processor.process(self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame)),
                                     self._protocol.getProtocol(out))
-        except (TException, ValueError, EOFError, OverflowError, struct.error) as e:
+        except UNREADABLE as e:
             call.drop(f"request not read or reply not written: {e!r}")
             return
         except Exception:  # noqa: BLE001 - one client's request must not take the node down

@@ -220,10 +220,11 @@ class TaskStore:
             # A fast consumer's report may have created the row already: the dispatch time and
             # node are ours to tell, the result stays. An attempt that expects no result has the
             # broker's confirm as its result.
-            node = conn.connection.dbapi_connection.escape(node_id)
+            # The only value that may hold a percent sign, doubled for the driver's formatting pass.
+            node = conn.connection.dbapi_connection.escape(node_id).replace("%", "%%")
             conn.exec_driver_sql(_UPSERT_DISPATCHED % ",".join(
                 f"({_id(c.task_id)},{c.attempt:d},{node},{at:d},{_CONFIRMED if c.task_id in done else 'NULL'},"
-                f"{at if c.task_id in done else 'NULL'})" for c, at in confirmed).replace("%", "%%"))
+                f"{at if c.task_id in done else 'NULL'})" for c, at in confirmed))
             if not done:
                 return []
             at = max(t for _, t in confirmed)
@@ -464,6 +465,7 @@ def _ids(task_ids: Iterable[str]) -> str:
 # (sql/001_initial.sql).
 _INSERT_TASK = (f"INSERT INTO {T.name} (task_id, topic, shard_id, due_ms, payload, spec_hash, max_retries, ttr_ms, "
                 "created_ms, updated_ms) VALUES ")
+
 
 def _insert_sql(rows: Sequence[NewTask]) -> str:
     """One INSERT of new tasks with their values written in: ids and topics as they are (they

@@ -10,22 +10,20 @@ and the smaller groups cost more than overlapping two commits saved (8 clients o
 submits: 3,580/s against 3,870/s); with two as a pipeline (one preparing the next group while
 the other writes), the handoffs cost more than the overlap (3,100/s against 3,360/s).
 
-Thread: one, owned here (a Worker). On stop, calls still waiting have their connections
+Thread: one, owned here (a Lane). On stop, calls still waiting have their connections
 closed: the client sees a broken connection and may retry on another node.
 """
 from __future__ import annotations
 
 import logging
 import queue
-import struct
 from typing import Callable, NamedTuple, Sequence
 
-from thrift.Thrift import TApplicationException, TException, TMessageType
+from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
 
 from shared.gen.delayq_thrift import DelayScheduler, ttypes
-from nodes.server import Call
-from nodes.worker import Worker
+from nodes.server import UNREADABLE, Call, Lane
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +45,14 @@ class _Request(NamedTuple):
         return self.method == "submitBatch"
 
 
-class SubmitBatcher(Worker):
+class SubmitBatcher(Lane):
     name = "submits"
 
     def __init__(self, submit_many: Callable[[list[tuple[Sequence | None, bool]]], list], protocol, *,
                  max_rows: int = 2000):
-        super().__init__()
+        super().__init__(protocol)
         self._submit_many = submit_many
-        self._protocol = protocol
         self._max_rows = max_rows
-        self._inbox: queue.Queue[Call] = queue.Queue()
-
-    def put(self, call: Call) -> None:
-        self._inbox.put(call)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -71,24 +64,21 @@ class SubmitBatcher(Worker):
         self._drop_waiting()
 
     def _gather(self) -> list[_Request]:
-        """The calls waiting, decoded, up to max_rows tasks. The wait ends every 0.2 s, so the
-        thread sees the stop flag within that."""
-        try:
-            call = self._inbox.get(timeout=0.2)
-        except queue.Empty:
-            return []
+        """The calls waiting, decoded, up to max_rows tasks."""
         group, rows = [], 0
-        while True:
+        call = self._next()
+        while call is not None:
             request = self._decode(call)
             if request is not None:
                 group.append(request)
                 rows += len(request.specs or ())
             if rows >= self._max_rows:
-                return group
+                break
             try:
                 call = self._inbox.get_nowait()
             except queue.Empty:
-                return group
+                break
+        return group
 
     def _decode(self, call: Call) -> _Request | None:
         iprot = self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame))
@@ -97,7 +87,7 @@ class SubmitBatcher(Worker):
             args = _ARGS[method]()
             args.read(iprot)
             iprot.readMessageEnd()
-        except (TException, ValueError, EOFError, OverflowError, KeyError, struct.error) as e:
+        except UNREADABLE as e:
             call.drop(f"unreadable request: {e}")
             return None
         return _Request(call, method, seqid, [args.task] if method == "submit" else args.tasks)
@@ -136,11 +126,3 @@ class SubmitBatcher(Worker):
             reply.write(oprot)
         oprot.writeMessageEnd()
         return out.getvalue()
-
-    def _drop_waiting(self) -> None:
-        while True:
-            try:
-                call = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            call.drop("the node is stopping")

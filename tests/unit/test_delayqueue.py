@@ -104,6 +104,21 @@ def test_take_due_returns_only_due_entries_at_most_max_items_earliest_first(cloc
     assert ids(q.take_due(max_items=100, timeout=0)) == ["t1"]
 
 
+def test_take_due_with_gather_waits_until_the_head_is_close_then_takes_the_whole_lead(clock: FakeClock,
+                                                                                     q: DelayQueue):
+    now = clock.now
+    for d in (15, 18, 22, 35):
+        q.offer(Entry(f"t{d}", 0, now + d))
+    # lead 20, gather 10: nothing until the head is due within 10 ms...
+    assert q.take_due(100, timeout=0, lead_ms=20, gather_ms=10) == []
+    clock.now = now + 5
+    # ...then everything due within 20 ms, not only the head.
+    assert ids(q.take_due(100, timeout=0, lead_ms=20, gather_ms=10)) == ["t15", "t18", "t22"]
+    assert ids(q.take_due(100, timeout=0, lead_ms=20, gather_ms=0)) == []
+    clock.now = now + 15
+    assert ids(q.take_due(100, timeout=0, lead_ms=20, gather_ms=0)) == ["t35"]
+
+
 def test_take_due_returns_the_offered_entry(clock: FakeClock, q: DelayQueue):
     e = Entry("x", 7, clock.now - 5)
     q.offer(e)

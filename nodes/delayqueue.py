@@ -19,14 +19,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from shared.clock import Clock
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     task_id: str
     shard_id: int
     due_ms: int

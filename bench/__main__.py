@@ -33,7 +33,8 @@ DIR/<scenario>-<node>.raw and prints, per scenario, each thread's busy share and
 (`python -m bench.profile DIR/*.raw` prints it again).
 
 Services: DELAYQ_BENCH_MYSQL (mysql+pymysql://root@127.0.0.1:3306), DELAYQ_BENCH_AMQP,
-DELAYQ_BENCH_ZK override where they are. Exit status 1 when a scenario failed to run (a missed
+DELAYQ_BENCH_ZK override where they are. DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 ..." gives every
+node those settings (to measure what one changes; the written command shows them). Exit status 1 when a scenario failed to run (a missed
 target is reported, not an error).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ import traceback
 from pathlib import Path
 
 from bench import profile as profiler, report
-from bench.cluster import describe_machine, sweep_stale, wait_for_services
+from bench.cluster import NODE_ENV, describe_machine, sweep_stale, wait_for_services
 from bench.measure import Run
 from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE
 
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(figures))
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if NODE_ENV:
+        command = f"DELAYQ_BENCH_NODE_ENV={shlex.quote(' '.join(f'{k}={v}' for k, v in NODE_ENV.items()))} {command}"
     out = Path(args.out)
     report.write_results(out, figures, command=command.strip(), started=started.strftime("%Y-%m-%d %H:%M %Z"),
                          seconds=time.monotonic() - t0, machine=describe_machine(),

@@ -25,6 +25,8 @@ from shared.client import CallbackService, DelayqClient, connect
 MYSQL_SERVER = os.environ.get("DELAYQ_BENCH_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
 AMQP_URL = os.environ.get("DELAYQ_BENCH_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
 ZK_HOSTS = os.environ.get("DELAYQ_BENCH_ZK", "127.0.0.1:2181")
+# Node settings for every node of the run, e.g. DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 DELAYQ_..."
+NODE_ENV = dict(kv.split("=", 1) for kv in os.environ.get("DELAYQ_BENCH_NODE_ENV", "").split())
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -209,6 +211,7 @@ class Cluster:
             "DELAYQ_ZK_ENABLED": "true" if self.zk else "false", "PYTHONUNBUFFERED": "1",
         })
         env.update(self.node_settings)
+        env.update(NODE_ENV)
         env.update({k: str(v) for k, v in overrides.items()})
         node = Node(env, self.logs / f"{self.name}-{env['DELAYQ_NODE_ID']}.log")
         self.nodes.append(node)

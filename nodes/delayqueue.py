@@ -57,20 +57,24 @@ class DelayQueue:
         queue is full (then the task stays in MySQL only)."""
         return self.offer_many([entry]) == 1
 
-    def offer_many(self, entries: Iterable[Entry]) -> int:
+    def offer_many(self, entries: Iterable[Entry], below_horizon: bool = False) -> int:
         """offer() for many entries. The lock is taken per chunk of them, so a window scan of
-        tens of thousands of entries never keeps the dispatcher from the head for long."""
+        tens of thousands of entries never keeps the dispatcher from the head for long.
+        below_horizon: only those that accepts() would take (new tasks, retries: the loader
+        reads the others when their time comes)."""
         entries = list(entries)
         added = 0
         for i in range(0, len(entries), self.CHUNK):
-            added += self._offer_chunk(entries[i:i + self.CHUNK])
+            added += self._offer_chunk(entries[i:i + self.CHUNK], below_horizon)
         return added
 
-    def _offer_chunk(self, entries: list[Entry]) -> int:
+    def _offer_chunk(self, entries: list[Entry], below_horizon: bool) -> int:
         added = 0
         with self._cond:
             head = self._heap[0][0] if self._heap else None
             for e in entries:
+                if below_horizon and e.due_ms >= self.horizon_ms:
+                    continue
                 current = self._live.get(e.task_id)
                 if current is not None and current[0] == e:
                     continue

@@ -129,8 +129,9 @@ class Handler:
                 raise errors.InvalidTask("tasks", "must hold at least one task")
             if len(specs) > self._max_batch:
                 raise errors.InvalidTask("tasks", f"holds {len(specs)} tasks, at most {self._max_batch} allowed")
-        new = []
         near_before = now + self._window_ms
+        services: dict[str, ServiceSpec] = {}      # per topic, looked up once per call
+        checked = []
         for i, spec in enumerate(specs):
             index = i if batch else None
             if spec is None:
@@ -139,15 +140,17 @@ class Handler:
                               spec.maxRetries, spec.ttrMs)
             check_task(req, self._limits, index)
             due = due_time(req, now, self._limits, index)
-            svc = self._services.get(req.topic)
-            new.append(NewTask(
-                task_id=req.task_id or next(ids), topic=req.topic,
-                shard_id=self._ownership.pick_shard(near=due < near_before), due_ms=due,
-                payload=req.payload or b"", spec_hash=spec_hash(req),
-                max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
-                ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
-                client_id=req.task_id is not None))
-        return new
+            svc = services.get(req.topic)
+            if svc is None:
+                svc = services[req.topic] = self._services.get(req.topic)
+            checked.append((req, due, svc))
+        shards = self._ownership.pick_shards([due < near_before for _, due, _ in checked])
+        return [NewTask(task_id=req.task_id or next(ids), topic=req.topic, shard_id=shard, due_ms=due,
+                        payload=req.payload or b"", spec_hash=spec_hash(req),
+                        max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
+                        ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
+                        client_id=req.task_id is not None)
+                for (req, due, svc), shard in zip(checked, shards)]
 
     def _accepted(self, new: list[NewTask], done: list[Submitted]) -> list[ttypes.TaskRef]:
         """The committed call's refs; offering the new tasks to memory and counting them only
@@ -188,8 +191,9 @@ class Handler:
 
     def _enqueue(self, done: list[Submitted]) -> None:
         """NetEase: a task due within the scan window goes straight into the memory queue."""
-        self._queue.offer_many(Entry(d.task_id, d.shard_id, d.due_ms) for d in done
-                               if self._ownership.owns(d.shard_id) and self._queue.accepts(d.due_ms))
+        owned = self._ownership.shards()
+        self._queue.offer_many((Entry(d.task_id, d.shard_id, d.due_ms) for d in done if d.shard_id in owned),
+                               below_horizon=True)
 
     @_declared
     def cancel(self, taskId: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 Listener = Callable[[set[int], set[int]], None]
 
@@ -84,9 +84,14 @@ class Ownership:
     def pick_shard(self, near: bool) -> int:
         """A shard for a new task: one of ours when it is due soon (it goes straight to memory),
         otherwise any shard, evenly."""
+        return self.pick_shards([near])[0]
+
+    def pick_shards(self, near: Sequence[bool]) -> list[int]:
+        """pick_shard for many new tasks at once (one hold of the lock)."""
         with self._lock:
-            if near and self._near and self._claimable:
-                return self._rng.choice(self._near)
-            if not self._all:
-                raise LookupError("the cluster has no shards yet")
-            return self._rng.choice(self._all)
+            ours = self._near if self._claimable else ()
+            every = self._all
+        if not every:
+            raise LookupError("the cluster has no shards yet")
+        rand = self._rng.random
+        return [ours[int(rand() * len(ours))] if n and ours else every[int(rand() * len(every))] for n in near]

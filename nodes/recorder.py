@@ -128,5 +128,6 @@ class Recorder(Worker):
             log.warning("unroutable task %s not updated: %s", c.task_id, e)
 
     def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
-        self._queue.offer_many(Entry(c.task_id, c.shard_id, due) for c, due in items
-                               if self._ownership.owns(c.shard_id) and self._queue.accepts(due))
+        owned = self._ownership.shards()
+        self._queue.offer_many((Entry(c.task_id, c.shard_id, due) for c, due in items if c.shard_id in owned),
+                               below_horizon=True)

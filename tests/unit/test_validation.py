@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import struct
 
 import pytest
 
@@ -287,3 +289,9 @@ def test_check_service_routing_key_byte_boundary():
 def test_check_service_topic_error_carries_the_topic_reason():
     err = service_error(dataclasses.replace(SVC, topic="t" * 129))
     assert "129" in err.reason
+
+
+def test_spec_hash_keeps_the_layout_of_hashes_already_stored():
+    # Rows written by earlier versions hold hashes of this byte layout; a resubmit must match them.
+    layout = b"\x01topic.a\x00" b"\x011000\x00" b"\x00" b"\x013\x00" b"\x0160000\x00" + struct.pack("!Q", 5) + b"hello"
+    assert spec_hash(BASE) == hashlib.blake2b(layout, digest_size=16).digest()

@@ -1,5 +1,5 @@
 """The MySQL engines (shared.db) against the real MariaDB: what a pooled connection carries from one
-checkout to the next, and what a submit group writes."""
+checkout to the next, what a submit group writes, and how often the service registry reads."""
 from __future__ import annotations
 
 import contextlib
@@ -7,9 +7,13 @@ import dataclasses
 
 import pymysql
 import pytest
+import sqlalchemy.event
 import sqlalchemy.exc
 
 from shared import config, db as dbm
+from shared.errors import UnknownTopic
+from shared.validation import ServiceSpec
+from nodes.services import ServiceRegistry
 from nodes.store import NewTask, TaskStore
 
 pytestmark = pytest.mark.integration
@@ -86,3 +90,38 @@ def test_a_group_too_large_for_one_statement_is_written_whole_or_not_at_all(engi
     other.execute("SELECT COUNT(*) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
     assert other.fetchone() == (40,)
     assert writes.pool.checkedout() == 0
+
+
+def test_unknown_topics_in_a_loop_reread_the_services_at_most_once_per_tenth_of_a_second(database):
+    settings = config.load({"DELAYQ_MYSQL_URL": database.url})
+    engine = dbm.make_engine(settings.mysql)
+    clock = _StepClock()
+    services = ServiceRegistry(engine, clock)
+    reads = []
+    sqlalchemy.event.listen(engine, "before_cursor_execute",
+                            lambda _c, _cur, sql, *_a: reads.append(sql) if "callback_service" in sql else None)
+    try:
+        services.refresh()
+        reads.clear()
+        for i in range(500):                              # a client flooding unknown topics
+            with pytest.raises(UnknownTopic):
+                services.get(f"nobody.{i}")
+            clock.t += 0.001
+        assert 4 <= len(reads) <= 6                          # 0.5 s of them: one read per 0.1 s
+        # Registered by another node (straight into MySQL): found once 0.1 s have passed.
+        ServiceRegistry(engine, clock).upsert(ServiceSpec("elsewhere.t", "delayq", "elsewhere.t"))
+        clock.t += 0.1
+        assert services.get("elsewhere.t").routing_key == "elsewhere.t"
+    finally:
+        engine.dispose()
+
+
+class _StepClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now_ms(self) -> int:
+        return int(self.t * 1000)

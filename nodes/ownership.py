@@ -91,7 +91,11 @@ class Ownership:
         with self._lock:
             ours = self._near if self._claimable else ()
             every = self._all
-        if not every:
-            raise LookupError("the cluster has no shards yet")
         rand = self._rng.random
-        return [ours[int(rand() * len(ours))] if n and ours else every[int(rand() * len(every))] for n in near]
+        picked = []
+        for n in near:
+            pool = ours if n and ours else every
+            if not pool:
+                raise LookupError("the cluster has no shards yet")
+            picked.append(pool[int(rand() * len(pool))])
+        return picked

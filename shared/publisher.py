@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,58 @@ class Outgoing:
 
 
 Outcome = Callable[[Any, str, str | None], None]
+
+# AMQP 0-9-1 frames of a persistent, mandatory basic.publish, written directly: pika's generic
+# encoders (a Method, a Header and a Body object per message, a struct call per field) took most of
+# the publisher thread's time in a burst. The bytes are pika's own (a unit test compares them).
+_FRAME_END = b"\xce"
+_PUBLISH_METHOD = struct.pack(">IH", 0x003C0028, 0)          # basic.publish (60, 40), ticket 0
+# Property flags: headers, delivery-mode, message-id, timestamp.
+_PROPERTY_FLAGS = struct.pack(">H", (1 << 13) | (1 << 12) | (1 << 7) | (1 << 6))
+_INT32 = range(-2 ** 31, 2 ** 31)
+
+
+def _shortstr(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raise ValueError(f"{text[:40]!r}... is over 255 bytes")
+    return bytes((len(raw),)) + raw
+
+
+def _table(headers: dict[str, Any]) -> bytes | None:
+    """An AMQP field table as pika writes it; None when a value is of a type not handled here."""
+    parts = []
+    for key, value in headers.items():
+        parts.append(_shortstr(key))
+        if isinstance(value, str):
+            raw = value.encode()
+            parts.append(b"S" + struct.pack(">I", len(raw)) + raw)
+        elif isinstance(value, bool):
+            parts.append(b"t\x01" if value else b"t\x00")
+        elif isinstance(value, int):
+            parts.append(b"I" + struct.pack(">i", value) if value in _INT32 else b"l" + struct.pack(">q", value))
+        else:
+            return None
+    body = b"".join(parts)
+    return struct.pack(">I", len(body)) + body
+
+
+def publish_frames(channel: int, msg: Outgoing, timestamp: int, body_max: int) -> list[bytes] | None:
+    """The frames of msg published persistent and mandatory with these properties, or None when
+    it holds something this encoder does not write (pika's basic_publish then does)."""
+    table = _table(msg.headers)
+    if table is None:
+        return None
+    method = _PUBLISH_METHOD + _shortstr(msg.exchange) + _shortstr(msg.routing_key) + b"\x01"
+    header = (struct.pack(">HHQ", 60, 0, len(msg.body)) + _PROPERTY_FLAGS + table + b"\x02"
+              + _shortstr(msg.message_id) + struct.pack(">Q", timestamp))
+    frames = [struct.pack(">BHI", 1, channel, len(method)) + method + _FRAME_END,
+              struct.pack(">BHI", 2, channel, len(header)) + header + _FRAME_END]
+    body = msg.body
+    for start in range(0, len(body), body_max):
+        chunk = body[start:start + body_max]
+        frames.append(struct.pack(">BHI", 3, channel, len(chunk)) + chunk + _FRAME_END)
+    return frames
 
 
 class _BatchingConnection(SelectConnection):
@@ -265,16 +318,22 @@ class ConfirmedPublisher:
     def _publish_each(self, batch: list[Outgoing]) -> None:
         now = time.monotonic()
         stamp = int(time.time())
+        conn = self._conn
+        body_max = conn._body_max_length
         for i, msg in enumerate(batch):
             if self._channel is None or not self._channel.is_open:
                 self._settle_many([(rest, NOT_SENT, "channel closed") for rest in batch[i:]])
                 return
             try:
-                self._channel.basic_publish(
-                    msg.exchange, msg.routing_key, msg.body, mandatory=True,
-                    properties=pika.BasicProperties(delivery_mode=2, message_id=msg.message_id,
-                                                    headers=msg.headers, timestamp=stamp))
-            except (pika.exceptions.AMQPError, OSError) as e:
+                frames = publish_frames(self._channel.channel_number, msg, stamp, body_max)
+                if frames is not None:
+                    conn._output_marshaled_frames(frames)
+                else:
+                    self._channel.basic_publish(
+                        msg.exchange, msg.routing_key, msg.body, mandatory=True,
+                        properties=pika.BasicProperties(delivery_mode=2, message_id=msg.message_id,
+                                                        headers=msg.headers, timestamp=stamp))
+            except (pika.exceptions.AMQPError, OSError, ValueError, struct.error) as e:
                 self._settle_many([(rest, NOT_SENT, f"publish failed: {e}") for rest in batch[i:]])
                 return
             self._next_tag += 1

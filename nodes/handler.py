@@ -93,6 +93,7 @@ class Handler:
         self._default_exchange = default_exchange
         self._declare_exchange = declare_exchange
         self._cluster_info = cluster_info
+        self._call_metrics: dict[tuple[str, str], tuple] = {}
 
     # ---- tasks --------------------------------------------------------------------------------
 
@@ -116,8 +117,14 @@ class Handler:
                 done = self._store.insert_groups([new for _, new in prepared])
             except Exception as e:  # noqa: BLE001 - every call of the transaction shares it
                 done = [e] * len(prepared)
+            committed = []
             for (i, new), result in zip(prepared, done):
-                out[i] = result if isinstance(result, Exception) else self._accepted(new, result)
+                if isinstance(result, Exception):
+                    out[i] = result
+                else:
+                    out[i] = [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in result]
+                    committed.append((new, result))
+            self._accepted(committed)
         elapsed = time.perf_counter() - started
         return [self._answer("submitBatch" if batch else "submit", result, elapsed)
                 for (_, batch), result in zip(calls, out)]
@@ -152,20 +159,18 @@ class Handler:
                         client_id=req.task_id is not None)
                 for (req, due, svc), shard in zip(checked, shards)]
 
-    def _accepted(self, new: list[NewTask], done: list[Submitted]) -> list[ttypes.TaskRef]:
-        """The committed call's refs; offering the new tasks to memory and counting them only
-        follow (memory is a cache: a task the queue did not get, the loader reads)."""
+    def _accepted(self, committed: list[tuple[list[NewTask], list[Submitted]]]) -> None:
+        """After the commit: offer the created tasks to memory and count them, for every call of
+        the group at once. A failure here is logged, not answered: the tasks are committed, the
+        clients must hear so, and memory is a cache (a task the queue did not get, the loader
+        reads)."""
         try:
-            self._remember(new, done)
-        except Exception:  # noqa: BLE001 - the tasks are committed: the client must hear so
+            created = [(t, d) for new, done in committed for t, d in zip(new, done) if d.created]
+            self._enqueue([d for _, d in created])
+            for topic, n in collections.Counter(t.topic for t, _ in created).items():
+                self._metrics.submitted.labels(topic).inc(n)
+        except Exception:  # noqa: BLE001 - see above
             log.exception("committed tasks not offered to memory; the loader will read them")
-        return [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in done]
-
-    def _remember(self, new: list[NewTask], done: list[Submitted]) -> None:
-        """Offer the created tasks to memory and count them (`done` lines up with `new`)."""
-        self._enqueue([d for d in done if d.created])
-        for topic, n in collections.Counter(t.topic for t, d in zip(new, done) if d.created).items():
-            self._metrics.submitted.labels(topic).inc(n)
 
     def _answer(self, method: str, result, elapsed: float):
         """A call's result as its client sees it (a delayq error as the declared exception), counted."""
@@ -186,8 +191,12 @@ class Handler:
             if isinstance(error, errors.Unavailable):
                 self._metrics.errors.labels("rabbitmq" if isinstance(error, errors.BrokerUnavailable)
                                             else "mysql").inc()
-        self._metrics.thrift_requests.labels(method, outcome).inc()
-        self._metrics.thrift_seconds.labels(method).observe(elapsed)
+        pair = self._call_metrics.get((method, outcome))
+        if pair is None:       # prometheus' labels() costs more than the count: looked up once
+            pair = self._call_metrics[method, outcome] = (self._metrics.thrift_requests.labels(method, outcome),
+                                                          self._metrics.thrift_seconds.labels(method))
+        pair[0].inc()
+        pair[1].observe(elapsed)
 
     def _enqueue(self, done: list[Submitted]) -> None:
         """NetEase: a task due within the scan window goes straight into the memory queue."""

@@ -33,9 +33,9 @@ DIR/<scenario>-<node>.raw and prints, per scenario, each thread's busy share and
 (`python -m bench.profile DIR/*.raw` prints it again).
 
 Services: DELAYQ_BENCH_MYSQL (mysql+pymysql://root@127.0.0.1:3306), DELAYQ_BENCH_AMQP,
-DELAYQ_BENCH_ZK override where they are. DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 ..." gives every
-node those settings (to measure what one changes; the written command shows them). Exit status 1 when a scenario failed to run (a missed
-target is reported, not an error).
+DELAYQ_BENCH_ZK override where they are. DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 ..." gives
+every node those settings (to measure what one changes; the written command shows them). Exit
+status 1 when a scenario failed to run (a missed target is reported, not an error).
 """
 from __future__ import annotations
 

@@ -37,8 +37,8 @@ def publisher():
 
 
 def _messages(key: str, count: int, size: int, prefix: str) -> list[Outgoing]:
-    return [Outgoing("delayq", key, f"{prefix}{i:06d}".encode().ljust(size, b"."), f"{prefix}{i}", {}, ref=f"{prefix}{i}")
-            for i in range(count)]
+    return [Outgoing("delayq", key, f"{prefix}{i:06d}".encode().ljust(size, b"."), f"{prefix}{i}", {},
+                     ref=f"{prefix}{i}") for i in range(count)]
 
 
 def test_lone_publishes_are_each_confirmed_and_delivered(route, publisher):

@@ -78,7 +78,8 @@ class NodeRuntime:
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
                                      on_failed=lambda: self.deadletters and self.deadletters.wake())
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
-                                 publish_retry_ms=s.scheduling.publish_retry_ms)
+                                 publish_retry_ms=s.scheduling.publish_retry_ms,
+                                 gather_ms=s.scheduling.record_gather_ms)
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
         self.publisher = ConfirmedPublisher(
             amqp, self.recorder.on_outcome,

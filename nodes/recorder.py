@@ -9,8 +9,10 @@
 If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
 task that was never recorded times out after its time-to-run and is dispatched again.
 
-Outcomes are gathered for gather_ms after the first of a batch arrives, so that one steady stream
-of publishes is recorded in a few transactions per second rather than one per confirm.
+Outcomes are gathered for gather_ms (DELAYQ_RECORD_GATHER_MS) after the first of a batch arrives,
+so that a steady stream of publishes is recorded in a few transactions per second rather than one
+per confirm. The price: a node killed meanwhile has published those attempts without recording
+them, so they go out again as further attempts after their time-to-run.
 
 Thread: one, owned here; `stop()` drains what is queued (bounded by its timeout) and joins it.
 """
@@ -39,8 +41,7 @@ class Recorder(Worker):
     name = "recorder"
 
     def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, batch: int = 1000,
-                 gather_ms: int = 10):
+                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, gather_ms: int, batch: int = 1000):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue_, ownership
         self._results, self._clock, self._metrics = results, clock, metrics
@@ -78,7 +79,7 @@ class Recorder(Worker):
                     continue
                 # Let the outcomes of the next few publishes join: recording many costs about what
                 # recording one does (the same round trips and commit).
-                if self._inbox.qsize() + 1 < self._batch:
+                if self._gather_s and self._inbox.qsize() + 1 < self._batch:
                     self._stop.wait(self._gather_s)
             while len(pending) < self._batch:
                 try:

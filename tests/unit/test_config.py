@@ -238,6 +238,13 @@ def test_shards_range():
     assert "DELAYQ_SHARDS" in config_error(environ={"DELAYQ_SHARDS": "4097"})
 
 
+def test_record_gather_range():
+    assert load({"DELAYQ_RECORD_GATHER_MS": "0"}).scheduling.record_gather_ms == 0
+    assert load({}).scheduling.record_gather_ms == 10
+    for bad in ("-1", "1001"):
+        assert "DELAYQ_RECORD_GATHER_MS" in config_error(environ={"DELAYQ_RECORD_GATHER_MS": bad})
+
+
 def test_checks_apply_to_file_values_too(tmp_path):
     path = toml(tmp_path, 'log_format = "xml"\n')
     assert "DELAYQ_LOG_FORMAT" in config_error(environ={}, file=path)

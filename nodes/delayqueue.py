@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from typing import Iterable, NamedTuple
+from typing import Container, Iterable, NamedTuple
 
 from shared.clock import Clock
 
@@ -57,12 +57,18 @@ class DelayQueue:
         queue is full (then the task stays in MySQL only)."""
         return self.offer_many([entry]) == 1
 
-    def offer_many(self, entries: Iterable[Entry], below_horizon: bool = False) -> int:
+    def offer_many(self, entries: Iterable[Entry]) -> int:
         """offer() for many entries. The lock is taken per chunk of them, so a window scan of
-        tens of thousands of entries never keeps the dispatcher from the head for long.
-        below_horizon: only those that accepts() would take (new tasks, retries: the loader
-        reads the others when their time comes)."""
-        entries = list(entries)
+        tens of thousands of entries never keeps the dispatcher from the head for long."""
+        return self._offer(list(entries), below_horizon=False)
+
+    def offer_written(self, entries: Iterable[Entry], owned: Container[int]) -> int:
+        """Tasks just written to MySQL as DELAY (a submit, a retry): those of the `owned` shards
+        that accepts() would take go into memory; the loader reads the others when their time
+        comes."""
+        return self._offer([e for e in entries if e.shard_id in owned], below_horizon=True)
+
+    def _offer(self, entries: list[Entry], below_horizon: bool) -> int:
         added = 0
         for i in range(0, len(entries), self.CHUNK):
             added += self._offer_chunk(entries[i:i + self.CHUNK], below_horizon)

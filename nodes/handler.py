@@ -200,9 +200,7 @@ class Handler:
 
     def _enqueue(self, done: list[Submitted]) -> None:
         """NetEase: a task due within the scan window goes straight into the memory queue."""
-        owned = self._ownership.shards()
-        self._queue.offer_many((Entry(d.task_id, d.shard_id, d.due_ms) for d in done if d.shard_id in owned),
-                               below_horizon=True)
+        self._queue.offer_written((Entry(d.task_id, d.shard_id, d.due_ms) for d in done), self._ownership.shards())
 
     @_declared
     def cancel(self, taskId: str) -> int:

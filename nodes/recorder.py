@@ -129,6 +129,4 @@ class Recorder(Worker):
             log.warning("unroutable task %s not updated: %s", c.task_id, e)
 
     def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
-        owned = self._ownership.shards()
-        self._queue.offer_many((Entry(c.task_id, c.shard_id, due) for c, due in items if c.shard_id in owned),
-                               below_horizon=True)
+        self._queue.offer_written((Entry(c.task_id, c.shard_id, due) for c, due in items), self._ownership.shards())

@@ -33,8 +33,7 @@ class ResultApplier:
             return t
         if t.status is Status.DELAY and t.due_ms is not None:
             self._metrics.retried.labels(t.topic).inc()
-            if self._ownership.owns(t.shard_id) and self._queue.accepts(t.due_ms):
-                self._queue.offer(Entry(task_id, t.shard_id, t.due_ms))
+            self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms)], self._ownership.shards())
         elif t.status is Status.FAILED:
             self._metrics.failed.labels(t.topic).inc()
             self._on_failed()

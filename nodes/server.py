@@ -10,11 +10,11 @@ switches per call under the GIL; a group of submits served this way costs a few.
 
 Limits: at most `max_connections` connections (one more is closed at once: a clean refusal the
 client can retry elsewhere); a frame header above `max_frame` closes the connection before the
-body is read; a connection without a call in progress that stays silent (or does not read its reply) for
-`idle_timeout` seconds is closed; an error on one connection closes that connection only.
-Thrift's clients send a call and wait for its reply; a frame that arrives while
-its connection's call is still being served waits for that reply (at most `max_waiting` of them),
-so replies keep their order.
+body is read; a connection without a call in progress that stays silent (or does not read its
+reply) for `idle_timeout` seconds is closed; an error on one connection closes that connection
+only. Thrift's clients send a call and wait for its reply; a frame that arrives while its
+connection's call is still being served waits for that reply (at most `max_waiting` of them), so
+replies keep their order.
 
 `stop()` closes the listener and every connection and joins the I/O thread. The lanes belong to
 whoever made them (nodes.main), which stops them after the server.

@@ -317,17 +317,17 @@ def test_accepts_respects_horizon_and_cap(clock: FakeClock):
     assert q.accepts(now) is False             # until a scan has read MySQL from there again
 
 
-def test_offer_many_below_horizon_takes_what_accepts_would(clock: FakeClock):
+def test_offer_written_takes_what_accepts_would_of_the_owned_shards(clock: FakeClock):
     q = DelayQueue(clock, cap=3)
     now = clock.now
-    assert q.offer_many([Entry("early", 0, now)], below_horizon=True) == 0     # nothing loaded yet
+    assert q.offer_written([Entry("early", 0, now)], {0}) == 0     # nothing loaded yet
     q.set_horizon(now + 1000)
-    added = q.offer_many([Entry("a", 0, now + 10), Entry("late", 0, now + 1000), Entry("b", 0, now + 20),
-                          Entry("c", 0, now + 30), Entry("d", 0, now + 5)], below_horizon=True)
+    added = q.offer_written([Entry("a", 0, now + 10), Entry("late", 0, now + 1000), Entry("theirs", 1, now + 10),
+                             Entry("b", 0, now + 20), Entry("c", 0, now + 30), Entry("d", 0, now + 5)], {0})
     assert added == 3
-    assert len(q) == 3 and not q.holds("late", now + 1000)
+    assert len(q) == 3 and not q.holds("late", now + 1000) and not q.holds("theirs", now + 10)
     assert q.horizon_ms == now + 5         # full: memory now lacks the task due then
-    assert q.offer_many([Entry("e", 0, now + 3)], below_horizon=False) == 0
+    assert q.offer_many([Entry("e", 0, now + 3)]) == 0
 
 
 # ---------------------------------------------------------------- compaction

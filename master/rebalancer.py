@@ -82,6 +82,9 @@ class Rebalancer:
         try:
             self._session.call("ensure_path", self._paths.nodes)
             arm(self._session.watcher(lambda: (self.poke(), again())))
+            # A pass that read the members before the watch was armed has not seen what changed in
+            # between (nodes joining while this one became master), and no watch will tell: pass again.
+            self.poke()
         except KazooException as e:
             log.warning("master watch failed: %s; retrying", e)
             self._session.post(again, 1.0)

@@ -1,7 +1,8 @@
 """delayq benchmark harness.
 
-Full run (about 15-20 minutes on 2 cores, --big adds about 15; needs ZooKeeper, MariaDB and RabbitMQ on their default local
-ports, as for the tests; run from the repository root with nothing else loading the machine):
+Full run (about 10-20 minutes on 2 cores, --big adds about 15, --runs N takes N times as long;
+needs ZooKeeper, MariaDB and RabbitMQ on their default local ports, as for the tests; run from the
+repository root with nothing else loading the machine):
 
     python -m bench --out bench/RESULTS.md
 
@@ -26,6 +27,7 @@ date, machine, command, figures). Throughputs carry their ratio to the raw limit
     python -m bench --smoke --out /tmp/RESULTS.md           # tiny sizes, a few seconds each (the test)
     python -m bench --scale 0.1                             # every task count times 0.1
     python -m bench --set steady.rate=500 --set steady.duration=30
+    python -m bench --big --runs 3 --out bench/RESULTS.md  # every figure the median of 3 runs
     python -m bench --scenario burst --profile /tmp/prof  # py-spy on every node; summary printed
 
 --profile DIR records each node process with py-spy (sampling, so the figures move a little) into
@@ -90,9 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every task count")
     p.add_argument("--set", action="append", default=[], metavar="SCENARIO.SIZE=VALUE", help="one size")
     p.add_argument("--out", default="bench/RESULTS.md", help="RESULTS.md to write")
+    p.add_argument("--runs", type=int, default=1, help="run everything this many times; report medians")
     p.add_argument("--profile", metavar="DIR", help="record every node with py-spy into DIR and summarise")
     p.add_argument("--keep-logs", action="store_true", help="keep node logs and records (else kept on failure only)")
     args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be 1 or more")
     # SIGTERM (a test's timeout) unwinds like Ctrl-C: nodes stopped, databases dropped, queues deleted.
     signal.signal(signal.SIGTERM, _interrupt)
 
@@ -103,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     wanted = ["limits"] + [s for s in ORDER[1:] if not args.scenario or s in args.scenario]
     workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
     (workdir / "logs").mkdir()
-    figures: list[dict] = []
+    rounds: list[list[dict]] = []
 
     def emit(f: dict) -> None:
-        figures.append(f)
-        report.emit(f)
+        rounds[-1].append(f)
+        report.emit({**f, "run": len(rounds)} if args.runs > 1 else f)
 
     run = Run(workdir, workdir / "logs", emit)
     if args.profile:
@@ -120,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc).astimezone()
     t0 = time.monotonic()
     errors: dict[str, str] = {}
-    for name in wanted:
-        print(f"== {name}: {json.dumps(params[name])}", file=sys.stderr, flush=True)
+    for name, k in [(name, k) for k in range(args.runs) for name in wanted]:
+        if name == "limits":
+            rounds.append([])
+        label = f"{name} (run {k + 1} of {args.runs})" if args.runs > 1 else name
+        print(f"== {label}: {json.dumps(params[name])}", file=sys.stderr, flush=True)
         s0 = time.monotonic()
         try:
             waited = wait_for_services()
@@ -129,17 +137,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"waited {waited:.0f} s for MariaDB and RabbitMQ", file=sys.stderr, flush=True)
             SCENARIOS[name](run, params[name])
         except KeyboardInterrupt:
-            errors[name] = "interrupted"
+            errors[label] = "interrupted"
             break
         except Exception as e:  # noqa: BLE001 - report it, run the others
-            errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            errors[label] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             traceback.print_exc(file=sys.stderr)
-            print(json.dumps({"scenario": name, "error": errors[name]}), flush=True)
-        print(f"== {name}: {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
+            print(json.dumps({"scenario": name, "error": errors[label]}), flush=True)
+        print(f"== {label}: {time.monotonic() - s0:.1f} s", file=sys.stderr, flush=True)
         if args.profile:
             for path in profiler.finish(name):
                 print(f"\n-- profile {path}\n{profiler.summary(path)}", flush=True)
 
+    figures = report.combine(rounds)
     print()
     print(report.table(figures))
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
@@ -148,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     report.write_results(out, figures, command=command.strip(), started=started.strftime("%Y-%m-%d %H:%M %Z"),
                          seconds=time.monotonic() - t0, machine=describe_machine(),
-                         params={k: params[k] for k in wanted}, errors=errors)
+                         params={k: params[k] for k in wanted}, errors=errors, runs=args.runs)
     print(f"\nwrote {out}", file=sys.stderr)
     lost = any(f["figure"] == "lost" and f["value"] for f in figures)
     if errors or lost or args.keep_logs:

@@ -29,6 +29,34 @@ def figure(scenario: str, name: str, value, unit: str, target: str | None = None
     return f
 
 
+def combine(rounds: list[list[dict]]) -> list[dict]:
+    """The figures of several runs as one set: per figure the median run, except where the target
+    is "== 0" (lost, duplicates, early): there the worst run. With an even count the median is the
+    worse of the middle two for the target (the higher for "<=", else the lower), so that value
+    and note come from one run. The note lists every run's value."""
+    if len(rounds) == 1:
+        return rounds[0]
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for figures in rounds:
+        for f in figures:
+            runs.setdefault((f["scenario"], f["figure"]), []).append(f)
+    out = []
+    for same in runs.values():
+        measured = sorted((f for f in same if f["value"] is not None), key=lambda f: f["value"])
+        if not measured:
+            out.append(same[0])
+            continue
+        target = same[0]["target"] or ""
+        worst = target.startswith("==")
+        middle = len(measured) // 2 if target.startswith("<") else (len(measured) - 1) // 2
+        pick = measured[-1] if worst else measured[middle]
+        how = "worst" if worst else "median"
+        values = ", ".join(_fmt(f["value"]) for f in same)
+        note = f"{how} of {len(same)} runs ({values})" + (f"; {pick['note']}" if pick.get("note") else "")
+        out.append({**pick, "note": note})
+    return out
+
+
 def emit(f: dict, stream=sys.stdout) -> None:
     print(json.dumps(f), file=stream, flush=True)
 
@@ -57,7 +85,7 @@ def table(figures: list[dict]) -> str:
 
 
 def write_results(path: Path, figures: list[dict], *, command: str, started: str, seconds: float,
-                  machine: dict, params: dict, errors: dict[str, str]) -> None:
+                  machine: dict, params: dict, errors: dict[str, str], runs: int = 1) -> None:
     out = [
         "# delayq benchmark results",
         "",
@@ -77,6 +105,9 @@ def write_results(path: Path, figures: list[dict], *, command: str, started: str
         "- targets are delayq's performance targets for a 2-core machine with every service local; `met`"
         " compares the value measured here; other load on the machine moves the figures, so compare runs,"
         " not single numbers",
+    ] + ([f"- every scenario ran {runs} times, one round of all after another (limits first in each);"
+          " a value is the median run, or the worst where the target is == 0, and its note lists every run;"
+          " ratios are to the limits of the same round"] if runs > 1 else []) + [
         "",
         "| scenario | figure | value | unit | target | met | ratio | note |",
         "| --- | --- | ---: | --- | --- | --- | ---: | --- |",

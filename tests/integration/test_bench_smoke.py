@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ["limits", "submit", "steady", "burst", "scale", "restart", "failover"]
 
 
-def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
-    out = tmp_path / "RESULTS.md"
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "--smoke", "--out", str(out)], cwd=ROOT,
+def _bench(*args: str, timeout: float = 240) -> tuple[list[dict], str]:
+    """Run `python -m bench ARGS`; its JSON lines and stderr, after checking it ran without error."""
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        stdout, stderr = proc.communicate(timeout=240)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGTERM)      # the harness stops its nodes and drops its databases
         try:
@@ -33,10 +33,16 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
-        pytest.fail(f"the smoke run took more than 240 s\n{stdout[-2000:]}\n{stderr[-3000:]}")
+        pytest.fail(f"the bench run took more than {timeout} s\n{stdout[-2000:]}\n{stderr[-3000:]}")
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     errors = [line for line in lines if "error" in line]
     assert proc.returncode == 0 and not errors, f"{errors}\n{stderr[-3000:]}"
+    return lines, stderr
+
+
+def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    lines, stderr = _bench("--smoke", "--out", str(out))
 
     figures = [line for line in lines if "figure" in line]
     for f in figures:
@@ -59,3 +65,18 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
     assert "python -m bench --smoke" in text
     for s in SCENARIOS:
         assert f"| {s} |" in text
+
+
+def test_several_runs_report_each_figure_as_the_median_of_them(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    lines, _ = _bench("--smoke", "--runs", "2", "--scenario", "submit", "--out", str(out), timeout=120)
+    runs: dict[tuple[str, str], list[int]] = {}
+    for f in lines:
+        runs.setdefault((f["scenario"], f["figure"]), []).append(f["run"])
+    assert ("submit", "single_8_clients") in runs
+    assert all(r == [1, 2] for r in runs.values()), runs
+
+    text = out.read_text()
+    assert "every scenario ran 2 times" in text
+    row = next(line for line in text.splitlines() if line.startswith("| submit | single_8_clients |"))
+    assert "median of 2 runs (" in row

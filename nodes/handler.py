@@ -80,6 +80,28 @@ def new_task_ids(now_ms: int, n: int) -> Iterator[str]:
     return (prefix + rand[16 * i:16 * i + 16] for i in range(n))
 
 
+# A group of at least STREAM_ROWS tasks, none with an id of its client's, goes to MySQL in parts of
+# STREAM_PART tasks (Handler._streamed). In-process, checking, preparing and writing a 1000-task
+# submitBatch took 16-18 ms in 8 parts against 20-25 ms in one statement; through a node, one
+# producer's submitBatch(1000) reached 0.50-0.77 of the MySQL insert limit against 0.48-0.59, in
+# seven runs interleaved with the one-statement code. Each part costs a statement, and the
+# transaction two round trips (START TRANSACTION, COMMIT), which a small group does not win back.
+STREAM_ROWS = 256
+STREAM_PART = 128
+
+
+class _Refused(Exception):
+    """A call of a streamed group failed its checks: the group goes the other way."""
+
+
+def _streamable(calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]]) -> bool:
+    """Whether a group of calls streams (Handler._streamed): large enough, and every task's id
+    generated here, so none can exist already and no row needs looking up first."""
+    if sum(len(specs) for specs, _ in calls if specs) < STREAM_ROWS:
+        return False
+    return all(specs and all(spec is not None and spec.taskId is None for spec in specs) for specs, _ in calls)
+
+
 class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
                  clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int,
@@ -104,6 +126,16 @@ class Handler:
         like any call."""
         started = time.perf_counter()
         now = self._clock.now_ms()
+        out = self._streamed(calls, now) if _streamable(calls) else None
+        if out is None:
+            out = self._in_one(calls, now)
+        elapsed = time.perf_counter() - started
+        return [self._answer("submitBatch" if batch else "submit", result, elapsed)
+                for (_, batch), result in zip(calls, out)]
+
+    def _in_one(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]], now: int) -> list:
+        """Every call checked and prepared, then the tasks of those that passed written in one
+        statement (TaskStore.insert_groups, which settles the clients' own ids)."""
         out: list = [None] * len(calls)
         prepared: list[tuple[int, list[NewTask]]] = []
         ids = new_task_ids(now, sum(len(specs) for specs, _ in calls if specs))
@@ -125,12 +157,37 @@ class Handler:
                     out[i] = [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created) for d in result]
                     committed.append((new, result))
             self._accepted(committed)
-        elapsed = time.perf_counter() - started
-        return [self._answer("submitBatch" if batch else "submit", result, elapsed)
-                for (_, batch), result in zip(calls, out)]
+        return out
+
+    def _streamed(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec], bool]], now: int) -> list | None:
+        """The calls' tasks checked, prepared and written part by part in one transaction
+        (TaskStore.inserting): MySQL writes one part while the next is checked and prepared. None
+        when a call is refused: nothing is written then, and _in_one answers each call."""
+        ids = new_task_ids(now, sum(len(specs) for specs, _ in calls))
+        prepared: list[list[NewTask]] = []
+        try:
+            with self._store.inserting() as send:
+                for specs, batch in calls:
+                    new: list[NewTask] = []
+                    for first in range(0, len(specs), STREAM_PART):
+                        try:
+                            part = self._prepare(specs, batch, now, ids, first, first + STREAM_PART)
+                        except Exception as e:  # noqa: BLE001 - answered by _in_one, which checks again
+                            raise _Refused from e
+                        send(part)
+                        new.extend(part)
+                    prepared.append(new)
+        except _Refused:
+            return None
+        except Exception as e:  # noqa: BLE001 - every call of the transaction shares it
+            return [e] * len(calls)
+        done = [[Submitted(t.task_id, t.shard_id, t.due_ms, True) for t in new] for new in prepared]
+        self._accepted(list(zip(prepared, done)))
+        return [[ttypes.TaskRef(taskId=t.task_id, dueAtMs=t.due_ms, created=True) for t in new] for new in prepared]
 
     def _prepare(self, specs: Sequence[ttypes.TaskSpec] | None, batch: bool, now: int,
-                 ids: Iterator[str]) -> list[NewTask]:
+                 ids: Iterator[str], first: int = 0, end: int | None = None) -> list[NewTask]:
+        """The new tasks of specs[first:end], checked (a call's own failure raised)."""
         if batch:
             if not specs:
                 raise errors.InvalidTask("tasks", "must hold at least one task")
@@ -139,7 +196,7 @@ class Handler:
         near_before = now + self._window_ms
         services: dict[str, ServiceSpec] = {}      # per topic, looked up once per call
         checked = []
-        for i, spec in enumerate(specs):
+        for i, spec in enumerate(specs[first:end], first):
             index = i if batch else None
             if spec is None:
                 raise errors.InvalidTask("task", "is missing", index)

@@ -3,9 +3,9 @@
 The hot paths (submit, window scan, claim, execlog, finishing fire-and-forget tasks) run fixed SQL
 text through the driver (`exec_driver_sql`): building and compiling a Core statement with a
 thousand-element IN list cost more CPU than the round trip it describes. Everything else is
-SQLAlchemy Core. Submits are written through an autocommit engine (see insert_groups), the rest
-through a transactional one; both come from shared.db.make_engine, so timeouts and error
-translation are the same.
+SQLAlchemy Core. Submits are written through an autocommit engine (see insert_groups and
+inserting), the rest through a transactional one; both come from shared.db.make_engine, so
+timeouts and error translation are the same.
 
 MySQL is the truth (ARCHITECTURE invariant 1). Each state change is conditional on the row's
 current status and attempt, so whatever races it (another node, a late report, a stale memory
@@ -16,13 +16,15 @@ Thread-safe: it holds only its two engines; each call checks a connection out of
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import sqlalchemy.exc
+from pymysql.constants import COMMAND
 from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, select, update
 
 from shared import tables
@@ -156,6 +158,37 @@ class TaskStore:
             else:
                 _in_transaction(conn, statements)
         return results
+
+    @contextlib.contextmanager
+    def inserting(self) -> Iterator[Callable[[Sequence[NewTask]], None]]:
+        """A transaction that takes new tasks part by part, for tasks whose ids were generated here
+        (they cannot exist already: nothing is looked up). Each part's INSERT is sent at once
+        and its answer read only when the next statement goes out, so MySQL writes one part while
+        the caller prepares the next. Everything sent commits when the block ends; if the block
+        raises, none of it does."""
+        with unavailable_on_failure(), self._autocommit.connect() as conn:
+            wire = _Pipelined(conn.connection.dbapi_connection)
+            try:
+                wire.send("START TRANSACTION")
+
+                def send(rows: Sequence[NewTask]) -> None:
+                    for part in _by_size(list(rows)):
+                        wire.send(_insert_sql(part))
+
+                yield send
+                wire.send("COMMIT")
+                wire.wait()
+            except BaseException:
+                try:
+                    wire.wait()
+                except Exception:  # noqa: BLE001 - the statement's own failure, raised below either way
+                    pass
+                try:
+                    wire.send("ROLLBACK")
+                    wire.wait()
+                except Exception:  # noqa: BLE001 - the connection is broken: the server ends the transaction
+                    conn.invalidate()
+                raise
 
     # ---- loading and claiming -----------------------------------------------------------------
 
@@ -504,6 +537,27 @@ def _by_size(rows: list[NewTask]) -> list[list[NewTask]]:
         parts[-1].append(t)
         size += n
     return parts
+
+
+class _Pipelined:
+    """One statement in flight on a PyMySQL connection. send() writes a statement and returns; its
+    answer is read by wait(), which the next send() calls first: the protocol takes one command at a
+    time. The two steps are PyMySQL's Connection.query split in half. The connection's read and
+    write timeouts bound each step."""
+
+    def __init__(self, dbapi_connection):
+        self._conn = dbapi_connection
+        self._pending = False
+
+    def send(self, sql: str) -> None:
+        self.wait()
+        self._conn._execute_command(COMMAND.COM_QUERY, sql.encode())
+        self._pending = True
+
+    def wait(self) -> None:
+        if self._pending:
+            self._pending = False
+            self._conn._read_query_result()
 
 
 def _in_transaction(conn: Connection, statements: list[str]) -> None:

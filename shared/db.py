@@ -5,6 +5,7 @@ import contextlib
 import time
 from typing import Iterator
 
+import pymysql.err
 import sqlalchemy.exc
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -102,9 +103,11 @@ def database_name(settings: MySQLSettings) -> str:
     return name
 
 
-# Errors that mean "the database cannot be reached or gave up": the call may succeed later.
+# Errors that mean "the database cannot be reached or gave up": the call may succeed later. The
+# driver's own are those of statements sent on the driver's connection (nodes.store._Pipelined).
 _UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
-                sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError)
+                sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError,
+                pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
 
 # MySQL error codes that mean the schema is not what this code expects.
@@ -118,7 +121,8 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
     try:
         yield
     except _UNAVAILABLE as e:
-        code = getattr(getattr(e, "orig", None), "args", (None,))[0]
+        orig = e if isinstance(e, pymysql.err.MySQLError) else getattr(e, "orig", None)
+        code = getattr(orig, "args", (None,))[0]
         if code in _SCHEMA_ERRORS:
             raise ConfigError(f"the database schema is not up to date ({_short(e)}): "
                               "run `delayq db migrate`") from None

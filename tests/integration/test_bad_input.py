@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from conftest import now_ms, wait_until
+from shared import config, db as dbm
 from shared.client import CallbackService, TaskSpec
 from shared.gen.delayq_thrift import ttypes
 
@@ -80,6 +81,33 @@ def test_one_bad_task_refuses_the_whole_batch_and_writes_nothing(node, known):
                 c.get(tid)
         with pytest.raises(ttypes.InvalidTask):
             c.submitBatch([])
+
+
+@pytest.mark.parametrize("bad_at", [None, 0, 200, 599])
+def test_a_large_batch_of_generated_ids_is_written_whole_or_not_at_all(node, database, bad_at):
+    """600 tasks without ids go to MySQL part by part while the rest is checked: a bad task
+    anywhere still refuses the whole batch, and nothing of the parts already sent is written."""
+    topic = f"t.{uuid.uuid4().hex[:10]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=0))
+        specs = [TaskSpec(topic=topic, delayMs=DAY_MS, payload=b"%d" % i) for i in range(600)]
+        if bad_at is None:
+            refs = c.submitBatch(specs)
+            assert len({r.taskId for r in refs}) == 600 and all(r.created for r in refs)
+            assert [c.get(r.taskId).payload for r in refs[::99]] == [b"%d" % i for i in range(0, 600, 99)]
+        else:
+            specs[bad_at].ttrMs = -1
+            with pytest.raises(ttypes.InvalidTask) as e:
+                c.submitBatch(specs)
+            assert (e.value.index, e.value.field) == (bad_at, "ttrMs")
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql)
+    try:
+        with engine.connect() as conn:
+            written = conn.exec_driver_sql("SELECT COUNT(*) FROM job_delay_task WHERE topic = %s",
+                                           (topic,)).scalar_one()
+    finally:
+        engine.dispose()
+    assert written == (600 if bad_at is None else 0)
 
 
 def test_a_conflicting_id_refuses_the_batch_and_writes_nothing(node, known):

@@ -11,7 +11,7 @@ import sqlalchemy.event
 import sqlalchemy.exc
 
 from shared import config, db as dbm
-from shared.errors import UnknownTopic
+from shared.errors import StoreUnavailable, UnknownTopic
 from shared.validation import ServiceSpec
 from nodes.services import ServiceRegistry
 from nodes.store import NewTask, TaskStore
@@ -73,8 +73,8 @@ def test_no_snapshot_or_write_outlives_its_checkout(engines, use):
     assert _b(engine) == 100            # a snapshot kept from before would still say 0 or 5
 
 
-def _task(i: int, payload: bytes) -> NewTask:
-    return NewTask(f"pool-{i}", "t", 0, 10**12 + i, payload, b"h" * 16, 3, 0, 1, client_id=False)
+def _task(i: int, payload: bytes, prefix: str = "pool") -> NewTask:
+    return NewTask(f"{prefix}-{i}", "t", 0, 10**12 + i, payload, b"h" * 16, 3, 0, 1, client_id=False)
 
 
 def test_a_group_too_large_for_one_statement_is_written_whole_or_not_at_all(engines):
@@ -89,6 +89,49 @@ def test_a_group_too_large_for_one_statement_is_written_whole_or_not_at_all(engi
         store.insert_groups([clash])
     other.execute("SELECT COUNT(*) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
     assert other.fetchone() == (40,)
+    assert writes.pool.checkedout() == 0
+
+
+def _count(other, like: str) -> int:
+    other.execute("SELECT COUNT(*) FROM job_delay_task WHERE task_id LIKE %s", (like,))
+    return other.fetchone()[0]
+
+
+def test_tasks_sent_part_by_part_commit_together_when_the_block_ends(engines):
+    engine, writes, other = engines
+    store = TaskStore(engine, autocommit=writes)
+    with store.inserting() as send:
+        for first in range(0, 300, 100):
+            send([_task(1000 + i, b"p", "part") for i in range(first, first + 100)])
+            assert _count(other, "part-1%") == 0            # another connection sees none before the end
+    assert _count(other, "part-1%") == 300
+    assert writes.pool.checkedout() == 0
+
+
+@pytest.mark.parametrize("failure", ["the caller", "a statement", "the connection"])
+def test_tasks_sent_part_by_part_are_not_written_when_the_block_fails(engines, failure):
+    engine, writes, other = engines
+    store = TaskStore(engine, autocommit=writes)
+    prefix = failure.split()[1]
+    with writes.connect() as conn:                           # the pool's one connection
+        connection_id = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
+    expected = {"the caller": ValueError, "a statement": pymysql.err.IntegrityError,
+                "the connection": StoreUnavailable}[failure]
+    with pytest.raises(expected):
+        with store.inserting() as send:
+            send([_task(2000 + i, b"p", prefix) for i in range(100)])
+            send([_task(2100 + i, b"p", prefix) for i in range(100)])
+            if failure == "the caller":
+                raise ValueError("a task of the next part is refused")
+            if failure == "the connection":
+                other.execute(f"KILL {connection_id}")
+            else:
+                send([_task(2000, b"again", prefix)])        # a duplicate key: the statement fails
+            send([_task(2200 + i, b"p", prefix) for i in range(100)])
+    assert _count(other, f"{prefix}-%") == 0
+    # the pool serves the next submits (on a new connection after a kill)
+    assert all(s.created for s in store.insert_groups([[_task(2300, b"q", prefix)]])[0])
+    assert _count(other, f"{prefix}-%") == 1
     assert writes.pool.checkedout() == 0
 
 

@@ -110,6 +110,10 @@ _UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                 pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
 
+# Errors of a statement the server refused (the driver's, and SQLAlchemy's for them): a missing
+# table is one of them.
+_STATEMENT = (sqlalchemy.exc.ProgrammingError, pymysql.err.ProgrammingError)
+
 # MySQL error codes that mean the schema is not what this code expects.
 _SCHEMA_ERRORS = {1146, 1054}    # no such table, no such column
 
@@ -120,12 +124,14 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
     that is behind the code into ConfigError (run `delayq db migrate`)."""
     try:
         yield
-    except _UNAVAILABLE as e:
+    except _UNAVAILABLE + _STATEMENT as e:
         orig = e if isinstance(e, pymysql.err.MySQLError) else getattr(e, "orig", None)
         code = getattr(orig, "args", (None,))[0]
         if code in _SCHEMA_ERRORS:
             raise ConfigError(f"the database schema is not up to date ({_short(e)}): "
                               "run `delayq db migrate`") from None
+        if isinstance(e, _STATEMENT):
+            raise
         raise StoreUnavailable(f"{what} unavailable: {_short(e)}", code) from None
 
 

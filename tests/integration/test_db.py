@@ -11,7 +11,7 @@ import sqlalchemy.event
 import sqlalchemy.exc
 
 from shared import config, db as dbm
-from shared.errors import StoreUnavailable, UnknownTopic
+from shared.errors import ConfigError, StoreUnavailable, UnknownTopic
 from shared.validation import ServiceSpec
 from nodes.services import ServiceRegistry
 from nodes.store import NewTask, TaskStore
@@ -133,6 +133,13 @@ def test_tasks_sent_part_by_part_are_not_written_when_the_block_fails(engines, f
     assert all(s.created for s in store.insert_groups([[_task(2300, b"q", prefix)]])[0])
     assert _count(other, f"{prefix}-%") == 1
     assert writes.pool.checkedout() == 0
+
+
+def test_a_missing_table_says_to_migrate(engines):
+    engine, _, _ = engines
+    with pytest.raises(ConfigError, match="run `delayq db migrate`"):
+        with dbm.unavailable_on_failure(), engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1 FROM job_delay_task_not_there")
 
 
 def test_unknown_topics_in_a_loop_reread_the_services_at_most_once_per_tenth_of_a_second(database):

@@ -161,12 +161,16 @@ class Handler:
 
     def _streamed(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec], bool]], now: int) -> list | None:
         """The calls' tasks checked, prepared and written part by part in one transaction
-        (TaskStore.inserting): MySQL writes one part while the next is checked and prepared. None
-        when a call is refused: nothing is written then, and _in_one answers each call."""
+        (TaskStore.inserting): MySQL writes one part while the next is checked and prepared; small
+        calls share a part. None when a call is refused or MySQL ran into a lock conflict: nothing
+        is written then, and _in_one answers each call. A refusal late in a large batch costs
+        MySQL the parts already sent, written and rolled back: no more than the batch itself would.
+        When MySQL fails, every call gets that failure, also calls not yet checked."""
         ids = new_task_ids(now, sum(len(specs) for specs, _ in calls))
         prepared: list[list[NewTask]] = []
         try:
             with self._store.inserting() as send:
+                waiting: list[NewTask] = []
                 for specs, batch in calls:
                     new: list[NewTask] = []
                     for first in range(0, len(specs), STREAM_PART):
@@ -174,11 +178,20 @@ class Handler:
                             part = self._prepare(specs, batch, now, ids, first, first + STREAM_PART)
                         except Exception as e:  # noqa: BLE001 - answered by _in_one, which checks again
                             raise _Refused from e
-                        send(part)
-                        new.extend(part)
+                        new += part
+                        waiting += part
+                        if len(waiting) >= STREAM_PART:
+                            send(waiting)
+                            waiting = []
                     prepared.append(new)
+                if waiting:
+                    send(waiting)
         except _Refused:
             return None
+        except errors.StoreUnavailable as e:
+            if e.code in errors.LOCK_CONFLICTS:
+                return None          # rolled back; insert_groups runs it again
+            return [e] * len(calls)
         except Exception as e:  # noqa: BLE001 - every call of the transaction shares it
             return [e] * len(calls)
         done = [[Submitted(t.task_id, t.shard_id, t.due_ms, True) for t in new] for new in prepared]

@@ -168,6 +168,7 @@ class TaskStore:
         raises, none of it does."""
         with unavailable_on_failure(), self._autocommit.connect() as conn:
             wire = _Pipelined(conn.connection.dbapi_connection)
+            ended = False       # COMMIT or ROLLBACK answered: the connection may go back to the pool
             try:
                 wire.send("START TRANSACTION")
 
@@ -178,7 +179,8 @@ class TaskStore:
                 yield send
                 wire.send("COMMIT")
                 wire.wait()
-            except BaseException:
+                ended = True
+            except Exception:
                 try:
                     wire.wait()
                 except Exception:  # noqa: BLE001 - the statement's own failure, raised below either way
@@ -186,9 +188,13 @@ class TaskStore:
                 try:
                     wire.send("ROLLBACK")
                     wire.wait()
+                    ended = True
                 except Exception:  # noqa: BLE001 - the connection is broken: the server ends the transaction
-                    conn.invalidate()
+                    pass
                 raise
+            finally:
+                if not ended:       # broken, or interrupted mid-statement: never reused
+                    conn.invalidate()
 
     # ---- loading and claiming -----------------------------------------------------------------
 

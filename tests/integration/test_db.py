@@ -1,5 +1,6 @@
 """The MySQL engines (shared.db) against the real MariaDB: what a pooled connection carries from one
-checkout to the next, what a submit group writes, and how often the service registry reads."""
+checkout to the next, what a submit group writes (through the store, and through the handler for
+groups of calls), and how often the service registry reads."""
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,15 @@ import sqlalchemy.event
 import sqlalchemy.exc
 
 from shared import config, db as dbm
+from shared.clock import SYSTEM_CLOCK
+from shared.client import TaskSpec
 from shared.errors import ConfigError, StoreUnavailable, UnknownTopic
-from shared.validation import ServiceSpec
+from shared.gen.delayq_thrift import ttypes
+from shared.metrics import Metrics
+from shared.validation import Limits, ServiceSpec
+from nodes.delayqueue import DelayQueue
+from nodes.handler import Handler
+from nodes.ownership import Ownership
 from nodes.services import ServiceRegistry
 from nodes.store import NewTask, TaskStore
 
@@ -140,6 +148,57 @@ def test_a_missing_table_says_to_migrate(engines):
     with pytest.raises(ConfigError, match="run `delayq db migrate`"):
         with dbm.unavailable_on_failure(), engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1 FROM job_delay_task_not_there")
+
+
+@pytest.fixture
+def handler(database):
+    """A node's Thrift handler on the real MySQL, with the topic "g.t" registered."""
+    settings = config.load({"DELAYQ_MYSQL_URL": database.url})
+    engine, writes = dbm.make_engine(settings.mysql), dbm.make_engine(settings.mysql, autocommit=True)
+    ServiceRegistry(engine, SYSTEM_CLOCK).upsert(ServiceSpec("g.t", "delayq", "g.t"))
+    ownership = Ownership("n1")
+    ownership.set({s: 1 for s in range(database.shards)}, range(database.shards))
+    yield Handler(TaskStore(engine, autocommit=writes), ServiceRegistry(engine, SYSTEM_CLOCK),
+                  DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=Metrics(),
+                  limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
+                  declare_exchange=lambda _e: None, cluster_info=lambda: None)
+    engine.dispose()
+    writes.dispose()
+
+
+def _inserts(other) -> int:
+    other.execute("SHOW GLOBAL STATUS LIKE 'Com_insert'")
+    return int(other.fetchone()[1])
+
+
+def _spec(payload: bytes, **fields) -> TaskSpec:
+    return TaskSpec(topic="g.t", delayMs=3_600_000, payload=payload, **fields)
+
+
+def test_a_group_of_many_single_submits_is_written_in_a_few_statements(engines, handler):
+    _, _, other = engines
+    before = _inserts(other)
+    refs = [one for one, in handler.submit_many([([_spec(b"s%d" % i)], False) for i in range(300)])]
+    assert _inserts(other) - before <= 5             # 3 parts, give or take another client's
+    assert all(r.created for r in refs) and len({r.taskId for r in refs}) == 300
+    other.execute("SELECT COUNT(*) FROM job_delay_task WHERE topic = 'g.t' AND payload LIKE 's%'")
+    assert other.fetchone() == (300,)
+
+
+def test_a_refused_call_in_a_large_group_is_refused_alone(engines, handler):
+    _, _, other = engines
+    bad = [_spec(b"b%d" % i) for i in range(100)]
+    bad[50].maxRetries = -1
+    out = handler.submit_many([([_spec(b"a%d" % i) for i in range(200)], True), (bad, True),
+                               ([TaskSpec(topic="nobody", delayMs=1)], False)]
+                              + [([_spec(b"c%d" % i)], False) for i in range(10)])
+    assert len(out[0]) == 200 and all(r.created for r in out[0])
+    assert isinstance(out[1], ttypes.InvalidTask) and (out[1].index, out[1].field) == (50, "maxRetries")
+    assert isinstance(out[2], ttypes.UnknownTopic)
+    assert all(len(refs) == 1 and refs[0].created for refs in out[3:])
+    other.execute("SELECT LEFT(payload, 1), COUNT(*) FROM job_delay_task WHERE topic = 'g.t' "
+                  "AND LEFT(payload, 1) IN ('a', 'b', 'c') GROUP BY 1 ORDER BY 1")
+    assert other.fetchall() == ((b"a", 200), (b"c", 10))
 
 
 def test_unknown_topics_in_a_loop_reread_the_services_at_most_once_per_tenth_of_a_second(database):

@@ -155,10 +155,11 @@ def handler(database):
     """A node's Thrift handler on the real MySQL, with the topic "g.t" registered."""
     settings = config.load({"DELAYQ_MYSQL_URL": database.url})
     engine, writes = dbm.make_engine(settings.mysql), dbm.make_engine(settings.mysql, autocommit=True)
-    ServiceRegistry(engine, SYSTEM_CLOCK).upsert(ServiceSpec("g.t", "delayq", "g.t"))
+    services = ServiceRegistry(engine, SYSTEM_CLOCK)
+    services.upsert(ServiceSpec("g.t", "delayq", "g.t"))
     ownership = Ownership("n1")
     ownership.set({s: 1 for s in range(database.shards)}, range(database.shards))
-    yield Handler(TaskStore(engine, autocommit=writes), ServiceRegistry(engine, SYSTEM_CLOCK),
+    yield Handler(TaskStore(engine, autocommit=writes), services,
                   DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=Metrics(),
                   limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
                   declare_exchange=lambda _e: None, cluster_info=lambda: None)

@@ -21,7 +21,9 @@ RabbitMQ consumer in separate processes:
 
 It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:
-date, machine, command, figures). Throughputs carry their ratio to the raw limit.
+date, machine, command, figures). Throughputs carry their ratio to the raw limit, and the CPU they
+cost: per task for submits (node, clients, MariaDB), as shares of a core for the loads (node,
+consumer, MariaDB, RabbitMQ), with the whole machine's busy, iowait and steal shares.
 
     python -m bench --scenario burst --scenario steady     # some scenarios (limits always run first)
     python -m bench --smoke --out /tmp/RESULTS.md           # tiny sizes, a few seconds each (the test)

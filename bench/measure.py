@@ -132,6 +132,70 @@ def shards_of(cl: Cluster, task_ids) -> dict[str, int]:
             for tid, shard in rows_for(cl, f"SELECT task_id, shard_id FROM {table} WHERE task_id IN ({{ids}})", ids)}
 
 
+def machine_seconds() -> tuple[float, float, float, float]:
+    """(busy, iowait, steal, all) CPU seconds of the whole machine since boot, every core (from
+    /proc/stat; busy is user, nice, system, irq and softirq)."""
+    try:
+        t = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0, 0.0, 0.0, 0.0
+    hz = os.sysconf("SC_CLK_TCK")
+    return (t[0] + t[1] + t[2] + t[5] + t[6]) / hz, t[4] / hz, t[7] / hz, sum(t) / hz
+
+
+def service_pids() -> dict[str, int]:
+    """The local MariaDB (or MySQL) and RabbitMQ servers' processes, by name; those not found are left out."""
+    names = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                comm = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in names:
+                found.setdefault(names[comm], int(entry.name))
+    return found
+
+
+class CpuWindow:
+    """CPU used between mark() (or construction) and read(): by each named process, and the busy
+    share of the whole machine. Processes that end inside the window are not counted."""
+
+    def __init__(self, pids: dict[str, int]):
+        self._pids = dict(pids)
+        self.mark()
+
+    def mark(self) -> None:
+        self._t0 = time.monotonic()
+        self._procs0 = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
+        self._machine0 = machine_seconds()
+
+    def read(self) -> tuple[float, dict[str, float], tuple[float, float, float]]:
+        """(wall seconds, {name: CPU seconds}, the machine's (busy, iowait, steal) shares of all
+        its cores' time, each 0-1)."""
+        wall = time.monotonic() - self._t0
+        procs = {name: cpu_seconds(pid) - self._procs0[name] for name, pid in self._pids.items()}
+        now = machine_seconds()
+        total = max(1e-9, now[3] - self._machine0[3])
+        return wall, procs, tuple((now[i] - self._machine0[i]) / total for i in range(3))
+
+
+def cpu_note(procs: dict[str, float], machine: tuple[float, float, float], per: int | None = None,
+             wall: float | None = None) -> str:
+    """"node 320 us, clients 300 us, MariaDB 90 us CPU per task; machine 65% busy, iowait 1%,
+    steal 2% (2 cores)", or with wall instead of per, each process as a share of a core."""
+    if per:
+        parts = ", ".join(f"{name} {seconds / per * 1e6:,.0f} us" for name, seconds in procs.items())
+        head = f"{parts} CPU per task"
+    else:
+        parts = ", ".join(f"{name} {100 * seconds / max(wall or 0.0, 1e-9):.0f}%" for name, seconds in procs.items())
+        head = f"{parts} of a core"
+    busy, iowait, steal = machine
+    return (f"{head}; machine {100 * busy:.0f}% busy, iowait {100 * iowait:.0f}%, steal {100 * steal:.0f}% "
+            f"({os.cpu_count()} cores)")
+
+
 def cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -220,6 +284,7 @@ def load_figures(run: Run, scenario: str, p: dict, cl: Cluster, topic: Topic, en
     `during(start_ms)` runs on this thread while the producer works (failover kills a node there)."""
     nodes = [n for n in cl.nodes if n.alive()]
     cpu0 = {n.pid: cpu_seconds(n.pid) for n in nodes}
+    services = CpuWindow(service_pids())
     rss = RssSampler(nodes)
     started = time.monotonic()
     wait = start_producers(1, {"endpoints": ",".join(endpoints), "topic": topic.name, "rate": p["rate"],
@@ -233,6 +298,7 @@ def load_figures(run: Run, scenario: str, p: dict, cl: Cluster, topic: Topic, en
     load_s = time.monotonic() - started
     alive = [n for n in nodes if n.alive()]
     cpu = sum(cpu_seconds(n.pid) - cpu0[n.pid] for n in alive) / max(1, len(alive))
+    wall, used, machine = services.read()
     rss_mb = rss.stop()
     d, stuck = settle(cl, topic.consumer, tasks, records, p.get("wait_stuck", False))
     s = summaries[0]
@@ -256,7 +322,8 @@ def load_figures(run: Run, scenario: str, p: dict, cl: Cluster, topic: Topic, en
         *d.figures(run, scenario),
         run.fig(scenario, "node_cpu", 100.0 * cpu / load_s, "% of a core" + (" per node" if len(nodes) > 1 else ""),
                 note="from the start of the load until the last task arrived"
-                     + (" (surviving nodes)" if len(alive) < len(nodes) else "")),
+                     + (" (surviving nodes)" if len(alive) < len(nodes) else "") + "; "
+                     + cpu_note(used, machine, wall=wall)),
         run.fig(scenario, "node_rss_peak", rss_mb, "MB"),
     ]
     return figs, {"delivery": d, "tasks": tasks, "records": records, "stuck": stuck, "extra": extra,

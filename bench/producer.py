@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         time.sleep(max(0.0, a.start_at / 1000.0 - time.time()))
     t0 = time.monotonic()
     start_ms = time.time_ns() // 1_000_000
+    cpu0 = time.process_time()
     i = 0
     while i < total:
         n = min(a.batch, total - i)
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
             submitted += len(refs)
         i += n
     end_ms = time.time_ns() // 1_000_000
+    cpu_s = time.process_time() - cpu0
     out.close()
     for c in clients:
         c.close()
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         if latencies else None  # noqa: E731
     print(json.dumps({"submitted": submitted, "calls": calls, "errors": len(errors), "first_errors": errors[:3],
                       "start_ms": start_ms, "end_ms": end_ms, "max_behind_ms": round(max_behind * 1000, 1),
-                      "call_p50_ms": pick(0.5), "call_p99_ms": pick(0.99)}), flush=True)
+                      "call_p50_ms": pick(0.5), "call_p99_ms": pick(0.99), "cpu_s": round(cpu_s, 3)}), flush=True)
 
 
 def _pick(dead_until: list[float], n: int) -> int:

@@ -7,13 +7,14 @@ SMOKE (a few seconds each, the same code path); run.limits holds the raw limits 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import uuid
 
 from bench import limits as lim
 from bench.cluster import Cluster, now_ms, wait_for
-from bench.measure import (Delivery, Run, Topic, cpu_seconds, drain, fates, load_figures, pct, settle, shards_of,
-                           started, stuck_note)
+from bench.measure import (CpuWindow, Delivery, Run, Topic, cpu_note, drain, fates, load_figures, pct,
+                           service_pids, settle, shards_of, started, stuck_note)
 from bench.producer import run_producers
 
 DAY_MS = 86_400_000
@@ -70,9 +71,20 @@ def submit(run: Run, p: dict) -> list[dict]:
                                            ("single_8_clients", 8, p["single_tasks_8"], 1),
                                            ("batch_1000", 1, p["batch_tasks"], p["batch_size"])):
             per = max(1, total // procs)
-            summaries, tasks = run_producers(procs, {"endpoints": node.endpoint, "topic": topic, "count": per,
-                                                     "batch": batch, "server_ids": True}, run.workdir,
-                                             start_delay_s=1.0 + 0.5 * procs)
+            delay = 1.0 + 0.5 * procs
+            # The CPU each side spends per task, from the instant the clients start calling.
+            cpu = CpuWindow({"node": node.pid, **{k: v for k, v in service_pids().items() if k == "MariaDB"}})
+            started_calling = threading.Timer(delay, cpu.mark)
+            started_calling.start()
+            try:
+                summaries, tasks = run_producers(procs, {"endpoints": node.endpoint, "topic": topic, "count": per,
+                                                         "batch": batch, "server_ids": True}, run.workdir,
+                                                 start_delay_s=delay)
+            finally:
+                started_calling.cancel()
+                started_calling.join()
+            _, used, machine = cpu.read()
+            used = {"node": used.pop("node"), "clients": sum(s.get("cpu_s", 0.0) for s in summaries), **used}
             span = (max(s["end_ms"] for s in summaries) - min(s["start_ms"] for s in summaries)) / 1000
             skew = max(s["start_ms"] for s in summaries) - min(s["start_ms"] for s in summaries)
             errors = sum(s["errors"] for s in summaries)
@@ -83,6 +95,8 @@ def submit(run: Run, p: dict) -> list[dict]:
                 note += f", {errors} failed calls: {summaries[0]['first_errors'][:1]}"
             out.append(run.fig("submit", label, len(tasks) / max(span, 0.001), "tasks/s", target, limit=mysql,
                                note=note))
+            out.append(run.fig("submit", f"{label}_node_cpu", 1e6 * used["node"] / max(1, len(tasks)), "us/task",
+                               note=cpu_note(used, machine, per=len(tasks))))
         run.results["submit"] = {f["figure"]: f["value"] for f in out}
     return out
 
@@ -109,8 +123,16 @@ def burst(run: Run, p: dict) -> list[dict]:
                                                           "count": n // p["producers"], "batch": 1000,
                                                           "due_at": due}, run.workdir, start_delay_s=0.5)
         submitted_by = max(s["end_ms"] for s in summaries)
-        cpu0 = cpu_seconds(node.pid)
-        records = drain(topic.consumer, len(tasks), due, 5.0)
+        # The CPU each process spends on the drain, from the due instant (or now, if that has passed).
+        cpu = CpuWindow({"node": node.pid, "consumer": topic.consumer.proc.pid, **service_pids()})
+        at_due = threading.Timer(max(0.0, (due - now_ms()) / 1000), cpu.mark)
+        at_due.start()
+        try:
+            records = drain(topic.consumer, len(tasks), due, 5.0)
+        finally:
+            at_due.cancel()
+            at_due.join()
+        wall, used, machine = cpu.read()
         d = Delivery.of(tasks, records)
         if d.first:
             recv = sorted(r.recv_us for r in d.first.values())
@@ -125,8 +147,8 @@ def burst(run: Run, p: dict) -> list[dict]:
                 run.fig("burst", "drain_rate_vs_publish_limit", rate / amqp if rate and amqp else None, "ratio",
                         ">= 0.65"),
                 run.fig("burst", "first_arrival_lateness", first_ms, "ms"),
-                run.fig("burst", "node_cpu_during_drain", 100.0 * (cpu_seconds(node.pid) - cpu0) /
-                        max(0.001, (now_ms() - max(due, submitted_by)) / 1000), "% of a core"),
+                run.fig("burst", "node_cpu_during_drain", 100.0 * used["node"] / max(0.001, wall), "% of a core",
+                        note=cpu_note(used, machine, wall=wall)),
                 run.fig("burst", "lost", len(d.lost), "tasks", "== 0",
                         note=f"never received: {fates(cl, d.lost)}" if d.lost else None),
                 *d.figures(run, "burst")]

@@ -60,6 +60,12 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
     assert by_scenario["limits"]["mysql_insert_rows"]["value"] > 0
     assert by_scenario["limits"]["rabbitmq_confirmed_publishes"]["value"] > 0
     assert by_scenario["burst"]["drain_rate"]["ratio_to_limit"] is not None
+    # What each side's CPU cost, to tell a busy machine from a slow node.
+    single = by_scenario["submit"]["single_8_clients_node_cpu"]
+    assert single["unit"] == "us/task" and single["value"] > 0, single
+    assert all(word in single["note"] for word in ("node", "clients", "MariaDB", "machine")), single
+    drained = by_scenario["burst"]["node_cpu_during_drain"]["note"]
+    assert all(word in drained for word in ("consumer", "RabbitMQ", "MariaDB", "machine")), drained
 
     text = out.read_text()
     assert "python -m bench --smoke" in text

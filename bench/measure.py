@@ -160,7 +160,7 @@ def service_pids() -> dict[str, int]:
 
 class CpuWindow:
     """CPU used between mark() (or construction) and read(): by each named process, and the busy
-    share of the whole machine. Processes that end inside the window are not counted."""
+    share of the whole machine. A process that ended inside the window is left out of read()."""
 
     def __init__(self, pids: dict[str, int]):
         self._pids = dict(pids)
@@ -175,7 +175,8 @@ class CpuWindow:
         """(wall seconds, {name: CPU seconds}, the machine's (busy, iowait, steal) shares of all
         its cores' time, each 0-1)."""
         wall = time.monotonic() - self._t0
-        procs = {name: cpu_seconds(pid) - self._procs0[name] for name, pid in self._pids.items()}
+        procs = {name: cpu_seconds(pid) - self._procs0[name] for name, pid in self._pids.items()
+                 if Path(f"/proc/{pid}").exists()}
         now = machine_seconds()
         total = max(1e-9, now[3] - self._machine0[3])
         return wall, procs, tuple((now[i] - self._machine0[i]) / total for i in range(3))

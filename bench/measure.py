@@ -3,6 +3,7 @@ of tasks (Delivery), where undelivered tasks stand in MySQL, process CPU and mem
 its consumer, and the figures of a paced load (load_figures)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -10,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from bench import limits as lim
 from bench.cluster import AMQP_URL, Cluster, now_ms
@@ -143,9 +145,11 @@ def machine_seconds() -> tuple[float, float, float, float]:
     return (t[0] + t[1] + t[2] + t[5] + t[6]) / hz, t[4] / hz, t[7] / hz, sum(t) / hz
 
 
-def service_pids() -> dict[str, int]:
-    """The local MariaDB (or MySQL) and RabbitMQ servers' processes, by name; those not found are left out."""
-    names = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}
+def service_pids(*wanted: str) -> dict[str, int]:
+    """The local MariaDB (or MySQL) and RabbitMQ servers' processes, by name ("MariaDB",
+    "RabbitMQ"; all when none is named); those not found are left out."""
+    names = {comm: name for comm, name in {"mariadbd": "MariaDB", "mysqld": "MariaDB",
+                                           "beam.smp": "RabbitMQ"}.items() if not wanted or name in wanted}
     found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -180,6 +184,20 @@ class CpuWindow:
         now = machine_seconds()
         total = max(1e-9, now[3] - self._machine0[3])
         return wall, procs, tuple((now[i] - self._machine0[i]) / total for i in range(3))
+
+
+@contextlib.contextmanager
+def cpu_window(pids: dict[str, int], after_s: float) -> Iterator[CpuWindow]:
+    """A CpuWindow that opens after_s from now (when the work under measure starts, e.g. the
+    producers' start instant), on a timer thread joined when the block ends; read it after."""
+    window = CpuWindow(pids)
+    opens = threading.Timer(max(0.0, after_s), window.mark)
+    opens.start()
+    try:
+        yield window
+    finally:
+        opens.cancel()
+        opens.join()
 
 
 def cpu_note(procs: dict[str, float], machine: tuple[float, float, float], per: int | None = None,

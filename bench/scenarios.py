@@ -7,13 +7,12 @@ SMOKE (a few seconds each, the same code path); run.limits holds the raw limits 
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 import uuid
 
 from bench import limits as lim
 from bench.cluster import Cluster, now_ms, wait_for
-from bench.measure import (CpuWindow, Delivery, Run, Topic, cpu_note, drain, fates, load_figures, pct,
+from bench.measure import (Delivery, Run, Topic, cpu_note, cpu_window, drain, fates, load_figures, pct,
                            service_pids, settle, shards_of, started, stuck_note)
 from bench.producer import run_producers
 
@@ -73,16 +72,10 @@ def submit(run: Run, p: dict) -> list[dict]:
             per = max(1, total // procs)
             delay = 1.0 + 0.5 * procs
             # The CPU each side spends per task, from the instant the clients start calling.
-            cpu = CpuWindow({"node": node.pid, **{k: v for k, v in service_pids().items() if k == "MariaDB"}})
-            started_calling = threading.Timer(delay, cpu.mark)
-            started_calling.start()
-            try:
+            with cpu_window({"node": node.pid, **service_pids("MariaDB")}, delay) as cpu:
                 summaries, tasks = run_producers(procs, {"endpoints": node.endpoint, "topic": topic, "count": per,
                                                          "batch": batch, "server_ids": True}, run.workdir,
                                                  start_delay_s=delay)
-            finally:
-                started_calling.cancel()
-                started_calling.join()
             _, used, machine = cpu.read()
             used = {"node": used.pop("node"), "clients": sum(s.get("cpu_s", 0.0) for s in summaries), **used}
             span = (max(s["end_ms"] for s in summaries) - min(s["start_ms"] for s in summaries)) / 1000
@@ -124,14 +117,9 @@ def burst(run: Run, p: dict) -> list[dict]:
                                                           "due_at": due}, run.workdir, start_delay_s=0.5)
         submitted_by = max(s["end_ms"] for s in summaries)
         # The CPU each process spends on the drain, from the due instant (or now, if that has passed).
-        cpu = CpuWindow({"node": node.pid, "consumer": topic.consumer.proc.pid, **service_pids()})
-        at_due = threading.Timer(max(0.0, (due - now_ms()) / 1000), cpu.mark)
-        at_due.start()
-        try:
+        with cpu_window({"node": node.pid, "consumer": topic.consumer.proc.pid, **service_pids()},
+                        (due - now_ms()) / 1000) as cpu:
             records = drain(topic.consumer, len(tasks), due, 5.0)
-        finally:
-            at_due.cancel()
-            at_due.join()
         wall, used, machine = cpu.read()
         d = Delivery.of(tasks, records)
         if d.first:

@@ -23,7 +23,10 @@ It prints one JSON line per figure as it is measured ({"scenario", "figure", "va
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:
 date, machine, command, figures). Throughputs carry their ratio to the raw limit, and the CPU they
 cost: per task for submits (node, clients, MariaDB), as shares of a core for the loads (node,
-consumer, MariaDB, RabbitMQ), with the whole machine's busy, iowait and steal shares.
+consumer, MariaDB, RabbitMQ), with the whole machine's busy, iowait and steal shares. Each scenario
+also reports `machine_speed`: a fixed piece of Python work timed on one core just before and just
+after it. The host can slow down by half within minutes, with no steal to show for it; this says
+when a figure moved because the machine did.
 
     python -m bench --scenario burst --scenario steady     # some scenarios (limits always run first)
     python -m bench --smoke --out /tmp/RESULTS.md           # tiny sizes, a few seconds each (the test)
@@ -59,7 +62,7 @@ from pathlib import Path
 
 from bench import profile as profiler, report
 from bench.cluster import NODE_ENV, describe_machine, sweep_stale, wait_for_services
-from bench.measure import Run
+from bench.measure import Run, machine_speed
 from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE
 
 
@@ -137,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             waited = wait_for_services()
             if waited > 1:
                 print(f"waited {waited:.0f} s for MariaDB and RabbitMQ", file=sys.stderr, flush=True)
+            before = machine_speed()
             SCENARIOS[name](run, params[name])
+            after = machine_speed()
+            run.fig(name, "machine_speed", (before + after) / 2, "M ops/s",
+                    note=f"a fixed piece of Python work on one core, the machine otherwise idle: "
+                         f"{before:.2f} before the scenario, {after:.2f} after")
         except KeyboardInterrupt:
             errors[label] = "interrupted"
             break

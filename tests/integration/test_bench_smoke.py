@@ -66,6 +66,10 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
     assert all(word in single["note"] for word in ("node", "clients", "MariaDB", "machine")), single
     drained = by_scenario["burst"]["node_cpu_during_drain"]["note"]
     assert all(word in drained for word in ("consumer", "RabbitMQ", "MariaDB", "machine")), drained
+    # How fast the host itself ran around each scenario, to tell a slow machine from a slow change.
+    for s in SCENARIOS:
+        speed = by_scenario[s]["machine_speed"]
+        assert speed["unit"] == "M ops/s" and speed["value"] > 0 and "before" in speed["note"], speed
 
     text = out.read_text()
     assert "python -m bench --smoke" in text

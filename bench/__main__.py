@@ -143,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             before = machine_speed()
             SCENARIOS[name](run, params[name])
             after = machine_speed()
-            run.fig(name, "machine_speed", (before + after) / 2, "M ops/s",
-                    note=f"a fixed piece of Python work on one core, the machine otherwise idle: "
-                         f"{before:.2f} before the scenario, {after:.2f} after")
+            run.fig(name, "machine_speed", (before[0] + after[0]) / 2, "M ops/s",
+                    note=f"a fixed piece of Python work on one core: {before[0]:.2f} before the scenario "
+                         f"(other load {before[1]:.2f} cores), {after[0]:.2f} after ({after[1]:.2f} cores)")
         except KeyboardInterrupt:
             errors[label] = "interrupted"
             break

@@ -160,19 +160,25 @@ def _speed_work(ops: int) -> int:
     return total
 
 
-def machine_speed(reps: int = 5, ops: int = SPEED_OPS) -> float:
+def machine_speed(reps: int = 5, ops: int = SPEED_OPS) -> tuple[float, float]:
     """How fast this machine runs a fixed piece of Python work on one core, in millions of
-    operations per second: the best of `reps` timings, about 0.1 s in all.
+    operations per second (the best of `reps` timings, about 0.1 s in all), and the other load on
+    the machine meanwhile, in cores (everything busy but this process).
 
-    Taken on an idle machine before and after each scenario, it shows the host itself slowing down
-    (a busy neighbour, a lower clock), which the steal share does not always show: on one day, with
-    0% steal, the same code cost 1.6-1.9 times the CPU per task from one round to the next."""
+    Taken before and after each scenario, when none of the benchmark's own processes runs, it
+    shows the host itself slowing down (a busy neighbour, a lower clock), which the steal share
+    does not always show: on one day, with 0% steal, the same code cost 1.6-1.9 times the CPU per
+    task from one round to the next. The other load says when MariaDB or RabbitMQ were still busy
+    with what the scenario left them."""
     best = math.inf
+    machine0, own0, wall0 = machine_seconds()[0], time.process_time(), time.monotonic()
     for _ in range(reps):
         t0 = time.perf_counter()
         _speed_work(ops)
         best = min(best, time.perf_counter() - t0)
-    return ops / best / 1e6
+    wall = max(1e-9, time.monotonic() - wall0)
+    other = (machine_seconds()[0] - machine0 - (time.process_time() - own0)) / wall
+    return ops / best / 1e6, max(0.0, other)
 
 
 def service_pids(*wanted: str) -> dict[str, int]:

@@ -106,8 +106,9 @@ def write_results(path: Path, figures: list[dict], *, command: str, started: str
         " compares the value measured here; other load on the machine moves the figures, so compare runs,"
         " not single numbers",
         "- `machine_speed` (each scenario) is a fixed piece of Python work timed on one core just before and"
-        " just after the scenario, with the machine otherwise idle: where it is lower, the host itself ran"
-        " slower (it can, by half, with no CPU steal to show for it), and the figures beside it with it",
+        " just after the scenario, when none of the benchmark's processes runs; its note gives the other load"
+        " on the machine meanwhile (MariaDB or RabbitMQ still busy). Lower with no other load: the host itself"
+        " ran slower (it can, by half, with no CPU steal to show for it), and the figures beside it with it",
     ] + ([f"- every scenario ran {runs} times, one round of all after another (limits first in each);"
           " a value is the median run, or the worst where the target is == 0, and its note lists every run;"
           " ratios are to the limits of the same round"] if runs > 1 else []) + [

@@ -68,7 +68,8 @@ class NodeRuntime:
         self.clock = clock
         self.metrics = Metrics()
         self.engine = make_engine(s.mysql)
-        # Submits, on the one SubmitBatcher thread: a second connection for a reconnect at most.
+        # Submits, one group at a time (on the Thrift I/O thread, or the SubmitBatcher's while MySQL
+        # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
         self.store = TaskStore(self.engine, autocommit=self.writes)
         self.services = ServiceRegistry(self.engine, clock)

@@ -1,12 +1,14 @@
-"""ThriftServer: TBinaryProtocol over TFramedTransport on TCP. One I/O thread moves the bytes; the
-calls run on the lanes' threads.
+"""ThriftServer: TBinaryProtocol over TFramedTransport on TCP. One I/O thread moves the bytes and
+serves the submits; the other calls run on the lanes' threads.
 
 The I/O thread (a selector over the listener and every connection) accepts, reads and cuts
 frames, and hands each request to a lane chosen by its method name: submits to the SubmitBatcher,
-which serves every submit waiting with one transaction, everything else to the CallPool. The
-thread that served a call writes the reply straight to the socket; only what the socket does not
-take at once goes back to the I/O thread. (A thread per connection costs about ten thread
-switches per call under the GIL; a group of submits served this way costs a few.)
+which serves every submit waiting with one transaction, everything else to the CallPool. An
+`inline` lane (the SubmitBatcher) is served on the I/O thread itself after each pass over the
+sockets, while its MySQL writes are quick; see nodes.submits. The thread that served a call writes
+the reply straight to the socket; only what the socket does not take at once goes back to the I/O
+thread. (A thread per connection costs about ten thread switches per call under the GIL; a group
+of submits served this way costs none.)
 
 Limits: at most `max_connections` connections (one more is closed at once: a clean refusal the
 client can retry elsewhere); a frame header above `max_frame` closes the connection before the
@@ -153,11 +155,19 @@ class ThriftServer:
         self._writers_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._inline = list({id(lane): lane for lane in [*lanes.values(), default] if lane.inline}.values())
+        for lane in self._inline:
+            lane.bind(self._wake)
 
     @property
     def port(self) -> int:
         assert self._listener is not None
         return self._listener.getsockname()[1]
+
+    @property
+    def connections(self) -> int:
+        """Client connections open (accepted and not yet closed)."""
+        return len(self._conns)
 
     @property
     def alive(self) -> bool:
@@ -204,13 +214,16 @@ class ThriftServer:
         next_sweep = time.monotonic()
         try:
             while not self._stop.is_set():
-                for key, mask in self._sel.select(timeout=0.25):
+                waiting = any(lane.pending for lane in self._inline)
+                for key, mask in self._sel.select(timeout=0 if waiting else 0.25):
                     if key.data is None:
                         self._accept()
                     elif key.data is _WAKE:
                         self._woken()
                     else:
                         self._serve(key.data, mask)
+                for lane in self._inline:
+                    lane.serve_pending()        # what this pass read, as one group
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)
@@ -348,7 +361,13 @@ UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.
 
 class Lane(Worker):
     """Where the server sends calls: an inbox and the threads (a Worker) that serve it. Calls
-    still waiting when the threads stop have their connections closed."""
+    still waiting when the threads stop have their connections closed.
+
+    A lane with `inline` set is also served on the server's I/O thread: the server calls
+    `bind(wake)` once, and after each pass over the sockets `serve_pending()`; `pending` says
+    calls wait for it (the server then does not sleep in select), and wake() wakes the I/O thread
+    for a call put from another thread."""
+    inline = False
 
     def __init__(self, protocol, threads: int = 1):
         super().__init__(threads)

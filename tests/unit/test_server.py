@@ -11,7 +11,7 @@ import time
 
 import pytest
 from thrift.protocol import TBinaryProtocol
-from thrift.Thrift import TApplicationException
+from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
 
 from shared.client import connect
@@ -26,18 +26,27 @@ PROTOCOL = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(string_length_limit
 
 class Handler:
     """Answers submits with a ref per task (topic "bad" is refused, "boom" fails inside), and
-    records the groups submit_many was given. `hold` keeps the first group waiting."""
+    records the groups submit_many was given and the threads that served them. `hold` keeps a
+    group waiting; `slow_s` is how long a group takes on the clock `monotonic`."""
 
     def __init__(self):
         self.groups: list[int] = []
+        self.threads: list[str] = []
         self.hold = threading.Event()
         self.hold.set()
         self.entered = threading.Event()
+        self.now = 0.0
+        self.slow_s = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
 
     def submit_many(self, calls):
         self.entered.set()
         self.hold.wait(10)
+        self.now += self.slow_s
         self.groups.append(len(calls))
+        self.threads.append(threading.current_thread().name)
         out = []
         for specs, batch in calls:
             if any(s.topic == "bad" for s in specs):
@@ -58,7 +67,7 @@ class Handler:
 
 class Front:
     def __init__(self, handler, **limits):
-        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL)
+        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL, inline_budget_s=0.1, monotonic=handler.monotonic)
         self.calls = CallPool(DelayScheduler.Processor(handler), PROTOCOL, threads=2)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    "127.0.0.1", 0, **{"max_connections": 8, "max_frame": 1 << 20,
@@ -81,6 +90,13 @@ class Front:
     def raw(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.server.port), timeout=5)
 
+    def accepted(self, n: int) -> list[socket.socket]:
+        """n raw connections, once the server has accepted them all (its next pass reads them)."""
+        before = self.server.connections
+        socks = [self.raw() for _ in range(n)]
+        wait_until(lambda: self.server.connections >= before + n, 5, what=f"{n} connections accepted")
+        return socks
+
 
 def _spec(i: int, topic: str = "t") -> ttypes.TaskSpec:
     return ttypes.TaskSpec(topic=topic, taskId=f"id-{i}", delayMs=i)
@@ -96,6 +112,24 @@ def _frame(name: str, seqid: int, args) -> bytes:
     return struct.pack("!i", len(buf.getvalue())) + buf.getvalue()
 
 
+def _answer(sock: socket.socket, method: str):
+    """Read the reply to one call from a raw connection: its result, declared exception or
+    TApplicationException; ConnectionError when the server closed the connection instead."""
+    reader = sock.makefile("rb")
+    head = reader.read(4)
+    if len(head) < 4:
+        raise ConnectionError("closed by the server")
+    (size,) = struct.unpack("!i", head)
+    proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(reader.read(size)))
+    _, kind, _ = proto.readMessageBegin()
+    result = TApplicationException() if kind == TMessageType.EXCEPTION else getattr(DelayScheduler, f"{method}_result")()
+    result.read(proto)
+    if kind == TMessageType.EXCEPTION:
+        return result
+    return next(getattr(result, f) for f in ("success", "invalid", "unknownTopic", "conflict", "unavailable")
+                if getattr(result, f, None) is not None)
+
+
 def _closed_by_peer(sock: socket.socket) -> bool:
     try:
         return sock.recv(1) == b""
@@ -108,30 +142,53 @@ def test_concurrent_submits_are_served_in_one_group_and_each_gets_its_own_answer
     handler.hold.clear()          # the first submit waits, so the others gather behind it
     with Front(handler) as f:
         topics = ["t", "t", "bad", "t", "boom", "t"]
-
-        def call(i):
+        socks = f.accepted(len(topics) - 1)
+        try:
             c, trans = f.client()
-            try:
-                if i == 3:
-                    return c.submitBatch([_spec(30), _spec(31)])
-                return c.submit(_spec(i, topics[i]))
-            except Exception as e:  # noqa: BLE001 - the answer under test
-                return e
-            finally:
-                trans.close()
-
-        with concurrent.futures.ThreadPoolExecutor(len(topics)) as pool:
-            first = pool.submit(call, 0)
-            assert handler.entered.wait(5)
-            rest = [pool.submit(call, i) for i in range(1, len(topics))]
-            wait_until(lambda: f.submits._inbox.qsize() == len(rest), 5, what="the other calls waiting")
-            handler.hold.set()
-            answers = [first.result(10)] + [r.result(10) for r in rest]
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                first = pool.submit(c.submit, _spec(0))
+                assert handler.entered.wait(5)
+                for i, s in enumerate(socks, start=1):
+                    s.sendall(_frame("submitBatch", i, DelayScheduler.submitBatch_args(tasks=[_spec(30), _spec(31)]))
+                              if i == 3 else _frame("submit", i, DelayScheduler.submit_args(task=_spec(i, topics[i]))))
+                handler.hold.set()
+                answers = [first.result(10)] + [_answer(s, "submitBatch" if i == 3 else "submit")
+                                                for i, s in enumerate(socks, start=1)]
+            trans.close()
+        finally:
+            for s in socks:
+                s.close()
     assert answers[0].taskId == "id-0" and answers[1].taskId == "id-1" and answers[5].taskId == "id-5"
     assert [r.taskId for r in answers[3]] == ["id-30", "id-31"]
     assert isinstance(answers[2], ttypes.InvalidTask) and answers[2].reason == "is bad"
     assert isinstance(answers[4], TApplicationException)
     assert handler.groups == [1, 5]
+    assert handler.threads == ["thrift-io", "thrift-io"]      # no hand-off while MySQL is quick
+
+
+def test_while_mysql_is_slow_submits_leave_the_io_thread_to_the_other_calls():
+    handler = Handler()
+    with Front(handler) as f:
+        c, trans = f.client()
+        other, other_trans = f.client()
+        try:
+            handler.slow_s = 1.0                     # past the budget of 0.1 s
+            assert c.submit(_spec(1)).taskId == "id-1"
+            handler.slow_s = 0.0
+            handler.hold.clear()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                held = pool.submit(c.submit, _spec(2))
+                assert handler.entered.wait(5)
+                assert other.get("abc").taskId == "abc"      # answered while a submit group is held
+                assert not held.done()
+                handler.hold.set()
+                assert held.result(10).taskId == "id-2"
+            assert c.submit(_spec(3)).taskId == "id-3"
+        finally:
+            trans.close()
+            other_trans.close()
+    # The slow group on the I/O thread, the next on the lane's own thread (quick: back again).
+    assert handler.threads == ["thrift-io", "submits", "thrift-io"]
 
 
 def test_other_calls_are_served_by_the_processor_with_their_declared_exceptions():
@@ -233,21 +290,22 @@ def test_a_reply_that_cannot_be_encoded_closes_that_connection_only():
             c, trans = f.client()
             try:
                 return c.submit(_spec(1, topic))
-            except Exception as e:  # noqa: BLE001 - the answer under test
-                return e
             finally:
                 trans.close()
 
-        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        bad, good = f.accepted(2)
+        with bad, good, concurrent.futures.ThreadPoolExecutor(1) as pool:
             first = pool.submit(call, "t")
             assert handler.entered.wait(5)
-            bad, good = pool.submit(call, "unencodable"), pool.submit(call, "t")
-            wait_until(lambda: f.submits._inbox.qsize() == 2, 5, what="both calls waiting")
+            bad.sendall(_frame("submit", 1, DelayScheduler.submit_args(task=_spec(1, "unencodable"))))
+            good.sendall(_frame("submit", 2, DelayScheduler.submit_args(task=_spec(2))))
             handler.hold.set()
             assert first.result(10).taskId == "id-1"
-            assert isinstance(bad.result(10), TTransport.TTransportException)
-            assert good.result(10).taskId == "id-1"
-        assert call("t").taskId == "id-1"          # the submit thread goes on
+            with pytest.raises(ConnectionError):
+                _answer(bad, "submit")
+            assert _answer(good, "submit").taskId == "id-2"
+        assert handler.groups == [1, 2]            # the two in one group
+        assert call("t").taskId == "id-1"          # submits go on being served
 
 
 def test_a_client_gone_before_its_large_reply_is_sent_does_not_stop_the_server():

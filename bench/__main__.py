@@ -1,6 +1,6 @@
 """delayq benchmark harness.
 
-Full run (on 2 cores, 9-12 minutes with --big, less without; --runs N takes N times as long;
+Full run (on 2 cores, 8-12 minutes with --big, less without; --runs N takes N times as long;
 needs ZooKeeper, MariaDB and RabbitMQ on their default local ports, as for the tests; run from the
 repository root with nothing else loading the machine):
 

@@ -384,12 +384,16 @@ class Lane(Worker):
         except queue.Empty:
             return None
 
+    def _waiting(self) -> Call | None:
+        """The next call if one is waiting, else None at once."""
+        try:
+            return self._inbox.get_nowait()
+        except queue.Empty:
+            return None
+
     def _drop_waiting(self) -> None:
-        while True:
-            try:
-                self._inbox.get_nowait().drop("the node is stopping")
-            except queue.Empty:
-                return
+        while (call := self._waiting()) is not None:
+            call.drop("the node is stopping")
 
 
 class CallPool(Lane):

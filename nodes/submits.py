@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import queue
 import threading
 import time
 from typing import Callable, NamedTuple, Sequence
@@ -105,6 +104,8 @@ class SubmitBatcher(Lane):
         """I/O thread: serve the calls waiting for it, a group of up to max_rows tasks at a time.
         After a group slower than the budget, the rest go to the lane's thread."""
         self._io_thread = threading.get_ident()
+        if not self._pending:
+            return      # most passes (other calls, wake-ups); a call put since comes with a wake-up
         with self._lock:
             calls, self._pending = collections.deque(self._pending), []
         while calls:
@@ -130,12 +131,6 @@ class SubmitBatcher(Lane):
                         self._on_io = True
                         log.info("MySQL answers submits in time again: serving them on the I/O thread")
         self._drop_waiting()
-
-    def _waiting(self) -> Call | None:
-        try:
-            return self._inbox.get_nowait()
-        except queue.Empty:
-            return None
 
     def _drop_waiting(self) -> None:
         with self._lock:

@@ -112,20 +112,28 @@ def _frame(name: str, seqid: int, args) -> bytes:
     return struct.pack("!i", len(buf.getvalue())) + buf.getvalue()
 
 
-def _answer(sock: socket.socket, method: str):
-    """Read the reply to one call from a raw connection: its result, declared exception or
-    TApplicationException; ConnectionError when the server closed the connection instead."""
-    reader = sock.makefile("rb")
+def _reply(reader) -> tuple[TBinaryProtocol.TBinaryProtocol, int, int]:
+    """Read one framed reply from a raw connection's reader: (protocol positioned after the message
+    header, message kind, seqid); ConnectionError when the server closed the connection instead."""
     head = reader.read(4)
     if len(head) < 4:
         raise ConnectionError("closed by the server")
     (size,) = struct.unpack("!i", head)
     proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(reader.read(size)))
-    _, kind, _ = proto.readMessageBegin()
-    result = TApplicationException() if kind == TMessageType.EXCEPTION else getattr(DelayScheduler, f"{method}_result")()
-    result.read(proto)
+    _, kind, seqid = proto.readMessageBegin()
+    return proto, kind, seqid
+
+
+def _answer(sock: socket.socket, method: str):
+    """The answer to the one call sent on a raw connection: its result, declared exception or
+    TApplicationException."""
+    proto, kind, _ = _reply(sock.makefile("rb"))
     if kind == TMessageType.EXCEPTION:
-        return result
+        error = TApplicationException()
+        error.read(proto)
+        return error
+    result = getattr(DelayScheduler, f"{method}_result")()
+    result.read(proto)
     return next(getattr(result, f) for f in ("success", "invalid", "unknownTopic", "conflict", "unavailable")
                 if getattr(result, f, None) is not None)
 
@@ -220,12 +228,8 @@ def test_calls_sent_back_to_back_on_one_connection_are_answered_in_order():
         s.sendall(_frame("get", 1, DelayScheduler.get_args(taskId="a"))
                   + _frame("submit", 2, DelayScheduler.submit_args(task=_spec(2)))
                   + _frame("get", 3, DelayScheduler.get_args(taskId="b")))
-        seqids = []
         reader = s.makefile("rb")
-        for _ in range(3):
-            (size,) = struct.unpack("!i", reader.read(4))
-            proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(reader.read(size)))
-            seqids.append(proto.readMessageBegin()[2])
+        seqids = [_reply(reader)[2] for _ in range(3)]
         assert seqids == [1, 2, 3]
 
 

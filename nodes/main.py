@@ -39,11 +39,12 @@ from nodes.follower import AssignmentFollower
 from nodes.membership import Membership
 from nodes.handler import Handler
 from nodes.http import HealthServer
+from nodes.lanes import CallPool
 from nodes.loader import Loader
 from nodes.ownership import Ownership
 from nodes.recorder import Recorder
 from nodes.results import ResultApplier
-from nodes.server import CallPool, ThriftServer
+from nodes.server import ThriftServer
 from nodes.services import ServiceRegistry
 from nodes.store import TaskStore
 from nodes.submits import SubmitBatcher
@@ -105,15 +106,19 @@ class NodeRuntime:
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
                                cluster_info=self.cluster_info)
-        # Refused while decoding, before anything is built: a frame of 8 MiB could otherwise claim
-        # millions of list elements.
+        # Strings up to the frame cap are read, and the handler refuses what is too large. A list
+        # longer than the largest batch is refused while decoding, before anything is built (a frame
+        # of 8 MiB could claim millions of tasks), and the SubmitBatcher answers it as too large.
         protocol = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
-            string_length_limit=s.limits.max_payload_bytes + 4096, container_length_limit=s.limits.max_batch)
-        self.submits = SubmitBatcher(self.handler.submit_many, protocol)
+            string_length_limit=s.limits.max_frame_bytes, container_length_limit=s.limits.max_batch)
+        self.submits = SubmitBatcher(self.handler.submit_many, protocol, max_batch=s.limits.max_batch)
         self.calls = CallPool(DelayScheduler.Processor(self.handler), protocol, threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, max_connections=s.limits.thrift_workers,
-                                   max_frame=s.limits.max_frame_bytes, idle_timeout=s.limits.idle_timeout_ms / 1000.0)
+                                   max_frame=s.limits.max_frame_bytes, idle_timeout=s.limits.idle_timeout_ms / 1000.0,
+                                   frame_timeout=s.limits.frame_timeout_ms / 1000.0,
+                                   first_frame_timeout=s.limits.first_frame_timeout_ms / 1000.0,
+                                   closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc())
         self._epoch = 0
         self.zk: ZkSession | None = None
         if s.zk.enabled:

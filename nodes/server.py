@@ -2,157 +2,71 @@
 serves the submits; the other calls run on the lanes' threads.
 
 The I/O thread (a selector over the listener and every connection) accepts, reads and cuts
-frames, and hands each request to a lane chosen by its method name: submits to the SubmitBatcher,
-which serves every submit waiting with one transaction, everything else to the CallPool. An
-`inline` lane (the SubmitBatcher) is served on the I/O thread itself after each pass over the
-sockets, while its MySQL writes are quick; see nodes.submits. The thread that served a call writes
-the reply straight to the socket; only what the socket does not take at once goes back to the I/O
-thread. (A thread per connection costs about ten thread switches per call under the GIL; a group
-of submits served this way costs none.)
+frames (nodes.connection), and hands each request to a lane chosen by its method name
+(nodes.lanes): submits to the SubmitBatcher, which serves every submit waiting with one
+transaction, everything else to the CallPool. An `inline` lane (the SubmitBatcher) is served on
+the I/O thread itself after each pass over the sockets, while its MySQL writes are quick; see
+nodes.submits. The thread that served a call writes the reply straight to the socket; only what
+the socket does not take at once goes back to the I/O thread. (A thread per connection costs about
+ten thread switches per call under the GIL; a group of submits served this way costs none.)
 
-Limits: at most `max_connections` connections (one more is closed at once: a clean refusal the
-client can retry elsewhere); a frame header above `max_frame` closes the connection before the
-body is read; a connection without a call in progress that stays silent (or does not read its
-reply) for `idle_timeout` seconds is closed; an error on one connection closes that connection
-only. Thrift's clients send a call and wait for its reply; a frame that arrives while its
-connection's call is still being served waits for that reply (at most `max_waiting` of them), so
-replies keep their order.
+One call per connection is served at a time, so replies keep the order of their requests; calls a
+client pipelines wait behind it, and past `max_waiting` of them the connection is not read until
+a reply makes room (nodes.connection). Closed, each counted by `closed(reason)`:
+- a frame header above `max_frame`, before its body is read (`frame_too_large`); a request that
+  cannot be read (`unreadable`); an error on the connection (`error`);
+- a connection that sends nothing for `first_frame_timeout` after it was accepted
+  (`first_frame_timeout`); a frame not whole `frame_timeout` after its first byte, however its
+  bytes trickle in (`frame_timeout`); silent between calls for `idle_timeout` (`idle`); a reply not
+  taken whole for `idle_timeout` (`reply_not_read`);
+- at `max_connections` connections, a new one closes the one that has waited longest since its
+  last request (and has no call in progress nor a reply unsent) to take its place (`evicted`); when
+  every connection has a call in progress, the new one is closed at once (`refused`), a clean
+  refusal the client can retry elsewhere. (A per-address limit was not chosen: the clients of a
+  business system often come from a few addresses, or one behind a proxy, and the benchmark runs
+  every client on one host; who has been silent longest is what tells a stuck client from a
+  working one.)
 
 `stop()` closes the listener and every connection and joins the I/O thread. The lanes belong to
 whoever made them (nodes.main), which stops them after the server.
 """
 from __future__ import annotations
 
-import collections
 import logging
-import queue
 import selectors
 import socket
-import struct
 import threading
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
-from thrift.Thrift import TException
-from thrift.transport import TTransport
-
-from nodes.worker import Worker
+from nodes.connection import HEADER, Call, Connection, ConnectionLimits
+from nodes.lanes import Lane
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("!i")
 _CHUNK = 256 * 1024
 _WAKE = object()
-
-
-class Call:
-    """One request frame (a whole Thrift message), and the way back to its connection."""
-    __slots__ = ("frame", "_conn")
-
-    def __init__(self, frame: bytes, conn: _Conn):
-        self.frame, self._conn = frame, conn
-
-    def reply(self, message: bytes) -> None:
-        """Send the reply message (framed here); the connection's next call may then be served."""
-        self._conn.reply(message)
-
-    def drop(self, why: str) -> None:
-        """Close the connection instead of replying (the request could not be read)."""
-        log.info("closing connection from %s: %s", self._conn.peer, why)
-        self._conn.shutdown()
-
-
-class _Conn:
-    """A client connection. The I/O thread reads it; any thread may reply on it (under `lock`)."""
-
-    def __init__(self, server: ThriftServer, sock: socket.socket, peer):
-        self.server, self.sock, self.peer = server, sock, peer
-        self.inbuf = bytearray()
-        self.out = bytearray()          # reply bytes the socket has not taken yet; the I/O thread sends them
-        self.busy = False               # one of its calls is being served
-        self.waiting: collections.deque[bytes] = collections.deque()
-        self.last = time.monotonic()    # last request or reply
-        self.closed = False
-        self.lock = threading.Lock()
-
-    def received(self, frame: bytes) -> bool:
-        """A whole request arrived: serve it, or keep it until the call in progress is answered.
-        False: too many calls are waiting on this connection."""
-        with self.lock:
-            if self.busy:
-                if len(self.waiting) >= self.server.max_waiting:
-                    return False
-                self.waiting.append(frame)
-                return True
-            self.busy = True
-        self.server.route(Call(frame, self))
-        return True
-
-    def reply(self, message: bytes) -> None:
-        data = _HEADER.pack(len(message)) + message
-        with self.lock:
-            if self.closed:
-                return
-            if not self.out:
-                try:
-                    data = data[self.sock.send(data):]
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    data = b""      # the peer is gone: the I/O thread reads that and closes it
-            if data:
-                self.out += data
-                self.server.want_write(self)
-            self.last = time.monotonic()
-            frame = self.waiting.popleft() if self.waiting else None
-            self.busy = frame is not None
-        if frame is not None:
-            self.server.route(Call(frame, self))
-
-    def flush(self) -> bool:
-        """I/O thread: send what is left; True when nothing is. Raises OSError when the peer is gone."""
-        with self.lock:
-            if self.out and not self.closed:
-                try:
-                    sent = self.sock.send(self.out)
-                except BlockingIOError:
-                    sent = 0
-                if sent:
-                    del self.out[:sent]
-                    self.last = time.monotonic()
-            return not self.out
-
-    def shutdown(self) -> None:
-        with self.lock:
-            if not self.closed:
-                try:
-                    self.sock.shutdown(socket.SHUT_RDWR)     # the I/O thread then reads EOF and closes it
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            self.sock.close()
+_RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 
 
 class ThriftServer:
     def __init__(self, lanes: Mapping[str, Lane], default: Lane, host: str, port: int, *, max_connections: int,
-                 max_frame: int, idle_timeout: float, max_waiting: int = 16):
+                 max_frame: int, idle_timeout: float, frame_timeout: float, first_frame_timeout: float,
+                 max_waiting: int = 16, closed: Callable[[str], None] = lambda reason: None):
         self._lanes = {name.encode(): lane for name, lane in lanes.items()}
         self._default = default
         self._host, self._port = host, port
         self._max_connections = max_connections
-        self._max_frame = max_frame
-        self._idle_timeout = idle_timeout
-        self.max_waiting = max_waiting
+        self._limits = ConnectionLimits(max_frame, idle_timeout, frame_timeout, first_frame_timeout, max_waiting)
+        self._closed = closed
+        self._sweep_every = min(0.25, idle_timeout / 4, frame_timeout / 4, first_frame_timeout / 4)
         self._sel = selectors.DefaultSelector()
-        self._conns: dict[socket.socket, _Conn] = {}
+        self._conns: dict[socket.socket, Connection] = {}
         self._listener: socket.socket | None = None
         self._listening = False
         self._wake_r, self._wake_w = socket.socketpair()
-        self._writers: list[_Conn] = []          # connections with reply bytes left, for the I/O thread
-        self._writers_lock = threading.Lock()
+        self._attend: list[Connection] = []      # connections for the I/O thread: reply bytes left, resumed, dropped
+        self._attend_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._inline = list({id(lane): lane for lane in [*lanes.values(), default] if lane.inline}.values())
@@ -197,9 +111,11 @@ class ThriftServer:
     def route(self, call: Call) -> None:
         self._lanes.get(_method(call.frame), self._default).put(call)
 
-    def want_write(self, conn: _Conn) -> None:
-        with self._writers_lock:
-            self._writers.append(conn)
+    def attend(self, conn: Connection) -> None:
+        """The I/O thread is to look at conn: reply bytes left to send, reading to resume, or a
+        drop to close."""
+        with self._attend_lock:
+            self._attend.append(conn)
         self._wake()
 
     def _wake(self) -> None:
@@ -215,7 +131,7 @@ class ThriftServer:
         try:
             while not self._stop.is_set():
                 waiting = any(lane.pending for lane in self._inline)
-                for key, mask in self._sel.select(timeout=0 if waiting else 0.25):
+                for key, mask in self._sel.select(timeout=0 if waiting else self._sweep_every):
                     if key.data is None:
                         self._accept()
                     elif key.data is _WAKE:
@@ -227,7 +143,7 @@ class ThriftServer:
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)
-                    next_sweep = now + min(0.25, self._idle_timeout / 4)
+                    next_sweep = now + self._sweep_every
         except Exception:  # noqa: BLE001 - logged; /healthz reports the server stopped
             log.exception("the Thrift server's I/O thread failed")
         finally:
@@ -246,8 +162,10 @@ class ThriftServer:
                 self._sel.unregister(self._listener)
                 self._listening = False
                 return
-            if len(self._conns) >= self._max_connections:
-                log.warning("refusing a connection from %s: %d connections open", peer, len(self._conns))
+            if len(self._conns) >= self._max_connections and not self._evict(peer):
+                log.warning("refusing a connection from %s: %d connections open, each with a call in progress",
+                            peer, len(self._conns))
+                self._closed("refused")
                 sock.close()
                 continue
             try:
@@ -256,11 +174,20 @@ class ThriftServer:
             except OSError:
                 sock.close()        # reset before it was served
                 continue
-            conn = _Conn(self, sock, peer)
+            conn = Connection(self, sock, peer, self._limits, time.monotonic())
             self._conns[sock] = conn
-            self._sel.register(sock, selectors.EVENT_READ, conn)
+            self._watch(conn)
 
-    def _serve(self, conn: _Conn, mask: int) -> None:
+    def _evict(self, peer) -> bool:
+        """Close the connection longest without a request, to make room for one from peer."""
+        idle = [c for c in self._conns.values() if c.evictable]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.last)
+        self._close(victim, f"{len(self._conns)} connections open, the longest idle gives way to {peer}", "evicted")
+        return True
+
+    def _serve(self, conn: Connection, mask: int) -> None:
         """One connection's events. Whatever goes wrong with it closes it, not the server."""
         try:
             if mask & selectors.EVENT_WRITE:
@@ -268,34 +195,24 @@ class ThriftServer:
             if mask & selectors.EVENT_READ and conn.sock in self._conns:
                 self._read(conn)
         except OSError as e:
-            self._close(conn, str(e))
+            self._close(conn, str(e), "error")
         except Exception:  # noqa: BLE001 - one connection must not take the server down
             log.exception("closing connection from %s", conn.peer)
-            self._close(conn, None)
+            self._close(conn, None, "error")
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Connection) -> None:
         try:
             data = conn.sock.recv(_CHUNK)
         except BlockingIOError:
             return
         if not data:
-            self._close(conn, None)
+            self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by a lane's drop()
             return
-        conn.last = time.monotonic()
-        buf = conn.inbuf
-        buf += data
-        while len(buf) >= 4:
-            (size,) = _HEADER.unpack_from(buf)
-            if size <= 0 or size > self._max_frame:
-                self._close(conn, f"frame of {size} bytes (at most {self._max_frame})")
-                return
-            if len(buf) < 4 + size:
-                return
-            frame = bytes(buf[4:4 + size])
-            del buf[:4 + size]
-            if not conn.received(frame):
-                self._close(conn, f"more than {self.max_waiting} calls waiting for replies")
-                return
+        bad = conn.feed(data, time.monotonic())
+        if bad is not None:
+            self._close(conn, *bad)
+        elif conn.paused:
+            self._watch(conn)       # not read until a reply makes room
 
     def _woken(self) -> None:
         try:
@@ -303,35 +220,62 @@ class ThriftServer:
                 pass
         except BlockingIOError:
             pass
-        with self._writers_lock:
-            writers, self._writers = self._writers, []
-        for conn in writers:
-            if conn.sock in self._conns:
-                try:
-                    if not conn.flush():
-                        self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-                except OSError as e:
-                    self._close(conn, str(e))
+        with self._attend_lock:
+            conns, self._attend = self._attend, []
+        now = time.monotonic()
+        for conn in conns:
+            if conn.sock not in self._conns:
+                continue
+            if conn.dropped:
+                self._close(conn, *conn.dropped)
+                continue
+            try:
+                conn.flush(now)
+                bad = conn.feed(b"", now) if conn.inbuf and not conn.paused else None   # read before it paused
+            except OSError as e:
+                self._close(conn, str(e), "error")
+                continue
+            if bad is not None:
+                self._close(conn, *bad)
+            else:
+                self._watch(conn)
 
-    def _flush(self, conn: _Conn) -> None:
-        if conn.flush() and conn.sock in self._conns:
-            self._sel.modify(conn.sock, selectors.EVENT_READ, conn)
+    def _flush(self, conn: Connection) -> None:
+        if conn.flush(time.monotonic()):
+            self._watch(conn)
+
+    def _watch(self, conn: Connection) -> None:
+        """Have the selector watch what conn waits for: its requests unless it is paused, the
+        socket's room for its reply bytes while some are left."""
+        events = (0 if conn.paused else selectors.EVENT_READ) | (selectors.EVENT_WRITE if conn.out else 0)
+        if events == conn.events:
+            return
+        if not conn.events:
+            self._sel.register(conn.sock, events, conn)
+        elif not events:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, events, conn)
+        conn.events = events
 
     def _sweep(self, now: float) -> None:
         if not self._listening and self._listener is not None:
             self._sel.register(self._listener, selectors.EVENT_READ, None)
             self._listening = True
         for conn in list(self._conns.values()):
-            # Not while a call of its own is being served; a reply it does not read counts as silence.
-            if not conn.busy and now - conn.last > self._idle_timeout:
-                self._close(conn, f"silent for {self._idle_timeout:g} s" if not conn.out
-                            else f"not reading its replies for {self._idle_timeout:g} s")
+            overdue = conn.overdue(now)
+            if overdue is not None:
+                self._close(conn, *overdue)
 
-    def _close(self, conn: _Conn, why: str | None) -> None:
+    def _close(self, conn: Connection, why: str | None, reason: str | None = None) -> None:
         if why:
             log.info("closing connection from %s: %s", conn.peer, why)
         if self._conns.pop(conn.sock, None) is not None:
-            self._sel.unregister(conn.sock)
+            if conn.events:
+                self._sel.unregister(conn.sock)
+                conn.events = 0
+            if reason:
+                self._closed(reason)
         conn.close()
 
     def _close_all(self) -> None:
@@ -349,80 +293,7 @@ def _method(frame: bytes) -> bytes:
     if len(frame) < 8:
         return b""
     if frame[0] & 0x80:
-        (n,) = _HEADER.unpack_from(frame, 4)
+        (n,) = HEADER.unpack_from(frame, 4)
         return frame[8:8 + n] if n > 0 else b""
-    (n,) = _HEADER.unpack_from(frame, 0)
+    (n,) = HEADER.unpack_from(frame, 0)
     return frame[4:4 + n] if n > 0 else b""
-
-
-# What reading a request that is not a well-formed call of the IDL can raise.
-UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.error)
-
-
-class Lane(Worker):
-    """Where the server sends calls: an inbox and the threads (a Worker) that serve it. Calls
-    still waiting when the threads stop have their connections closed.
-
-    A lane with `inline` set is also served on the server's I/O thread: the server calls
-    `bind(wake)` once, and after each pass over the sockets `serve_pending()`; `pending` says
-    calls wait for it (the server then does not sleep in select), and wake() wakes the I/O thread
-    for a call put from another thread."""
-    inline = False
-
-    def __init__(self, protocol, threads: int = 1):
-        super().__init__(threads)
-        self._protocol = protocol
-        self._inbox: queue.Queue[Call] = queue.Queue()
-
-    def put(self, call: Call) -> None:
-        self._inbox.put(call)
-
-    def _next(self) -> Call | None:
-        """The next call, or None after 0.2 s without one (so a thread sees the stop flag)."""
-        try:
-            return self._inbox.get(timeout=0.2)
-        except queue.Empty:
-            return None
-
-    def _waiting(self) -> Call | None:
-        """The next call if one is waiting, else None at once."""
-        try:
-            return self._inbox.get_nowait()
-        except queue.Empty:
-            return None
-
-    def _drop_waiting(self) -> None:
-        while (call := self._waiting()) is not None:
-            call.drop("the node is stopping")
-
-
-class CallPool(Lane):
-    """Serves calls with the generated Thrift processor, one call per thread at a time. A request
-    that cannot be read closes its connection; the handler's errors are the processor's business
-    (declared exceptions, or an internal error)."""
-    name = "thrift"
-
-    def __init__(self, processor, protocol, threads: int):
-        super().__init__(protocol, threads)
-        self._processor = processor
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            call = self._next()
-            if call is not None:
-                self.serve(call)
-        self._drop_waiting()
-
-    def serve(self, call: Call) -> None:
-        out = TTransport.TMemoryBuffer()
-        try:
-            self._processor.process(self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame)),
-                                    self._protocol.getProtocol(out))
-        except UNREADABLE as e:
-            call.drop(f"request not read or reply not written: {e!r}")
-            return
-        except Exception:  # noqa: BLE001 - one client's request must not take the node down
-            log.exception("closing connection: the request failed")
-            call.drop("internal error")
-            return
-        call.reply(out.getvalue())

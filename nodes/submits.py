@@ -5,7 +5,8 @@ The Thrift server hands it the calls (see nodes.server). It takes every call wai
 free (nothing is held back on purpose: an idle node serves a lone submit at once), up to
 `max_rows` tasks, decodes them, has the handler validate and insert them (`Handler.submit_many`)
 and writes each reply. Each call keeps its own result: its tasks, created or existing, or its own
-declared exception.
+declared exception. A submitBatch of more tasks than the protocol reads (`max_batch`) is answered
+`InvalidTask(tasks)` here, from the count its request declares, without building its tasks.
 
 Where: on the server's I/O thread, right after each pass over the sockets has read the calls,
 with no hand-off to another thread. A hand-off cost a thread wake-up and a switch per group. In
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import struct
 import threading
 import time
 from typing import Callable, NamedTuple, Sequence
@@ -40,7 +42,8 @@ from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
 
 from shared.gen.delayq_thrift import DelayScheduler, ttypes
-from nodes.server import UNREADABLE, Call, Lane
+from nodes.connection import HEADER, Call
+from nodes.lanes import UNREADABLE, Lane
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,9 @@ _RESULTS = {"submit": DelayScheduler.submit_result, "submitBatch": DelaySchedule
 # The field of the result struct that carries each declared exception (the same for both methods).
 _FIELDS = {ttypes.InvalidTask: "invalid", ttypes.UnknownTopic: "unknownTopic", ttypes.Conflict: "conflict",
            ttypes.Unavailable: "unavailable"}
+# A submitBatch's arguments start with field 1, a list of structs: its header and element count.
+_TASKS = struct.Struct("!bhbi")
+_T_LIST, _T_STRUCT = 15, 12
 
 
 class _Request(NamedTuple):
@@ -67,8 +73,10 @@ class SubmitBatcher(Lane):
     inline = True
 
     def __init__(self, submit_many: Callable[[list[tuple[Sequence | None, bool]]], list], protocol, *,
-                 max_rows: int = 2000, inline_budget_s: float = 0.1, monotonic: Callable[[], float] = time.monotonic):
+                 max_batch: int, max_rows: int = 2000, inline_budget_s: float = 0.1,
+                 monotonic: Callable[[], float] = time.monotonic):
         super().__init__(protocol)
+        self._max_batch = max_batch
         self._submit_many = submit_many
         self._max_rows = max_rows
         self._budget = inline_budget_s
@@ -168,10 +176,21 @@ class SubmitBatcher(Lane):
         try:
             method, _, seqid = iprot.readMessageBegin()
             args = _ARGS[method]()
+        except UNREADABLE as e:
+            call.drop(f"unreadable request: {e}")
+            return None
+        try:
             args.read(iprot)
             iprot.readMessageEnd()
         except UNREADABLE as e:
-            call.drop(f"unreadable request: {e}")
+            # The protocol refuses a list longer than the largest batch before it builds one (a
+            # frame of 8 MiB could claim millions of tasks): answered like any batch too large.
+            n = _declared_tasks(call.frame) if method == "submitBatch" else None
+            if n is not None and n > self._max_batch:
+                self._send(_Request(call, method, seqid, None), ttypes.InvalidTask(
+                    field="tasks", reason=f"holds {n} tasks, at most {self._max_batch} allowed"))
+            else:
+                call.drop(f"unreadable request: {e}")
             return None
         return _Request(call, method, seqid, [args.task] if method == "submit" else args.tasks)
 
@@ -184,13 +203,16 @@ class SubmitBatcher(Lane):
             log.exception("submits failed")
             results = [TApplicationException(TApplicationException.INTERNAL_ERROR, "Internal error")] * len(group)
         for request, result in zip(group, results):
-            try:
-                reply = self._encode(request, result)
-            except Exception:  # noqa: BLE001 - this client gets a closed connection, the others their replies
-                log.exception("could not encode the reply to %s", request.method)
-                request.call.drop("internal error")
-                continue
-            request.call.reply(reply)
+            self._send(request, result)
+
+    def _send(self, request: _Request, result) -> None:
+        try:
+            reply = self._encode(request, result)
+        except Exception:  # noqa: BLE001 - this client gets a closed connection, the others their replies
+            log.exception("could not encode the reply to %s", request.method)
+            request.call.drop("internal error", "internal_error")
+            return
+        request.call.reply(reply)
 
     def _encode(self, request: _Request, result) -> bytes:
         out = TTransport.TMemoryBuffer()
@@ -209,3 +231,19 @@ class SubmitBatcher(Lane):
             reply.write(oprot)
         oprot.writeMessageEnd()
         return out.getvalue()
+
+
+def _declared_tasks(frame: bytes) -> int | None:
+    """How many tasks a submitBatch request says it holds, read from the head of its frame; None
+    when the request does not start as a submitBatch of the IDL does."""
+    try:
+        if frame[0] & 0x80:         # strict: version and type, name, seqid
+            (n,) = HEADER.unpack_from(frame, 4)
+            at = 8 + n + 4
+        else:                       # old style: name, type, seqid
+            (n,) = HEADER.unpack_from(frame, 0)
+            at = 4 + n + 1 + 4
+        kind, field, element, count = _TASKS.unpack_from(frame, at)
+    except (IndexError, struct.error):
+        return None
+    return count if (kind, field, element) == (_T_LIST, 1, _T_STRUCT) else None

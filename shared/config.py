@@ -75,6 +75,8 @@ class LimitSettings:
     thrift_workers: int
     thrift_threads: int
     idle_timeout_ms: int
+    frame_timeout_ms: int
+    first_frame_timeout_ms: int
 
 
 @dataclass(frozen=True)
@@ -202,12 +204,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MAX_FRAME_BYTES", "limits", "max_frame_bytes", int, 8 * 1024 * 1024,
             "Largest Thrift frame; a larger one closes the connection."),
     Setting("DELAYQ_THRIFT_WORKERS", "limits", "thrift_workers", int, 64,
-            "Thrift connections open at once; more are refused."),
+            "Thrift connections open at once; a new one past this closes the one idle longest (refused when every "
+            "one has a call in progress)."),
     Setting("DELAYQ_THRIFT_THREADS", "limits", "thrift_threads", int, 8,
             "Threads serving Thrift calls other than submits (get, cancel, reschedule, reportResult, ...); "
             "a call waits while all are busy. Submits are served in groups by a thread of their own."),
     Setting("DELAYQ_IDLE_TIMEOUT_MS", "limits", "idle_timeout_ms", int, 60000,
-            "A Thrift connection silent this long is closed."),
+            "A Thrift connection silent this long between calls, or not reading a reply, is closed."),
+    Setting("DELAYQ_FRAME_TIMEOUT_MS", "limits", "frame_timeout_ms", int, 30000,
+            "A Thrift request frame must arrive whole within this time of its first byte, or the "
+            "connection is closed (a frame of DELAYQ_MAX_FRAME_BYTES, 8 MiB, needs 2.24 Mbit/s)."),
+    Setting("DELAYQ_FIRST_FRAME_TIMEOUT_MS", "limits", "first_frame_timeout_ms", int, 5000,
+            "A new Thrift connection that sends nothing this long is closed."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,
@@ -286,6 +294,8 @@ def _check(s: Settings) -> None:
         "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight,
         "DELAYQ_MYSQL_TIMEOUT_MS": s.mysql.timeout_ms, "DELAYQ_AMQP_TIMEOUT_MS": s.amqp.timeout_ms,
         "DELAYQ_IDLE_TIMEOUT_MS": s.limits.idle_timeout_ms,
+        "DELAYQ_FRAME_TIMEOUT_MS": s.limits.frame_timeout_ms,
+        "DELAYQ_FIRST_FRAME_TIMEOUT_MS": s.limits.first_frame_timeout_ms,
         "DELAYQ_MAX_FRAME_BYTES": s.limits.max_frame_bytes,
         "DELAYQ_ZK_SESSION_TIMEOUT_MS": s.zk.session_timeout_ms,
     }

@@ -3,7 +3,7 @@
 Event counters and the lateness histogram are incremented where the events happen; gauges (queue
 size, shards, epoch, master, ZooKeeper state, publishes awaiting confirms, overdue attempts) are read
 from the components when Prometheus scrapes, through `gauges`. Labels are bounded: topic (one per
-registered service), Thrift method and outcome, dependency.
+registered service), Thrift method and outcome, dependency, the reason the node closed a connection.
 """
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ class Metrics:
                                        ["method", "outcome"], registry=r)
         self.thrift_seconds = Histogram("delayq_thrift_request_duration_seconds", "Thrift call latency.",
                                         ["method"], buckets=THRIFT_BUCKETS, registry=r)
+        self.thrift_closed = Counter("delayq_thrift_connections_closed_total",
+                                     "Thrift connections the node closed, by reason (idle, first_frame_timeout, "
+                                     "frame_timeout, reply_not_read, evicted, refused, frame_too_large, "
+                                     "unreadable, internal_error, error, stopping).", ["reason"], registry=r)
         self.errors = Counter("delayq_dependency_errors_total",
                               "Failed calls to MySQL, RabbitMQ or ZooKeeper.", ["dependency"], registry=r)
         self.publish_failures = Counter("delayq_publish_failures_total",

@@ -2,17 +2,24 @@
 half written."""
 from __future__ import annotations
 
+import os
+import re
 import socket
 import struct
 import threading
+import time
+import urllib.request
 import uuid
 
 import pytest
+from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TMessageType
+from thrift.transport import TTransport
 
 from conftest import now_ms, wait_until
 from shared import config, db as dbm
-from shared.client import CallbackService, TaskSpec
-from shared.gen.delayq_thrift import ttypes
+from shared.client import CallbackService, TaskSpec, connect
+from shared.gen.delayq_thrift import DelayScheduler, ttypes
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +29,8 @@ DAY_MS = 24 * 3600 * 1000
 @pytest.fixture(scope="module")
 def node(node_factory):
     return node_factory(DELAYQ_MAX_PAYLOAD_BYTES="1024", DELAYQ_MAX_FRAME_BYTES="65536",
-                        DELAYQ_IDLE_TIMEOUT_MS="1000", DELAYQ_THRIFT_WORKERS="4")
+                        DELAYQ_IDLE_TIMEOUT_MS="1000", DELAYQ_FIRST_FRAME_TIMEOUT_MS="1000",
+                        DELAYQ_THRIFT_WORKERS="4")
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +236,134 @@ def test_concurrent_submits_each_keep_their_own_result(node, known):
         for refs in own:
             for r in refs:
                 assert c.get(r.taskId).topic == known
+
+
+# ---- the Thrift door of a node with the default limits --------------------------------------------
+
+@pytest.fixture(scope="module")
+def door(node_factory):
+    """A node with the default payload, batch, frame and connection limits (64). Silent
+    connections are not closed by a timeout here, so that only the admission policy can let a new
+    client in; a frame must arrive within 1 s."""
+    return node_factory(DELAYQ_IDLE_TIMEOUT_MS="60000", DELAYQ_FIRST_FRAME_TIMEOUT_MS="60000",
+                        DELAYQ_FRAME_TIMEOUT_MS="1000")
+
+
+@pytest.fixture(scope="module")
+def door_topic(door) -> str:
+    name = f"t.{uuid.uuid4().hex[:10]}"
+    with door.client() as c:
+        c.registerService(CallbackService(topic=name, ttrMs=0))
+    return name
+
+
+def _closes(node, reason: str) -> float:
+    """delayq_thrift_connections_closed_total{reason} of the node."""
+    return node.metrics(labelled=True).get(f'delayq_thrift_connections_closed_total{{reason="{reason}"}}', 0.0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [69_633, 2 << 20])
+def test_a_payload_over_the_limit_is_answered_and_the_connection_serves_on(door, door_topic, size):
+    c, trans = connect("127.0.0.1", door.port, 10)
+    try:
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submit(TaskSpec(topic=door_topic, delayMs=60_000, payload=b"x" * size))
+        assert e.value.field == "payload" and "at most 65536" in e.value.reason and e.value.index is None
+        assert c.submit(TaskSpec(topic=door_topic, delayMs=60_000)).created      # the same connection
+    finally:
+        trans.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_over_the_limit_is_answered_and_the_connection_serves_on(door, door_topic):
+    ids = [f"o-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    c, trans = connect("127.0.0.1", door.port, 10)
+    try:
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submitBatch([TaskSpec(topic=door_topic, delayMs=60_000) for _ in range(1001)])
+        assert (e.value.field, e.value.reason) == ("tasks", "holds 1001 tasks, at most 1000 allowed")
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submitBatch([TaskSpec(topic=door_topic, taskId=ids[0], delayMs=60_000),
+                           TaskSpec(topic=door_topic, taskId=ids[1], delayMs=60_000, payload=b"x" * (1 << 20)),
+                           TaskSpec(topic=door_topic, taskId=ids[2], delayMs=60_000)])
+        assert (e.value.field, e.value.index) == ("payload", 1)
+        for tid in ids:
+            with pytest.raises(ttypes.NotFound):
+                c.get(tid)
+        assert len(c.submitBatch([TaskSpec(topic=door_topic, delayMs=60_000) for _ in range(1000)])) == 1000
+    finally:
+        trans.close()
+
+
+def _frame(name: str, seqid: int, args) -> bytes:
+    buf = TTransport.TMemoryBuffer()
+    proto = TBinaryProtocol.TBinaryProtocol(buf)
+    proto.writeMessageBegin(name, TMessageType.CALL, seqid)
+    args.write(proto)
+    proto.writeMessageEnd()
+    return struct.pack("!i", len(buf.getvalue())) + buf.getvalue()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("calls", [18, 100])
+def test_calls_pipelined_on_one_connection_are_all_answered(door, door_topic, calls):
+    """As the Node.js client sends concurrent calls: all at once on one connection."""
+    with door.client() as c:
+        tid = c.submit(TaskSpec(topic=door_topic, delayMs=60_000)).taskId
+    with _raw(door) as s:
+        s.sendall(b"".join(_frame("get", i, DelayScheduler.get_args(taskId=tid)) for i in range(calls)))
+        reader = s.makefile("rb")
+        seqids = []
+        for _ in range(calls):
+            (size,) = struct.unpack("!i", reader.read(4))
+            proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(reader.read(size)))
+            _, kind, seqid = proto.readMessageBegin()
+            result = DelayScheduler.get_result()
+            result.read(proto)
+            assert kind == TMessageType.REPLY and result.success.taskId == tid
+            seqids.append(seqid)
+    assert seqids == list(range(calls))
+
+
+@pytest.mark.timeout(60)
+def test_silent_connections_at_the_limit_do_not_keep_a_client_out(door, door_topic):
+    evicted = _closes(door, "evicted")
+    fds = lambda: len(os.listdir(f"/proc/{door.proc.pid}/fd"))       # noqa: E731
+    before = fds()
+    silent = [_raw(door) for _ in range(64)]         # as many as the node admits
+    try:
+        wait_until(lambda: fds() >= before + 64, 10, what="64 connections accepted")
+        started = time.monotonic()
+        c, trans = connect("127.0.0.1", door.port, 5)
+        try:
+            assert c.submit(TaskSpec(topic=door_topic, delayMs=60_000)).created
+        finally:
+            trans.close()
+        assert time.monotonic() - started < 2
+        assert _closes(door, "evicted") == evicted + 1
+        assert _closed_by_peer(silent[0])            # the one idle longest gave way
+    finally:
+        for s in silent:
+            s.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_dribbled_frame_is_closed_at_the_frame_deadline(door):
+    frame = _frame("get", 1, DelayScheduler.get_args(taskId="x" * 40))
+    with _raw(door) as s:
+        s.settimeout(0.2)
+        started, closed_after = time.monotonic(), None
+        for byte in frame[:-1]:          # a byte each 0.2 s: the frame would take over 10 s
+            try:
+                s.sendall(bytes([byte]))
+                if s.recv(1) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+    assert closed_after is not None and 1.0 <= closed_after < 3.0
+    assert _closes(door, "frame_timeout") >= 1

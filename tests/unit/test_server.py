@@ -16,7 +16,8 @@ from thrift.transport import TTransport
 
 from shared.client import connect
 from shared.gen.delayq_thrift import DelayScheduler, ttypes
-from nodes.server import CallPool, ThriftServer
+from nodes.lanes import CallPool
+from nodes.server import ThriftServer
 from nodes.submits import SubmitBatcher
 from tests.conftest import wait_until
 
@@ -60,6 +61,9 @@ class Handler:
         return out
 
     def get(self, taskId):
+        if taskId == "held":
+            self.entered.set()
+            self.hold.wait(10)
         if taskId == "missing":
             raise ttypes.NotFound(taskId=taskId)
         return ttypes.TaskInfo(taskId=taskId, payload=b"p" * (int(taskId) if taskId.isdigit() else 1))
@@ -67,11 +71,14 @@ class Handler:
 
 class Front:
     def __init__(self, handler, **limits):
-        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL, inline_budget_s=0.1, monotonic=handler.monotonic)
+        self.submits = SubmitBatcher(handler.submit_many, PROTOCOL, max_batch=1000, inline_budget_s=0.1,
+                                     monotonic=handler.monotonic)
         self.calls = CallPool(DelayScheduler.Processor(handler), PROTOCOL, threads=2)
+        self.closed: list[str] = []
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
-                                   "127.0.0.1", 0, **{"max_connections": 8, "max_frame": 1 << 20,
-                                                      "idle_timeout": 30.0, **limits})
+                                   "127.0.0.1", 0, closed=self.closed.append,
+                                   **{"max_connections": 8, "max_frame": 1 << 20, "idle_timeout": 30.0,
+                                      "frame_timeout": 10.0, "first_frame_timeout": 10.0, **limits})
 
     def __enter__(self):
         self.submits.start()
@@ -233,14 +240,16 @@ def test_calls_sent_back_to_back_on_one_connection_are_answered_in_order():
         assert seqids == [1, 2, 3]
 
 
-@pytest.mark.parametrize("frame", [struct.pack("!i", 1 << 30), struct.pack("!i", 64) + b"\xff" * 64,
-                                   struct.pack("!i", 0)],
+@pytest.mark.parametrize("frame, reason", [(struct.pack("!i", 1 << 30), "frame_too_large"),
+                                           (struct.pack("!i", 64) + b"\xff" * 64, "unreadable"),
+                                           (struct.pack("!i", 0), "unreadable")],
                          ids=["oversized", "garbage", "empty"])
-def test_a_bad_frame_closes_its_connection_and_the_server_keeps_serving(frame):
+def test_a_bad_frame_closes_its_connection_and_the_server_keeps_serving(frame, reason):
     with Front(Handler()) as f:
         with f.raw() as s:
             s.sendall(frame)
             assert _closed_by_peer(s)
+        wait_until(lambda: f.closed == [reason], 5, what=f"the close counted as {reason}")
         c, trans = f.client()
         try:
             assert c.submit(_spec(1)).taskId == "id-1"
@@ -248,28 +257,152 @@ def test_a_bad_frame_closes_its_connection_and_the_server_keeps_serving(frame):
             trans.close()
 
 
-def test_connections_past_the_limit_are_refused_and_silent_ones_closed():
-    with Front(Handler(), max_connections=2, idle_timeout=0.5) as f:
-        silent = [f.raw(), f.raw()]
-        try:
-            extra = f.raw()
-            assert _closed_by_peer(extra)          # both places taken
-            extra.close()
-            assert all(_closed_by_peer(s) for s in silent)       # silent past 0.5 s
+def _served(f: Front) -> bool:
+    """A new client connects and is answered (False: refused or closed)."""
+    try:
+        c, trans = f.client(timeout_s=2)
+    except Exception:  # noqa: BLE001 - refused
+        return False
+    try:
+        return c.submit(_spec(1)).taskId == "id-1"
+    except Exception:  # noqa: BLE001 - closed at once
+        return False
+    finally:
+        trans.close()
 
-            def served():
-                try:
-                    c, trans = f.client()
-                except Exception:  # noqa: BLE001 - still refused
-                    return False
-                try:
-                    return c.submit(_spec(1)).taskId == "id-1"
-                finally:
-                    trans.close()
-            wait_until(served, 5, 0.05, what="a new client served")
+
+def test_at_the_connection_limit_a_new_client_takes_the_place_of_the_longest_idle():
+    with Front(Handler(), max_connections=2) as f:
+        [oldest] = f.accepted(1)
+        [newer] = f.accepted(1)
+        with oldest, newer:
+            assert _served(f)                       # at once, not after any timeout
+            assert _closed_by_peer(oldest)
+            newer.sendall(_frame("get", 1, DelayScheduler.get_args(taskId="abc")))
+            assert _answer(newer, "get").taskId == "abc"
+        assert f.closed == ["evicted"]
+
+
+def test_when_every_connection_has_a_call_in_progress_a_new_one_is_refused():
+    handler = Handler()
+    handler.hold.clear()
+    with Front(handler, max_connections=2) as f:
+        busy = f.accepted(2)
+        try:
+            for s in busy:
+                s.sendall(_frame("get", 1, DelayScheduler.get_args(taskId="held")))
+            wait_until(lambda: all(c.busy for c in f.server._conns.values()), 5, what="both calls in progress")
+            extra = f.raw()
+            assert _closed_by_peer(extra)
+            extra.close()
+            handler.hold.set()
+            assert [_answer(s, "get").taskId for s in busy] == ["held", "held"]
         finally:
-            for s in silent:
+            for s in busy:
                 s.close()
+        assert f.closed == ["refused"]
+
+
+def test_a_new_connection_that_sends_nothing_is_closed_after_the_first_frame_timeout():
+    with Front(Handler(), first_frame_timeout=0.3) as f:
+        c, trans = f.client()
+        try:
+            assert c.get("abc").taskId == "abc"
+            with f.raw() as silent:
+                started = time.monotonic()
+                assert _closed_by_peer(silent)
+                assert 0.3 <= time.monotonic() - started < 2
+            assert c.get("abc").taskId == "abc"     # a client that has called is idle, not new: still open
+        finally:
+            trans.close()
+        assert f.closed == ["first_frame_timeout"]
+
+
+def test_a_new_connection_is_given_no_longer_than_a_client_between_calls():
+    with Front(Handler(), first_frame_timeout=10.0, idle_timeout=0.3) as f, f.raw() as silent:
+        started = time.monotonic()
+        assert _closed_by_peer(silent)
+        assert time.monotonic() - started < 2
+        assert f.closed == ["first_frame_timeout"]
+
+
+def test_a_frame_dribbled_byte_by_byte_is_closed_at_the_frame_deadline():
+    frame = _frame("get", 1, DelayScheduler.get_args(taskId="abc"))
+    with Front(Handler(), frame_timeout=0.5, idle_timeout=0.3) as f, f.raw() as s:
+        started = time.monotonic()
+        closed_after = None
+        for byte in frame[:-1]:                     # one byte each 0.1 s: each would reset an idle timer
+            try:
+                s.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+            s.settimeout(0.1)
+            try:
+                if s.recv(1) == b"":
+                    closed_after = time.monotonic() - started
+                    break
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed_after = time.monotonic() - started
+                break
+        assert closed_after is not None and 0.5 <= closed_after < 1.5
+        assert f.closed == ["frame_timeout"]
+
+
+def test_a_frame_that_arrives_whole_within_the_deadline_is_answered_however_it_trickles_in():
+    frame = _frame("get", 1, DelayScheduler.get_args(taskId="abc"))
+    with Front(Handler(), frame_timeout=5.0, idle_timeout=0.2) as f, f.raw() as s:
+        for i in range(0, len(frame), 4):           # each piece 0.05 s apart: longer in all than the idle timeout
+            s.sendall(frame[i:i + 4])
+            time.sleep(0.05)
+        assert _answer(s, "get").taskId == "abc"
+
+
+def test_calls_pipelined_past_what_a_connection_holds_are_all_answered_in_order():
+    """100 calls sent at once on one connection (the server holds 16 behind the one it serves):
+    it stops reading instead of closing, and answers each in turn."""
+    with Front(Handler()) as f, f.raw() as s:
+        s.sendall(b"".join(_frame("submit", i, DelayScheduler.submit_args(task=_spec(i))) if i % 3 == 0
+                           else _frame("get", i, DelayScheduler.get_args(taskId=str(i))) for i in range(1, 101)))
+        reader = s.makefile("rb")
+        replies = [_reply(reader) for _ in range(100)]
+        assert [seqid for _, _, seqid in replies] == list(range(1, 101))
+        assert all(kind == TMessageType.REPLY for _, kind, _ in replies)
+        assert f.closed == []
+
+
+def test_a_held_call_with_calls_pipelined_behind_it_keeps_its_connection():
+    handler = Handler()
+    handler.hold.clear()
+    with Front(handler) as f, f.raw() as s:
+        s.sendall(_frame("get", 0, DelayScheduler.get_args(taskId="held"))
+                  + b"".join(_frame("get", i, DelayScheduler.get_args(taskId=str(i))) for i in range(1, 41)))
+        assert handler.entered.wait(5)
+        wait_until(lambda: any(c.paused for c in f.server._conns.values()), 5, what="the connection paused")
+        handler.hold.set()
+        reader = s.makefile("rb")
+        assert [_reply(reader)[2] for _ in range(41)] == list(range(41))
+
+
+def test_a_batch_over_the_limit_is_answered_invalid_and_the_connection_serves_on():
+    with Front(Handler()) as f:
+        c, trans = f.client()
+        try:
+            with pytest.raises(ttypes.InvalidTask) as e:
+                c.submitBatch([_spec(i) for i in range(1001)])
+            assert e.value.field == "tasks" and e.value.reason == "holds 1001 tasks, at most 1000 allowed"
+            assert c.submit(_spec(2)).taskId == "id-2"
+        finally:
+            trans.close()
+        with f.raw() as s:          # a short frame that claims five million tasks: not built, answered
+            empty = _frame("submitBatch", 7, DelayScheduler.submitBatch_args(tasks=[]))[4:]
+            body = empty[:-6] + struct.pack("!bi", 12, 5_000_000) + b"\0\0"   # list header, STOP, STOP
+            s.sendall(struct.pack("!i", len(body)) + body)
+            answer = _answer(s, "submitBatch")
+            assert isinstance(answer, ttypes.InvalidTask) and "holds 5000000 tasks" in answer.reason
+        assert f.closed == []
 
 
 def test_stop_closes_connections_and_joins_every_thread_promptly():

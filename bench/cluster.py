@@ -131,13 +131,14 @@ class Node:
             pass
         return 0
 
-    def metrics(self) -> dict[str, float]:
-        """The node's Prometheus samples without labels (name -> value)."""
+    def metrics(self, labelled: bool = False) -> dict[str, float]:
+        """The node's Prometheus samples (name -> value); with labelled, also those with labels,
+        named as exposed: 'delayq_x_total{reason="idle"}'."""
         url = f"http://127.0.0.1:{self.env['DELAYQ_HTTP_PORT']}/metrics"
         out = {}
         with urllib.request.urlopen(url, timeout=2) as r:
             for line in r.read().decode().splitlines():
-                if line and not line.startswith("#") and "{" not in line:
+                if line and not line.startswith("#") and (labelled or "{" not in line):
                     name, _, value = line.rpartition(" ")
                     try:
                         out[name] = float(value)

@@ -7,11 +7,19 @@ It spreads calls over the endpoints it is given (or finds them in ZooKeeper:
 `DelayqClient.from_zookeeper("127.0.0.1:2181", cluster="default")`) and retries a call that failed because a node was
 unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
 taskId). Every call has a timeout. Not thread-safe: use one client per thread.
+
+A node closes a connection that stays silent (`DELAYQ_IDLE_TIMEOUT_MS`, 60 s by default). Before
+each call the client looks whether its node has closed the connection meanwhile and, if so,
+connects again first: nothing was sent on the closed one, so even a submit without a taskId is
+safe. Only a close that crosses the call on the wire (the node's idle timer ends as the call
+leaves) still fails it.
 """
 from __future__ import annotations
 
 import json
 import random
+import select
+import socket
 from typing import Any, Callable, Sequence
 
 from thrift.protocol import TBinaryProtocol
@@ -29,11 +37,30 @@ def parse_endpoint(text: str) -> tuple[str, int]:
 
 def connect(host: str, port: int, timeout_s: float = 5.0) -> tuple[DelayScheduler.Client, TTransport.TTransportBase]:
     """One connection to one node: (client, transport); close the transport when done."""
+    client, transport, _ = _open(host, port, timeout_s)
+    return client, transport
+
+
+def _open(host: str, port: int, timeout_s: float) -> tuple[DelayScheduler.Client, TTransport.TTransportBase,
+                                                          TSocket.TSocket]:
     sock = TSocket.TSocket(host, port)
     sock.setTimeout(int(timeout_s * 1000))
     transport = TTransport.TFramedTransport(sock)
     transport.open()
-    return DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport)), transport
+    return DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport)), transport, sock
+
+
+def closed_by_peer(sock: TSocket.TSocket) -> bool:
+    """True when the node has closed (or reset) this idle connection: between calls a node sends
+    nothing, so anything readable on the socket is its end of stream or an error."""
+    handle = sock.handle
+    if handle is None:
+        return True
+    try:
+        readable, _, _ = select.select([handle], [], [], 0)
+        return bool(readable) and not handle.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
 
 
 def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> list[str]:
@@ -77,7 +104,7 @@ class DelayqClient:
         self._rng.shuffle(self._endpoints)
         self._rediscover = rediscover
         self._timeout_s = timeout_s
-        self._current: tuple[DelayScheduler.Client, TTransport.TTransportBase] | None = None
+        self._current: tuple[DelayScheduler.Client, TTransport.TTransportBase, TSocket.TSocket] | None = None
         self._index = 0
 
     @classmethod
@@ -107,10 +134,12 @@ class DelayqClient:
     def _call(self, method: str, args: tuple, rediscover: bool = True) -> Any:
         last: Exception | None = None
         for _ in range(max(2, len(self._endpoints))):
+            if self._current is not None and closed_by_peer(self._current[2]):
+                self.close()         # closed while idle: nothing was sent on it, connect again
             try:
                 if self._current is None:
                     host, port = self._endpoints[self._index % len(self._endpoints)]
-                    self._current = connect(host, port, self._timeout_s)
+                    self._current = _open(host, port, self._timeout_s)
             except (TTransport.TTransportException, OSError) as e:
                 last = e             # never reached the node: always safe to try the next one
                 self._current = None

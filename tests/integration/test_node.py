@@ -118,3 +118,19 @@ def test_a_node_killed_and_restarted_loses_no_task(node_factory):
         thread.join(5)
         collector.close()
         victim.stop()
+
+
+def _idle_closes(node) -> float:
+    return node.metrics(labelled=True).get('delayq_thrift_connections_closed_total{reason="idle"}', 0.0)
+
+
+def test_a_client_left_idle_past_the_idle_close_submits_again_without_a_task_id(node, topic):
+    """The node closes a connection silent for DELAYQ_IDLE_TIMEOUT_MS (2 s here); the client's next
+    call connects again instead of failing, even a submit it could not safely retry."""
+    with node.client() as c:
+        c.submit(TaskSpec(topic=topic, delayMs=60_000, payload=b"first"))
+        before = _idle_closes(node)
+        wait_until(lambda: _idle_closes(node) > before, timeout=10, what="the node to close the idle connection")
+        ref = c.submit(TaskSpec(topic=topic, delayMs=60_000, payload=b"after the idle close"))
+        assert ref.created
+        assert c.get(ref.taskId).payload == b"after the idle close"

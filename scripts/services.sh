@@ -55,20 +55,9 @@ wait_until() {
     done
 }
 
-APT_UPDATED=0
-apt_install() {
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not found; install $* by hand"
-    [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ] || die "need root (or sudo) to install $*"
-    mkdir -p "$STATE_DIR"
-    local log="$STATE_DIR/apt.log"
-    if [ "$APT_UPDATED" -eq 0 ]; then
-        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$log" 2>&1 \
-            || { tail -n 20 "$log" >&2; die "apt-get update failed (log: $log)"; }
-        APT_UPDATED=1
-    fi
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >>"$log" 2>&1 \
-        || { tail -n 20 "$log" >&2; die "apt-get install $* failed (log: $log)"; }
-}
+# shellcheck source=scripts/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+apt_install() { delayq_apt_install "$@" || die "could not install $*"; }
 
 # ---------------------------------------------------------------- ZooKeeper
 zk_ruok() {
@@ -87,7 +76,7 @@ zk_pid() {  # pid of the ZooKeeper we started, if it is still alive
 zk_ready_or_dead() {  # stop polling early if the JVM we just launched has exited
     zk_ruok && return 0
     local pid
-    pid=$(cat "$ZK_DIR/zookeeper.pid" 2>/dev/null) || return 1
+    pid=$(cat "$ZK_DIR/zookeeper.pid" 2>/dev/null) || return 1  # not written yet: keep polling
     [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null
 }
 
@@ -129,6 +118,9 @@ EOF
     local cp="/usr/share/java/zookeeper.jar:$ZK_DIR/conf"
     [ -f /usr/share/java/slf4j-simple.jar ] && cp="$cp:/usr/share/java/slf4j-simple.jar"
     local log="$ZK_DIR/zookeeper.log"
+    # A pid file left by a ZooKeeper that died would make the first poll below take the new JVM
+    # for one that already exited, before the new pid is written.
+    rm -f "$ZK_DIR/zookeeper.pid"
     ( cd "$ZK_DIR" && exec setsid bash -c 'echo $$ >"$0"; exec "$@"' "$ZK_DIR/zookeeper.pid" \
         java -Xmx256m -Dorg.slf4j.simpleLogger.showDateTime=true \
         "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS" \

@@ -10,17 +10,9 @@ _delayq_py_ok() {  # _delayq_py_ok PYTHON: runs and is >= 3.11
     "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1
 }
 
-_delayq_apt() {  # apt-get install, as root or via sudo
-    command -v apt-get >/dev/null 2>&1 || { echo "venv.sh: no apt-get; install $* by hand" >&2; return 1; }
-    local sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null 2>&1 || { echo "venv.sh: need root or sudo to install $*" >&2; return 1; }
-        sudo="sudo"
-    fi
-    echo "venv.sh: installing $* with apt-get" >&2
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
+# shellcheck source=scripts/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+_delayq_apt() { delayq_apt_install "$@"; }
 
 _delayq_find_python() {  # prints the first usable interpreter
     local c

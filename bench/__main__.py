@@ -18,6 +18,9 @@ RabbitMQ consumer in separate processes:
               steady lateness vs an almost empty table
     restart   SIGKILL and restart the only node with 1,000,000 pending: time until it fires again
     failover  3 nodes (ZooKeeper) under the steady load, SIGKILL one: max lateness of its tasks
+    faults    only with --scenario faults (it stops the shared MariaDB, RabbitMQ and ZooKeeper): a node
+              killed, a node paused, each service down for 10 s, under 200 tasks/s on 3 nodes: the
+              lateness of tasks due during each fault, how soon tasks are on time again, lost, repeats
 
 It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:
@@ -63,7 +66,7 @@ from pathlib import Path
 from bench import profile as profiler, report
 from bench.cluster import NODE_ENV, describe_machine, sweep_stale, wait_for_services
 from bench.measure import Run, machine_speed
-from bench.scenarios import BIG, COUNTS, ORDER, PARAMS, SCENARIOS, SMOKE
+from bench.scenarios import BIG, COUNTS, OPTIONAL, ORDER, PARAMS, SCENARIOS, SMOKE
 
 
 def sizes(args) -> dict[str, dict]:
@@ -91,7 +94,8 @@ def _interrupt(*_):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description="delayq benchmark (see the module docstring)")
-    p.add_argument("--scenario", action="append", choices=ORDER, help="run this scenario (repeatable; default all)")
+    p.add_argument("--scenario", action="append", choices=ORDER + OPTIONAL,
+                   help="run this scenario (repeatable; default all but faults)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds per scenario")
     p.add_argument("--big", action="store_true", help="10,000,000 pending tasks in scale and restart")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every task count")
@@ -110,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("thrift").setLevel(logging.CRITICAL)   # "could not connect" while a node starts
     logging.getLogger("pika").setLevel(logging.CRITICAL)     # connection failures surface as exceptions
     params = sizes(args)
-    wanted = ["limits"] + [s for s in ORDER[1:] if not args.scenario or s in args.scenario]
+    wanted = ["limits"] + [s for s in ORDER[1:] if not args.scenario or s in args.scenario] \
+        + [s for s in OPTIONAL if args.scenario and s in args.scenario]
     workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
     (workdir / "logs").mkdir()
     rounds: list[list[dict]] = []

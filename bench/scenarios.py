@@ -12,6 +12,7 @@ import uuid
 
 from bench import limits as lim
 from bench.cluster import Cluster, now_ms, wait_for
+from bench.faults import FAULTS, faults
 from bench.measure import (Delivery, Run, Topic, cpu_note, cpu_window, drain, fates, load_figures, pct,
                            service_pids, settle, shards_of, started, stuck_note)
 from bench.producer import run_producers
@@ -29,6 +30,8 @@ PARAMS: dict[str, dict] = {
                 "kill_after_s": 10, "wait_stuck": 1},
     "failover": {"nodes": 3, "rate": 1000, "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10,
                  "kill_after_s": 20, "session_ms": 6000, "victim": "follower", "wait_stuck": 1},
+    "faults": {"faults": ",".join(FAULTS), "rate": 200, "duration": 40, "fault_after_s": 10, "fault_s": 10,
+               "session_ms": 6000},
 }
 BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
@@ -39,9 +42,11 @@ SMOKE: dict[str, dict] = {
     "scale": {"pending": 5_000, "rate": 200, "duration": 3, "delay_max": 3000},
     "restart": {"pending": 5_000, "probe_lead_s": 4, "probe_span_s": 10, "kill_after_s": 2, "wait_stuck": 0},
     "failover": {"rate": 200, "duration": 6, "delay_max": 3000, "kill_after_s": 2, "session_ms": 3000, "wait_stuck": 0},
+    "faults": {"faults": "node_kill", "rate": 100, "duration": 8, "fault_after_s": 2, "session_ms": 3000},
 }
 COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending"}
 ORDER = ["limits", "submit", "steady", "burst", "scale", "restart", "failover"]
+OPTIONAL = ["faults"]    # stops shared services: only when asked for
 
 
 def limits(run: Run, p: dict) -> list[dict]:
@@ -321,4 +326,4 @@ def failover(run: Run, p: dict) -> list[dict]:
 
 
 SCENARIOS = {"limits": limits, "submit": submit, "steady": steady, "burst": burst, "scale": scale,
-             "restart": restart, "failover": failover}
+             "restart": restart, "failover": failover, "faults": faults}

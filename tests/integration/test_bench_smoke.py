@@ -90,3 +90,17 @@ def test_several_runs_report_each_figure_as_the_median_of_them(tmp_path):
     assert "every scenario ran 2 times" in text
     row = next(line for line in text.splitlines() if line.startswith("| submit | single_8_clients |"))
     assert "median of 2 runs (" in row
+
+
+def test_the_faults_scenario_reports_what_a_killed_node_cost(tmp_path):
+    """Only when asked for (it can stop shared services); the smoke size kills one node of three."""
+    out = tmp_path / "RESULTS.md"
+    lines, stderr = _bench("--smoke", "--scenario", "faults", "--out", str(out), timeout=200)
+    got = {f["figure"]: f for f in lines if f.get("scenario") == "faults.node_kill"}
+    assert set(got) == {"due_during_fault_max_lateness", "on_time_again_after", "lost", "early",
+                        "repeated_attempts", "further_attempts"}, sorted(got)
+    assert "SIGKILL" in got["due_during_fault_max_lateness"]["note"]
+    assert got["lost"]["value"] == 0 and got["repeated_attempts"]["value"] == 0, stderr[-3000:]
+    assert got["early"]["value"] == 0
+    assert "| faults.node_kill | on_time_again_after |" in out.read_text()
+    assert not any(f.get("scenario") in ("steady", "burst") for f in lines), "faults runs only with limits"

@@ -1,8 +1,10 @@
 """Dispatcher: takes due tasks from the DelayQueue in batches, claims them in MySQL (fenced) and
 hands the claimed ones to the publisher.
 
-Only a task whose claim matched may be published (ARCHITECTURE invariant 2). What happens after the
-publish is the Recorder's job: it gets every publish outcome. A task later than its service's misfire
+Only a task whose claim matched may be published, and only while that claim is current
+(nodes/lease.py): the publisher checks the claim's lease just before it writes the frames, and an
+expired one goes back to DELAY unsent. What happens after the publish is the Recorder's job: it
+gets every publish outcome. A task later than its service's misfire
 threshold, with the policy "fail", is failed instead of published. A claim that fails because MySQL is
 down drops the batch from memory: the rows are still DELAY and the next window scan reloads them.
 
@@ -26,6 +28,7 @@ from shared.lifecycle import Result
 from shared.metrics import Metrics
 from shared.publisher import ConfirmedPublisher, Outgoing
 from nodes.delayqueue import DelayQueue, Entry
+from nodes.lease import ClaimLease, Lease
 from nodes.ownership import Ownership
 from nodes.results import ResultApplier
 from nodes.services import ServiceRegistry
@@ -54,13 +57,15 @@ class Dispatcher(Worker):
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
-                 batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1):
+                 batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
+                 lease_ms: int = 1500):
         super().__init__(claimers)
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
         self._lead_ms = lead_ms
         self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
-        self._held: dict[str, Claimed] = {}
+        self._held: dict[str, tuple[Claimed, Lease]] = {}
+        self._lease = ClaimLease(ownership, lease_ms)
         self._lock = threading.Lock()
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
@@ -107,6 +112,7 @@ class Dispatcher(Worker):
 
     def _claim(self, due: list) -> None:
         try:
+            lease = self._lease.take()
             owner, fence = self._ownership.fence()
             claimed, fenced = self._store.claim(due, owner, fence, self._clock.now_ms())
         except Unavailable as e:
@@ -122,7 +128,7 @@ class Dispatcher(Worker):
             self.on_fenced()
         with self._lock:
             for c in claimed:
-                self._held[c.task_id] = c
+                self._held[c.task_id] = (c, lease)
         self._claimed.offer_many(Entry(c.task_id, c.shard_id, c.due_ms) for c in claimed)
 
     def _release_loop(self) -> None:
@@ -150,6 +156,15 @@ class Dispatcher(Worker):
                     self._publish(rest)
                 return
 
+    def _leases_current(self, leases: set[Lease], n: int) -> bool:
+        """On the publisher's thread, just before the write: False sends the batch back to DELAY."""
+        if all(self._lease.current(lease) for lease in leases):
+            return True
+        self._metrics.claims_expired.inc(n)
+        log.warning("not publishing %d claimed tasks: the claim is no longer provably ours (paused past "
+                    "the claim lease, or the ZooKeeper session broke since); back to DELAY", n)
+        return False
+
     def _dropped(self, due: list, reason: str | None) -> None:
         """The batch is left to MySQL (still DELAY, or READY until its time-to-run); the loader's
         next scan brings DELAY ones back."""
@@ -159,8 +174,10 @@ class Dispatcher(Worker):
         self._queue.set_horizon(0)
         self._stop.wait(0.5)
 
-    def _publish(self, claimed: list[Claimed]) -> None:
+    def _publish(self, held: list[tuple[Claimed, Lease]]) -> None:
         now = self._clock.now_ms()
+        claimed = [c for c, _ in held]
+        leases = {lease for _, lease in held}
         out, misfired = [], []
         services = {}                   # per topic, looked up once per batch
         sent = collections.Counter()
@@ -178,7 +195,8 @@ class Dispatcher(Worker):
             sent[c.topic] += 1
         for topic, n in sent.items():
             self._metrics.dispatched.labels(topic).inc(n)
-        self._publisher.publish(out)
+        if out:
+            self._publisher.publish(out, still_valid=lambda: self._leases_current(leases, len(out)))
         for c, late in misfired:
             try:
                 self._results.apply(c.task_id, c.attempt, Result.MISFIRED,

@@ -92,7 +92,8 @@ class NodeRuntime:
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
                                      default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
-                                     claimers=s.scheduling.write_concurrency)
+                                     claimers=s.scheduling.write_concurrency,
+                                     lease_ms=s.scheduling.claim_lease_ms)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,

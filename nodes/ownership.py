@@ -2,7 +2,8 @@
 
 The claim statement checks the same (owner, epoch) against job_shard in MySQL, so a stale view here
 can only make a claim fail, never succeed wrongly. `claimable` is off while the node must not claim
-at all (ZooKeeper session suspended).
+at all (ZooKeeper session suspended). `breaks` counts every suspension and every loss of a shard:
+a claim taken before the count moved may no longer be published (nodes/lease.py).
 
 Thread-safe. Listeners (gained, lost) run on the thread that changed the ownership.
 """
@@ -25,6 +26,7 @@ class Ownership:
         self._all_set: frozenset[int] = frozenset()
         self._near: tuple[int, ...] = ()     # ours that new tasks may go to (kept with _fence, _all)
         self._claimable = True
+        self._breaks = 0
         self._listeners: list[Listener] = []
         self._rng = rng or random.Random()
 
@@ -38,6 +40,9 @@ class Ownership:
             changed = {s for s, e in fence.items() if self._fence.get(s) != e}
             if owner is not None and owner != self._owner:
                 self._owner, changed = owner, set(fence)
+                self._breaks += 1
+            if before - set(fence) or any(self._fence[s] != e for s, e in fence.items() if s in self._fence):
+                self._breaks += 1
             self._fence = dict(fence)
             self._all = tuple(sorted(all_shards))
             self._all_set = frozenset(self._all)
@@ -53,11 +58,18 @@ class Ownership:
         """Suspend or resume claiming; resuming tells the listeners the shards are usable again."""
         with self._lock:
             resumed = claimable and not self._claimable
+            if not claimable:
+                self._breaks += 1
             self._claimable = claimable
             shards = set(self._fence)
         if resumed and shards:
             for listener in self._listeners:
                 listener(shards, set())
+
+    @property
+    def breaks(self) -> int:
+        with self._lock:
+            return self._breaks
 
     @property
     def claimable(self) -> bool:

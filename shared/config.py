@@ -60,6 +60,7 @@ class SchedulingSettings:
     dispatch_batch: int
     write_concurrency: int
     claim_lead_ms: int
+    claim_lease_ms: int
     record_gather_ms: int
     publish_retry_ms: int
     catchup_rate: int
@@ -186,6 +187,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CLAIM_LEAD_MS", "scheduling", "claim_lead_ms", int, 20,
             "Tasks are claimed in MySQL this long before they are due and published at the due instant "
             "(from the claim on, cancel answers ALREADY_DISPATCHED)."),
+    Setting("DELAYQ_CLAIM_LEASE_MS", "scheduling", "claim_lease_ms", int, 1500,
+            "A claimed attempt is published only within this long of its claim (on a clock that runs "
+            "through pauses) and only if the ZooKeeper session did not break since; otherwise it goes "
+            "back to DELAY unsent. Keep it well below the ZooKeeper session timeout."),
     Setting("DELAYQ_RECORD_GATHER_MS", "scheduling", "record_gather_ms", int, 10,
             "Broker confirms are gathered this long before their execlog rows are written together "
             "(fewer MySQL transactions under steady load). A node killed meanwhile dispatches those "
@@ -304,6 +309,9 @@ def _check(s: Settings) -> None:
             raise ConfigError(f"{env} must be positive, got {value}")
     if not 0 <= s.scheduling.claim_lead_ms <= 1000:
         raise ConfigError("DELAYQ_CLAIM_LEAD_MS must be between 0 and 1000")
+    if not s.scheduling.claim_lead_ms + 100 <= s.scheduling.claim_lease_ms < s.zk.session_timeout_ms:
+        raise ConfigError("DELAYQ_CLAIM_LEASE_MS must be at least DELAYQ_CLAIM_LEAD_MS + 100 and below "
+                          "DELAYQ_ZK_SESSION_TIMEOUT_MS")
     if not 0 <= s.scheduling.record_gather_ms <= 1000:
         raise ConfigError("DELAYQ_RECORD_GATHER_MS must be between 0 and 1000")
     if s.scheduling.scan_interval_ms >= s.scheduling.window_ms:

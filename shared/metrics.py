@@ -41,6 +41,10 @@ class Metrics:
                                      "unreadable, internal_error, error, stopping).", ["reason"], registry=r)
         self.errors = Counter("delayq_dependency_errors_total",
                               "Failed calls to MySQL, RabbitMQ or ZooKeeper.", ["dependency"], registry=r)
+        self.claims_expired = Counter("delayq_claims_expired_total",
+                                      "Claimed attempts not published because the claim was no longer provably "
+                                      "current (paused past the claim lease, or a ZooKeeper session break); "
+                                      "they went back to DELAY unsent.", registry=r)
         self.publish_failures = Counter("delayq_publish_failures_total",
                                         "Publishes not confirmed (broker down, nack, timeout) or returned.",
                                         ["reason"], registry=r)

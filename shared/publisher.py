@@ -169,7 +169,8 @@ class ConfirmedPublisher:
         self._max_in_flight = max_in_flight
         self._space = threading.Condition()
         self._pending = 0                      # handed to publish() and not yet settled
-        self._handed: dict[int, list[Outgoing]] = {}   # batches handed over, not yet on the wire
+        # batches handed over, not yet on the wire, each with its still_valid check
+        self._handed: dict[int, tuple[list[Outgoing], Callable[[], bool] | None]] = {}
         self._handoffs = 0
         self._lock = threading.Lock()          # guards _conn/_ready for the handoff from other threads
         self._conn: SelectConnection | None = None
@@ -210,7 +211,9 @@ class ConfirmedPublisher:
             if self._ready and self._conn is not None:
                 self._conn.ioloop.add_callback_threadsafe(lambda: self._declare(name))
 
-    def publish(self, batch: list[Outgoing]) -> None:
+    def publish(self, batch: list[Outgoing], still_valid: Callable[[], bool] | None = None) -> None:
+        """Send the batch; every message gets an outcome. still_valid, when given, is asked on the
+        publisher thread just before the frames are written: False settles the batch NOT_SENT."""
         if not batch:
             return
         with self._space:
@@ -223,7 +226,7 @@ class ConfirmedPublisher:
             if self._ready and self._conn is not None:
                 self._handoffs += 1
                 key = self._handoffs
-                self._handed[key] = batch
+                self._handed[key] = (batch, still_valid)
                 try:
                     self._conn.ioloop.add_callback_threadsafe(lambda: self._publish_handed(key))
                     return
@@ -302,9 +305,13 @@ class ConfirmedPublisher:
 
     def _publish_handed(self, key: int) -> None:
         with self._lock:
-            batch = self._handed.pop(key, None)
-        if batch is not None:
-            self._publish_batch(batch)
+            batch, still_valid = self._handed.pop(key, (None, None))
+        if batch is None:
+            return
+        if still_valid is not None and not still_valid():
+            self._settle_many([(msg, NOT_SENT, "claim lease expired") for msg in batch])
+            return
+        self._publish_batch(batch)
 
     def _publish_batch(self, batch: list[Outgoing]) -> None:
         if self._conn is None:
@@ -383,7 +390,7 @@ class ConfirmedPublisher:
             self._ready = False
             self._conn = None
             handed, self._handed = self._handed, {}
-        for batch in handed.values():
+        for batch, _ in handed.values():
             self._settle_many([(msg, NOT_SENT, reason) for msg in batch])
         self._ready_event.clear()
         self._channel = None

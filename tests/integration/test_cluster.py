@@ -258,3 +258,53 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
                 collector.close()
     finally:
         runtime.stop()
+
+
+def test_a_node_paused_between_claim_and_publish_publishes_nothing_when_it_wakes(cluster):
+    # Claims a second ahead of the due time, so the pause can fall between a claim and its publish.
+    nodes = [cluster(DELAYQ_CLAIM_LEAD_MS="1000"), cluster(DELAYQ_CLAIM_LEAD_MS="1000")]
+    wait_until(lambda: balanced(nodes[0], {"n1", "n2"}), 15, 0.05, what="two balanced nodes")
+    topic = f"t.{uuid.uuid4().hex[:10]}"
+    _register(nodes[0], topic)
+    master = info(nodes[0]).master
+    victim, survivor = (nodes[1], nodes[0]) if master == "n1" else (nodes[0], nodes[1])
+    down = Downstream(topic, [survivor.endpoint])
+    engine = create_engine(victim.env["DELAYQ_MYSQL_URL"])
+    try:
+        due = now_ms() + 3000
+        with victim.client() as c:      # due soon: they go to the victim's own shards, into its memory
+            refs = c.submitBatch([TaskSpec(topic=topic, dueAtMs=due, payload=b"z") for _ in range(50)])
+        ids = {r.taskId for r in refs}
+
+        def claimed():
+            with engine.connect() as conn:
+                return conn.execute(text("SELECT COUNT(*) FROM job_delay_task WHERE status = 1 AND attempt = 1 "
+                                         "AND node_id LIKE :n"), {"n": victim.node_id + "%"}).scalar() == len(ids)
+        wait_until(claimed, 5, 0.002, what="the victim to claim the tasks")
+        victim.kill(signal.SIGSTOP)
+        assert now_ms() < due, "stopped after the due time: the claim may already have been published"
+
+        # The survivor takes the shards once the session expired, times attempt 1 out and sends attempt 2.
+        wait_until(lambda: ids <= set(down.collector.task_ids()), 30, what="the survivor to dispatch every task")
+        victim.kill(signal.SIGCONT)
+        # Woken, the node finds its session expired and joins again as a new member: by then its
+        # releaser has long had the chance to publish what it held.
+        wait_until(lambda: victim.node_id in {n.nodeId for n in info(survivor).nodes}, 20, 0.05,
+                   what="the woken node to rejoin the cluster")
+        wait_until(lambda: all(t.status == TaskStatus.FINISHED for t in _statuses(survivor, ids)), 15, 0.1,
+                   what="every task to finish")
+
+        sent = collections.Counter(m.headers["x-delayq-task-id"] for m in down.collector.snapshot())
+        attempts = collections.Counter(m.headers["x-delayq-attempt"] for m in down.collector.snapshot())
+        assert set(sent) == ids and max(sent.values()) == 1, "a task was delivered twice"
+        assert attempts == {2: len(ids)}, "attempt 1 was claimed by the paused node and must never be sent"
+        assert victim.metrics().get("delayq_claims_expired_total") == len(ids)
+    finally:
+        victim.kill(signal.SIGCONT)
+        engine.dispose()
+        down.close()
+
+
+def _statuses(node, ids):
+    with node.client() as c:
+        return [c.get(t) for t in ids]

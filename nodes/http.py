@@ -3,7 +3,9 @@
     GET /metrics   Prometheus text format
     GET /healthz   200 while the node's threads are alive (restart the process otherwise)
     GET /readyz    200 when ZooKeeper is connected, the node has its assignment, MySQL answers and the
-                   RabbitMQ channel is open; 503 naming the failing parts otherwise (JSON body)
+                   RabbitMQ channel is open; 503 naming the failing parts otherwise (JSON body; its
+                   "detail" says what an operator should know that does not stop the node, such
+                   as a machine clock far from MySQL's)
 
 Threads: one accept thread plus one per request (the standard library's ThreadingHTTPServer), owned
 here; `stop()` shuts it down.
@@ -26,7 +28,8 @@ Checks = Callable[[], dict[str, str | None]]     # part -> None when fine, else 
 
 
 class HealthServer:
-    def __init__(self, host: str, port: int, metrics: Metrics, alive: Checks, ready: Checks):
+    def __init__(self, host: str, port: int, metrics: Metrics, alive: Checks, ready: Checks,
+                 detail: Callable[[], dict] = dict):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,8 +39,10 @@ class HealthServer:
                 elif self.path in ("/healthz", "/readyz"):
                     checks = alive() if self.path == "/healthz" else ready()
                     failing = {k: v for k, v in checks.items() if v is not None}
-                    body = json.dumps({"status": "fail" if failing else "ok", "failing": failing,
-                                       "checked": sorted(checks)}).encode()
+                    doc = {"status": "fail" if failing else "ok", "failing": failing, "checked": sorted(checks)}
+                    if self.path == "/readyz":
+                        doc["detail"] = detail()
+                    body = json.dumps(doc).encode()
                     self._send(503 if failing else 200, body, "application/json")
                 else:
                     self._send(404, b"not found\n", "text/plain")

@@ -17,7 +17,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 import pika
 from thrift.protocol import TBinaryProtocol
 
-from shared.clock import SYSTEM_CLOCK, Clock
+from shared.clock import Clock
+from shared.skew import ReferenceClock
 from shared.coordination import ZkSession
 from shared.metrics import Metrics
 from shared.zkpaths import AssignmentDoc, ZkPaths, candidate_member, candidate_order, member_name, node_of
@@ -31,6 +32,7 @@ from shared.errors import ConfigError, Unavailable
 from shared.gen.delayq_thrift import DelayScheduler, ttypes
 from shared.publisher import ConfirmedPublisher
 from shared.validation import Limits
+from nodes.clockcheck import ClockCheck
 from nodes.delayqueue import DelayQueue
 from nodes.deadletters import DeadLetterer
 from nodes.dispatcher import Dispatcher
@@ -64,11 +66,16 @@ def amqp_parameters(url: str, timeout_ms: int) -> pika.URLParameters:
 
 
 class NodeRuntime:
-    def __init__(self, settings: Settings, clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, settings: Settings, clock: Clock | None = None):
         s = self.settings = settings
-        self.clock = clock
+        # Due times follow MySQL's clock, which every node shares, not this machine's.
+        self.reference = ReferenceClock()
+        self.clock = clock = clock or self.reference
         self.metrics = Metrics()
         self.engine = make_engine(s.mysql)
+        self.clockcheck = ClockCheck(self.engine, self.reference, self.metrics,
+                                     interval_ms=s.scheduling.clock_check_ms,
+                                     max_offset_ms=s.scheduling.max_clock_offset_ms)
         # Submits, one group at a time (on the Thrift I/O thread, or the SubmitBatcher's while MySQL
         # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
@@ -125,7 +132,7 @@ class NodeRuntime:
         if s.zk.enabled:
             self._build_cluster(s)
         self.metrics.gauges(self._gauges, self._counters)
-        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self._alive, self._ready)
+        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self._alive, self._ready, self._detail)
 
     def _build_cluster(self, s: Settings) -> None:
         """ZooKeeper mode: membership, the assignment follower, and the master role (election and
@@ -143,7 +150,8 @@ class NodeRuntime:
         self.zk.subscribe(lambda state, _sid: state != "connected" and self.metrics.errors.labels("zookeeper").inc())
 
     def _stats(self) -> dict:
-        return {"shards": len(self.ownership.shards()), "queue": len(self.queue)}
+        return {"shards": len(self.ownership.shards()), "queue": len(self.queue),
+                "clock_offset_ms": self.clockcheck.offset_ms}
 
     def start(self, wait_s: float = 60.0) -> None:
         self.http.start()
@@ -153,6 +161,11 @@ class NodeRuntime:
             self._wait_for_mysql(wait_s)
             self.rebalancer.start()
             self.zk.start(timeout=min(wait_s, 15.0))
+        try:
+            self.clockcheck.check_now()     # before the first task is due by this clock
+        except Unavailable as e:
+            log.warning("could not read MySQL's clock yet (%s): nothing is claimed until MySQL answers", e)
+        self.clockcheck.start()
         self.publisher.start()
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
@@ -211,6 +224,7 @@ class NodeRuntime:
             self.rebalancer.stop()
             self.zk.stop()
         self.feedback.stop()
+        self.clockcheck.stop()
         self.loader.stop()
         self.dispatcher.stop()
         self.deadletters.stop()
@@ -246,7 +260,8 @@ class NodeRuntime:
 
     def _alive(self) -> dict[str, str | None]:
         threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
-                   "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server}
+                   "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server,
+                   "clock-check": self.clockcheck}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:
@@ -264,6 +279,11 @@ class NodeRuntime:
         checks["rabbitmq"] = None if self.publisher.ready else "publisher channel not open"
         return checks
 
+    def _detail(self) -> dict:
+        clock = self.clockcheck.describe()
+        return {"clock_offset_ms": _ms(self.clockcheck.offset_ms),
+                **({"clock": f"this machine's clock is {clock} MySQL's; due times follow MySQL's"} if clock else {})}
+
     def cluster_info(self) -> ttypes.ClusterInfo:
         if self.zk is not None:
             return self._zk_cluster_info()
@@ -273,7 +293,8 @@ class NodeRuntime:
         return ttypes.ClusterInfo(
             cluster=s.node.cluster, shardCount=len(self.ownership.all_shards()), epoch=self._epoch, master=node,
             nodes=[ttypes.NodeInfo(nodeId=node, endpoint=f"{s.node.advertise_host}:{self.server.port}",
-                                   shardCount=len(shards), queueSize=len(self.queue), master=True)],
+                                   shardCount=len(shards), queueSize=len(self.queue), master=True,
+                                   clockOffsetMs=_ms(self.clockcheck.offset_ms))],
             assignment={sh: node for sh in shards})
 
     def _zk_cluster_info(self) -> ttypes.ClusterInfo:
@@ -296,10 +317,16 @@ class NodeRuntime:
                     nodeId=node_of(m), endpoint=info.get("endpoint", ""),
                     shardCount=sum(1 for g in doc.shards.values() if g.member == m),
                     queueSize=len(self.queue) if m == self.membership.member else int(info.get("queue", 0)),
-                    master=m == master))
+                    master=m == master,
+                    clockOffsetMs=_ms(self.clockcheck.offset_ms if m == self.membership.member
+                                      else info.get("clock_offset_ms"))))
         except KazooException as e:
             raise Unavailable(f"ZooKeeper: {e!r}") from None
         return ttypes.ClusterInfo(
             cluster=self.settings.node.cluster, shardCount=len(doc.shards) or len(self.ownership.all_shards()),
             epoch=doc.epoch, master=node_of(master) if master else None, nodes=nodes,
             assignment={s: node_of(g.member) for s, g in doc.shards.items()})
+
+
+def _ms(value: float | None) -> int | None:
+    return None if value is None else int(round(value))

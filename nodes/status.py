@@ -30,7 +30,9 @@ def collect(settings: Settings, endpoints: list[str]) -> dict:
     report = {
         "cluster": ci.cluster, "master": ci.master, "epoch": ci.epoch, "shards": ci.shardCount,
         "nodes": [{"node": n.nodeId, "endpoint": n.endpoint, "shards": n.shardCount, "queue": n.queueSize,
-                   "master": n.master} for n in sorted(ci.nodes, key=lambda n: n.nodeId)],
+                   "master": n.master, "clock_offset_ms": n.clockOffsetMs}
+                  for n in sorted(ci.nodes, key=lambda n: n.nodeId)],
+        "max_clock_offset_ms": settings.scheduling.max_clock_offset_ms,
         "assignment": {str(s): n for s, n in sorted(ci.assignment.items())},
     }
     report.update(_task_counts(settings))
@@ -57,8 +59,15 @@ def render(r: dict) -> str:
     lines = [f"cluster {r['cluster']}: master {r['master']}, epoch {r['epoch']}, {r['shards']} shards", "",
              f"{'NODE':<20} {'ENDPOINT':<24} {'SHARDS':>6} {'QUEUE':>8}"]
     for n in r["nodes"]:
-        lines.append(f"{n['node'] + (' *' if n['master'] else ''):<20} {n['endpoint']:<24} {n['shards']:>6} {n['queue']:>8}")
+        lines.append(f"{n['node'] + (' *' if n['master'] else ''):<20} {n['endpoint']:<24} {n['shards']:>6} {n['queue']:>8}"
+                     + _clock_mark(n.get("clock_offset_ms"), r["max_clock_offset_ms"]))
     lines += ["", "tasks: " + ", ".join(f"{k} {v}" for k, v in r["tasks"].items())]
     overdue = r["oldest_overdue_ms"]
     lines.append("oldest overdue task: " + ("none" if overdue is None else f"{overdue} ms late"))
     return "\n".join(lines)
+
+
+def _clock_mark(offset_ms: int | None, bound_ms: int) -> str:
+    if offset_ms is None or abs(offset_ms) <= bound_ms:
+        return ""
+    return f"  clock {abs(offset_ms) / 1000:.1f} s {'ahead of' if offset_ms > 0 else 'behind'} MySQL's (corrected)"

@@ -61,6 +61,8 @@ class SchedulingSettings:
     write_concurrency: int
     claim_lead_ms: int
     claim_lease_ms: int
+    clock_check_ms: int
+    max_clock_offset_ms: int
     record_gather_ms: int
     publish_retry_ms: int
     catchup_rate: int
@@ -191,6 +193,11 @@ SETTINGS: tuple[Setting, ...] = (
             "A claimed attempt is published only within this long of its claim (on a clock that runs "
             "through pauses) and only if the ZooKeeper session did not break since; otherwise it goes "
             "back to DELAY unsent. Keep it well below the ZooKeeper session timeout."),
+    Setting("DELAYQ_CLOCK_CHECK_MS", "scheduling", "clock_check_ms", int, 10000,
+            "How often the node reads MySQL's clock, which due times follow (not this machine's)."),
+    Setting("DELAYQ_MAX_CLOCK_OFFSET_MS", "scheduling", "max_clock_offset_ms", int, 500,
+            "Beyond this offset between this machine's clock and MySQL's, the node warns and marks "
+            "itself in /readyz and `delayq status` (due times follow MySQL's clock regardless)."),
     Setting("DELAYQ_RECORD_GATHER_MS", "scheduling", "record_gather_ms", int, 10,
             "Broker confirms are gathered this long before their execlog rows are written together "
             "(fewer MySQL transactions under steady load). A node killed meanwhile dispatches those "
@@ -309,6 +316,8 @@ def _check(s: Settings) -> None:
             raise ConfigError(f"{env} must be positive, got {value}")
     if not 0 <= s.scheduling.claim_lead_ms <= 1000:
         raise ConfigError("DELAYQ_CLAIM_LEAD_MS must be between 0 and 1000")
+    if s.scheduling.clock_check_ms < 100 or s.scheduling.max_clock_offset_ms < 1:
+        raise ConfigError("DELAYQ_CLOCK_CHECK_MS must be at least 100 and DELAYQ_MAX_CLOCK_OFFSET_MS at least 1")
     if not s.scheduling.claim_lead_ms + 100 <= s.scheduling.claim_lease_ms < s.zk.session_timeout_ms:
         raise ConfigError("DELAYQ_CLAIM_LEASE_MS must be at least DELAYQ_CLAIM_LEAD_MS + 100 and below "
                           "DELAYQ_ZK_SESSION_TIMEOUT_MS")

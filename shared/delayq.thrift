@@ -94,6 +94,9 @@ struct NodeInfo {
   3: required i32 shardCount,
   4: required i32 queueSize,
   5: required bool master,
+  // This node's system clock minus MySQL's, in ms, at its last check (positive: ahead). Due times
+  // follow MySQL's clock whatever it is; unset until the node could read MySQL's clock.
+  6: optional i64 clockOffsetMs,
 }
 
 struct ClusterInfo {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -41,6 +41,9 @@ class Metrics:
                                      "unreadable, internal_error, error, stopping).", ["reason"], registry=r)
         self.errors = Counter("delayq_dependency_errors_total",
                               "Failed calls to MySQL, RabbitMQ or ZooKeeper.", ["dependency"], registry=r)
+        self.clock_offset = Gauge("delayq_clock_offset_seconds",
+                                  "This machine's clock minus MySQL's at the last check (due times follow "
+                                  "MySQL's).", registry=r)
         self.claims_expired = Counter("delayq_claims_expired_total",
                                       "Claimed attempts not published because the claim was no longer provably "
                                       "current (paused past the claim lease, or a ZooKeeper session break); "

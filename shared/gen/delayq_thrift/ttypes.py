@@ -822,16 +822,18 @@ class NodeInfo(object):
      - shardCount
      - queueSize
      - master
+     - clockOffsetMs
 
     """
 
 
-    def __init__(self, nodeId=None, endpoint=None, shardCount=None, queueSize=None, master=None,):
+    def __init__(self, nodeId=None, endpoint=None, shardCount=None, queueSize=None, master=None, clockOffsetMs=None,):
         self.nodeId = nodeId
         self.endpoint = endpoint
         self.shardCount = shardCount
         self.queueSize = queueSize
         self.master = master
+        self.clockOffsetMs = clockOffsetMs
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -867,6 +869,11 @@ class NodeInfo(object):
                     self.master = iprot.readBool()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.clockOffsetMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -896,6 +903,10 @@ class NodeInfo(object):
         if self.master is not None:
             oprot.writeFieldBegin('master', TType.BOOL, 5)
             oprot.writeBool(self.master)
+            oprot.writeFieldEnd()
+        if self.clockOffsetMs is not None:
+            oprot.writeFieldBegin('clockOffsetMs', TType.I64, 6)
+            oprot.writeI64(self.clockOffsetMs)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1640,6 +1651,7 @@ NodeInfo.thrift_spec = (
     (3, TType.I32, 'shardCount', None, None, ),  # 3
     (4, TType.I32, 'queueSize', None, None, ),  # 4
     (5, TType.BOOL, 'master', None, None, ),  # 5
+    (6, TType.I64, 'clockOffsetMs', None, None, ),  # 6
 )
 all_structs.append(ClusterInfo)
 ClusterInfo.thrift_spec = (

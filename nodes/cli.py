@@ -41,6 +41,9 @@ def setup_logging(level: str, fmt: str) -> None:
         "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     logging.getLogger("pika").setLevel(logging.WARNING)
+    # A refused declare on the exchange guard's throwaway channels is how it learns an exchange's
+    # type; the node logs what matters itself (nodes/exchanges.py, shared/publisher.py).
+    logging.getLogger("pika.channel").setLevel(logging.ERROR)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 

@@ -5,8 +5,13 @@ is lost if the node dies before publishing: every few seconds, and when woken, t
 marked rows of the node's shards through the confirmed publisher and clears the mark once the broker
 confirmed. A task whose service has no dead-letter exchange is just cleared.
 
-The message: body = payload, message_id = <taskId>:<attempt>:dead, the usual x-delayq-* headers plus
-x-delayq-status: FAILED and x-delayq-reason; routing key = the topic.
+A dead letter that could not be published (no queue bound to the exchange for the topic, no
+confirm) is tried again after a backoff of 2 s doubling to 60 s, per task, with one WARNING when it
+first fails; one whose exchange is unusable (nodes/exchanges.py) waits until it is usable.
+
+The message: body = payload, message_id = <taskId>:<attempt>:dead, the usual x-delayq-* headers
+(x-delayq-dispatched-at: the last attempt's, when it was recorded) plus x-delayq-status: FAILED and
+x-delayq-reason; routing key = the topic.
 
 Thread: one, owned here; `stop()` ends it.
 """
@@ -19,7 +24,9 @@ from dataclasses import dataclass
 from shared import topology
 from shared.clock import Clock
 from shared.errors import Unavailable
+from shared.metrics import Metrics
 from shared.publisher import CONFIRMED, ConfirmedPublisher, Outgoing
+from nodes.exchanges import ExchangeGuard
 from nodes.ownership import Ownership
 from nodes.services import ServiceRegistry
 from nodes.store import TaskStore
@@ -38,10 +45,13 @@ class DeadLetterer(Worker):
     name = "dead-letters"
 
     def __init__(self, store: TaskStore, ownership: Ownership, services: ServiceRegistry,
-                 publisher: ConfirmedPublisher, clock: Clock, *, interval_s: float = 2.0, batch: int = 500):
+                 publisher: ConfirmedPublisher, guard: ExchangeGuard, metrics: Metrics, clock: Clock, *, interval_s: float = 2.0,
+                 batch: int = 500, first_backoff_ms: int = 2000, max_backoff_ms: int = 60_000):
         super().__init__()
         self._store, self._ownership, self._services = store, ownership, services
-        self._publisher, self._clock = publisher, clock
+        self._publisher, self._guard, self._metrics, self._clock = publisher, guard, metrics, clock
+        self._first_backoff_ms, self._max_backoff_ms = first_backoff_ms, max_backoff_ms
+        self._retry: dict[str, tuple[int, int]] = {}      # task id -> (not before ms, last backoff ms)
         self._interval_s, self._batch = interval_s, batch
         self._lock = threading.Lock()
         self._in_flight: set[str] = set()
@@ -49,13 +59,20 @@ class DeadLetterer(Worker):
 
     def on_outcome(self, ref: DeadLetterRef, outcome: str, reason: str | None) -> None:
         """Publisher callback: never blocks."""
+        self._metrics.dead_letters.labels(outcome.lower()).inc()
         with self._lock:
             self._in_flight.discard(ref.task_id)
             if outcome == CONFIRMED:
                 self._confirmed.append(ref.task_id)
-        if outcome != CONFIRMED:
-            log.warning("dead letter of %s not published: %s", ref.task_id, reason)
-        self._wake.set()
+                self._retry.pop(ref.task_id, None)
+                self._wake.set()
+                return
+            _, last = self._retry.get(ref.task_id, (0, 0))
+            backoff = min(self._max_backoff_ms, last * 2) if last else self._first_backoff_ms
+            self._retry[ref.task_id] = (self._clock.now_ms() + backoff, backoff)
+        log_at = logging.WARNING if not last else logging.DEBUG
+        log.log(log_at, "dead letter of %s not published: %s; trying again in %.0f s", ref.task_id, reason,
+                backoff / 1000)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -76,25 +93,31 @@ class DeadLetterer(Worker):
         if not self._publisher.ready:
             return
         rows = self._store.dead_letters(self._ownership.shards(), self._batch)
-        out, nowhere = [], []
-        with self._lock:
-            for r in rows:
-                if r["task_id"] in self._in_flight:
-                    continue
-                svc = self._services.find(r["topic"])
-                if svc is None or not svc.dead_letter_exchange:
-                    nowhere.append(r["task_id"])
+        now = self._clock.now_ms()
+        out, nowhere, verdicts = [], [], {}
+        for r in rows:
+            svc = self._services.find(r["topic"])
+            if svc is None or not svc.dead_letter_exchange:
+                nowhere.append(r["task_id"])
+                continue
+            exchange = svc.dead_letter_exchange
+            if exchange not in verdicts:
+                verdicts[exchange] = self._guard.verdict(exchange)
+            with self._lock:
+                if r["task_id"] in self._in_flight or verdicts[exchange] is not None \
+                        or self._retry.get(r["task_id"], (0, 0))[0] > now:
                     continue
                 self._in_flight.add(r["task_id"])
-                out.append(Outgoing(svc.dead_letter_exchange, r["topic"], bytes(r["payload"]),
-                                    f"{topology.message_id(r['task_id'], r['attempt'])}:dead", {
-                                        topology.HEADER_TASK_ID: r["task_id"], topology.HEADER_TOPIC: r["topic"],
-                                        topology.HEADER_ATTEMPT: r["attempt"], topology.HEADER_DUE_AT: r["due_ms"],
-                                        topology.HEADER_STATUS: "FAILED",
-                                        topology.HEADER_REASON: (r["message"] or "")[:1024]},
-                                    ref=DeadLetterRef(r["task_id"])))
+            headers = topology.message_headers(r["task_id"], r["topic"], r["attempt"], r["due_ms"],
+                                               r["dispatched_ms"])
+            headers.update({topology.HEADER_STATUS: "FAILED", topology.HEADER_REASON: (r["message"] or "")[:1024]})
+            out.append(Outgoing(exchange, r["topic"], bytes(r["payload"]),
+                                f"{topology.message_id(r['task_id'], r['attempt'])}:dead", headers,
+                                ref=DeadLetterRef(r["task_id"])))
         self._store.dead_lettered(nowhere)
+        with self._lock:       # forget backoffs of tasks no longer waiting here (moved shard, cleared)
+            waiting = {r["task_id"] for r in rows}
+            if len(rows) < self._batch:
+                self._retry = {t: v for t, v in self._retry.items() if t in waiting}
         if out:
-            for exchange in {o.exchange for o in out}:
-                self._publisher.declare_exchange(exchange)
             self._publisher.publish(out)

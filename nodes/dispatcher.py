@@ -28,6 +28,7 @@ from shared.lifecycle import Result
 from shared.metrics import Metrics
 from shared.publisher import ConfirmedPublisher, Outgoing
 from nodes.delayqueue import DelayQueue, Entry
+from nodes.exchanges import ExchangeGuard
 from nodes.lease import ClaimLease, Lease
 from nodes.ownership import Ownership
 from nodes.results import ResultApplier
@@ -41,13 +42,7 @@ log = logging.getLogger(__name__)
 
 def build_message(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int) -> Outgoing:
     """The message contract: body = payload, id = <taskId>:<attempt>, the x-delayq-* headers."""
-    headers = {
-        topology.HEADER_TASK_ID: c.task_id,
-        topology.HEADER_TOPIC: c.topic,
-        topology.HEADER_ATTEMPT: c.attempt,
-        topology.HEADER_DUE_AT: c.due_ms,
-        topology.HEADER_DISPATCHED_AT: dispatched_ms,
-    }
+    headers = topology.message_headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms)
     return Outgoing(exchange, routing_key, c.payload, topology.message_id(c.task_id, c.attempt), headers,
                     ref=(c, dispatched_ms))
 
@@ -58,7 +53,8 @@ class Dispatcher(Worker):
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
-                 lease_ms: int = 1500):
+                 lease_ms: int = 1500, guard: ExchangeGuard,
+                 hold: Callable[[list[Claimed], int, str], None]):
         super().__init__(claimers)
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
@@ -66,6 +62,8 @@ class Dispatcher(Worker):
         self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
         self._held: dict[str, tuple[Claimed, Lease]] = {}
         self._lease = ClaimLease(ownership, lease_ms)
+        self._guard, self._hold = guard, hold
+        self.held_topics: dict[str, str] = {}     # topic -> why its last tasks were held back
         self._lock = threading.Lock()
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
@@ -156,6 +154,15 @@ class Dispatcher(Worker):
                     self._publish(rest)
                 return
 
+    def _hold_back(self, exchange: str, reason: str, tasks: list[Claimed], now: int) -> None:
+        """Not published: back to DELAY until the exchange is checked again (the guard logs the
+        verdict once; this counts the tasks and names the topics)."""
+        due = now + max(1000, int(self._guard.retry_in(exchange) * 1000))
+        for c in tasks:
+            self._metrics.held.labels(c.topic).inc()
+            self.held_topics[c.topic] = f"exchange {exchange!r}: {reason}"
+        self._hold(tasks, due, reason)
+
     def _leases_current(self, leases: set[Lease], n: int) -> bool:
         """On the publisher's thread, just before the write: False sends the batch back to DELAY."""
         if all(self._lease.current(lease) for lease in leases):
@@ -180,6 +187,8 @@ class Dispatcher(Worker):
         leases = {lease for _, lease in held}
         out, misfired = [], []
         services = {}                   # per topic, looked up once per batch
+        verdicts: dict[str, str | None] = {}
+        held: dict[str, list[Claimed]] = {}
         sent = collections.Counter()
         for c in claimed:
             if c.topic not in services:
@@ -190,11 +199,19 @@ class Dispatcher(Worker):
                 misfired.append((c, now - c.due_ms))
                 continue
             exchange = svc.exchange if svc else self._default_exchange
+            if exchange not in verdicts:
+                verdicts[exchange] = self._guard.verdict(exchange)
+            if verdicts[exchange] is not None:
+                held.setdefault(exchange, []).append(c)
+                continue
             routing_key = svc.routing_key if svc else c.topic
             out.append(build_message(c, exchange, routing_key, now))
             sent[c.topic] += 1
         for topic, n in sent.items():
             self._metrics.dispatched.labels(topic).inc(n)
+            self.held_topics.pop(topic, None)
+        for exchange, tasks in held.items():
+            self._hold_back(exchange, verdicts[exchange], tasks, now)
         if out:
             self._publisher.publish(out, still_valid=lambda: self._leases_current(leases, len(out)))
         for c, late in misfired:

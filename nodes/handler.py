@@ -106,14 +106,14 @@ class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
                  clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int,
                  window_ms: int, default_exchange: str,
-                 declare_exchange: Callable[[str], None], cluster_info: Callable[[], ttypes.ClusterInfo]):
+                 check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo]):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
         self._metrics = metrics
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
-        self._declare_exchange = declare_exchange
+        self._check_exchange = check_exchange
         self._cluster_info = cluster_info
         self._call_metrics: dict[tuple[str, str], tuple] = {}
 
@@ -337,7 +337,13 @@ class Handler:
             dead_letter_exchange=svc.deadLetterExchange, misfire_threshold_ms=svc.misfireThresholdMs,
             misfire_policy=pick("misfirePolicy"))
         check_service(spec)
-        self._declare_exchange(spec.exchange)
+        # Checked now, on a connection of its own: a missing exchange is created (durable topic), an
+        # existing one is never changed, and one delayq cannot publish to is refused here rather
+        # than found out at the first due task.
+        for field, exchange in (("exchange", spec.exchange), ("deadLetterExchange", spec.dead_letter_exchange)):
+            reason = self._check_exchange(exchange) if exchange else None
+            if reason is not None:
+                raise errors.InvalidService(field, f"exchange {exchange!r}: {reason}")
         self._services.upsert(spec)
         log.info("service %s registered: exchange %s, routing key %s", spec.topic, spec.exchange, spec.routing_key)
 

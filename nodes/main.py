@@ -36,6 +36,7 @@ from nodes.clockcheck import ClockCheck
 from nodes.delayqueue import DelayQueue
 from nodes.deadletters import DeadLetterer
 from nodes.dispatcher import Dispatcher
+from nodes.exchanges import ExchangeGuard
 from nodes.feedback import FeedbackConsumer
 from nodes.follower import AssignmentFollower
 from nodes.membership import Membership
@@ -93,14 +94,20 @@ class NodeRuntime:
         self.publisher = ConfirmedPublisher(
             amqp, self.recorder.on_outcome,
             max_in_flight=s.amqp.max_in_flight, confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
-            exchanges=(s.amqp.exchange,))
-        self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, clock)
+            exchanges=())        # declared by the exchange guard, never on the publishing channel
+        # Which exchanges may be published to, checked on connections of its own.
+        self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
+            e for svc in self.services.all() for e in (svc.exchange, svc.dead_letter_exchange) if e})
+        self.publisher.on_channel_closed = self.exchanges.forget
+        self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, self.exchanges,
+                                        self.metrics, clock)
         self.recorder.dead_letters = self.deadletters.on_outcome
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
                                      default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
                                      claimers=s.scheduling.write_concurrency,
-                                     lease_ms=s.scheduling.claim_lease_ms)
+                                     lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
+                                     hold=self.recorder.hold)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
@@ -112,7 +119,7 @@ class NodeRuntime:
         self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
                                self.metrics, limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
-                               default_exchange=s.amqp.exchange, declare_exchange=self.publisher.declare_exchange,
+                               default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
                                cluster_info=self.cluster_info)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
         # longer than the largest batch is refused while decoding, before anything is built (a frame
@@ -151,7 +158,7 @@ class NodeRuntime:
 
     def _stats(self) -> dict:
         return {"shards": len(self.ownership.shards()), "queue": len(self.queue),
-                "clock_offset_ms": self.clockcheck.offset_ms}
+                "clock_offset_ms": self.clockcheck.offset_ms, "held_topics": dict(self.dispatcher.held_topics)}
 
     def start(self, wait_s: float = 60.0) -> None:
         self.http.start()
@@ -166,6 +173,7 @@ class NodeRuntime:
         except Unavailable as e:
             log.warning("could not read MySQL's clock yet (%s): nothing is claimed until MySQL answers", e)
         self.clockcheck.start()
+        self.exchanges.start()
         self.publisher.start()
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
@@ -232,6 +240,7 @@ class NodeRuntime:
         while self.publisher.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
         self.publisher.stop()
+        self.exchanges.stop()
         self.recorder.stop(max(1.0, deadline - time.monotonic()))
         self.engine.dispose()
         self.writes.dispose()
@@ -281,7 +290,7 @@ class NodeRuntime:
 
     def _detail(self) -> dict:
         clock = self.clockcheck.describe()
-        return {"clock_offset_ms": _ms(self.clockcheck.offset_ms),
+        return {"clock_offset_ms": _ms(self.clockcheck.offset_ms), "held_topics": dict(self.dispatcher.held_topics),
                 **({"clock": f"this machine's clock is {clock} MySQL's; due times follow MySQL's"} if clock else {})}
 
     def cluster_info(self) -> ttypes.ClusterInfo:
@@ -294,7 +303,8 @@ class NodeRuntime:
             cluster=s.node.cluster, shardCount=len(self.ownership.all_shards()), epoch=self._epoch, master=node,
             nodes=[ttypes.NodeInfo(nodeId=node, endpoint=f"{s.node.advertise_host}:{self.server.port}",
                                    shardCount=len(shards), queueSize=len(self.queue), master=True,
-                                   clockOffsetMs=_ms(self.clockcheck.offset_ms))],
+                                   clockOffsetMs=_ms(self.clockcheck.offset_ms),
+                                   heldTopics=dict(self.dispatcher.held_topics))],
             assignment={sh: node for sh in shards})
 
     def _zk_cluster_info(self) -> ttypes.ClusterInfo:
@@ -319,7 +329,9 @@ class NodeRuntime:
                     queueSize=len(self.queue) if m == self.membership.member else int(info.get("queue", 0)),
                     master=m == master,
                     clockOffsetMs=_ms(self.clockcheck.offset_ms if m == self.membership.member
-                                      else info.get("clock_offset_ms"))))
+                                      else info.get("clock_offset_ms")),
+                    heldTopics=dict(self.dispatcher.held_topics) if m == self.membership.member
+                    else info.get("held_topics") or {}))
         except KazooException as e:
             raise Unavailable(f"ZooKeeper: {e!r}") from None
         return ttypes.ClusterInfo(

@@ -5,6 +5,8 @@
     NOT_SENT    the attempt did not happen: back to DELAY with its number, sent again after publish_retry_ms
     FAILED      it may have reached a queue: back to DELAY, sent again as a new attempt
     UNROUTABLE  a failed attempt (no queue bound): retried with the service's backoff, then FAILED
+    HELD        not published: its service's exchange is unusable (nodes/exchanges.py); back to
+                DELAY with its number, due when the exchange is next checked
 
 If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
 task that was never recorded times out after its time-to-run and is dispatched again.
@@ -27,6 +29,8 @@ from shared.errors import DelayqError, Unavailable
 from shared.lifecycle import Result
 from shared.metrics import Metrics
 from shared.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE
+
+HELD = "HELD"
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.ownership import Ownership
 from nodes.results import ResultApplier
@@ -64,6 +68,11 @@ class Recorder(Worker):
             self._inbox.put((ref, outcome, reason))
         elif self.dead_letters is not None:
             self.dead_letters(ref, outcome, reason)
+
+    def hold(self, claimed: list[Claimed], due_ms: int, reason: str) -> None:
+        """The dispatcher did not publish these (unusable exchange): back to DELAY, due at due_ms."""
+        for c in claimed:
+            self._inbox.put(((c, due_ms), HELD, reason))
 
     @property
     def backlog(self) -> int:
@@ -104,6 +113,7 @@ class Recorder(Worker):
         failed = [ref[0] for ref, outcome, _ in items if outcome in (FAILED, NOT_SENT)]
         sent = {ref[0].task_id for ref, outcome, _ in items if outcome == FAILED}
         unroutable = [(ref[0], reason) for ref, outcome, reason in items if outcome == UNROUTABLE]
+        held = [ref for ref, outcome, _ in items if outcome == HELD]
         if confirmed:
             for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
                 self._metrics.finished.labels(c.topic).inc()
@@ -118,6 +128,11 @@ class Recorder(Worker):
             self._requeue([(c, due) for c in failed])
         for c, reason in unroutable:
             self._unroutable(c, reason)
+        if held:
+            now, node = self._clock.now_ms(), self._ownership.node_id
+            for due in sorted({due for _, due in held}):
+                self._store.release([c for c, d in held if d == due], due, False, node, now)
+            self._requeue(held)
 
     def _unroutable(self, c: Claimed, reason: str | None) -> None:
         log.warning("task %s attempt %d unroutable: %s", c.task_id, c.attempt, reason)

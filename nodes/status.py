@@ -30,7 +30,7 @@ def collect(settings: Settings, endpoints: list[str]) -> dict:
     report = {
         "cluster": ci.cluster, "master": ci.master, "epoch": ci.epoch, "shards": ci.shardCount,
         "nodes": [{"node": n.nodeId, "endpoint": n.endpoint, "shards": n.shardCount, "queue": n.queueSize,
-                   "master": n.master, "clock_offset_ms": n.clockOffsetMs}
+                   "master": n.master, "clock_offset_ms": n.clockOffsetMs, "held_topics": n.heldTopics or {}}
                   for n in sorted(ci.nodes, key=lambda n: n.nodeId)],
         "max_clock_offset_ms": settings.scheduling.max_clock_offset_ms,
         "assignment": {str(s): n for s, n in sorted(ci.assignment.items())},
@@ -61,6 +61,8 @@ def render(r: dict) -> str:
     for n in r["nodes"]:
         lines.append(f"{n['node'] + (' *' if n['master'] else ''):<20} {n['endpoint']:<24} {n['shards']:>6} {n['queue']:>8}"
                      + _clock_mark(n.get("clock_offset_ms"), r["max_clock_offset_ms"]))
+        for topic, why in sorted(n.get("held_topics", {}).items()):
+            lines.append(f"    holding back {topic}: {why}")
     lines += ["", "tasks: " + ", ".join(f"{k} {v}" for k, v in r["tasks"].items())]
     overdue = r["oldest_overdue_ms"]
     lines.append("oldest overdue task: " + ("none" if overdue is None else f"{overdue} ms late"))

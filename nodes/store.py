@@ -410,8 +410,12 @@ class TaskStore:
         if not shards:
             return []
         with unavailable_on_failure(), self._engine.connect() as conn:
+            # The last attempt's dispatch time, for the dead letter's x-delayq-dispatched-at.
+            dispatched = select(X.c.dispatched_ms).where(X.c.task_id == B.c.task_id, X.c.attempt == B.c.attempt) \
+                .scalar_subquery()
             return [dict(r) for r in conn.execute(
-                select(B.c.task_id, B.c.topic, B.c.attempt, B.c.due_ms, B.c.payload, B.c.message)
+                select(B.c.task_id, B.c.topic, B.c.attempt, B.c.due_ms, B.c.payload, B.c.message,
+                       dispatched.label("dispatched_ms"))
                 .where(B.c.dead_letter == 1, B.c.shard_id.in_(shards)).limit(limit)).mappings()]
 
     def dead_lettered(self, task_ids: Sequence[str]) -> None:

@@ -41,6 +41,7 @@ class AmqpSettings:
     exchange: str
     max_in_flight: int
     confirm_timeout_ms: int
+    exchange_recheck_ms: int
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Published messages waiting for the broker's confirm, at most."),
     Setting("DELAYQ_CONFIRM_TIMEOUT_MS", "amqp", "confirm_timeout_ms", int, 30000,
             "A publish not confirmed within this time counts as failed and is dispatched again."),
+    Setting("DELAYQ_EXCHANGE_RECHECK_MS", "amqp", "exchange_recheck_ms", int, 30000,
+            "How often the node checks again that each service's exchange is usable (an unusable one: "
+            "after 2 s, doubling up to this)."),
     Setting("DELAYQ_ZK_HOSTS", "zk", "hosts", str, "127.0.0.1:2181", "ZooKeeper connect string."),
     Setting("DELAYQ_ZK_SESSION_TIMEOUT_MS", "zk", "session_timeout_ms", int, 6000,
             "ZooKeeper session timeout: how long a silent node keeps its shards."),
@@ -303,7 +307,7 @@ def _check(s: Settings) -> None:
         "DELAYQ_MEMORY_CAP": s.scheduling.memory_cap, "DELAYQ_DISPATCH_BATCH": s.scheduling.dispatch_batch,
         "DELAYQ_SHARDS": s.scheduling.shards, "DELAYQ_MAX_BATCH": s.limits.max_batch,
         "DELAYQ_THRIFT_WORKERS": s.limits.thrift_workers, "DELAYQ_THRIFT_THREADS": s.limits.thrift_threads,
-        "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight,
+        "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight, "DELAYQ_EXCHANGE_RECHECK_MS": s.amqp.exchange_recheck_ms,
         "DELAYQ_MYSQL_TIMEOUT_MS": s.mysql.timeout_ms, "DELAYQ_AMQP_TIMEOUT_MS": s.amqp.timeout_ms,
         "DELAYQ_IDLE_TIMEOUT_MS": s.limits.idle_timeout_ms,
         "DELAYQ_FRAME_TIMEOUT_MS": s.limits.frame_timeout_ms,

@@ -97,6 +97,9 @@ struct NodeInfo {
   // This node's system clock minus MySQL's, in ms, at its last check (positive: ahead). Due times
   // follow MySQL's clock whatever it is; unset until the node could read MySQL's clock.
   6: optional i64 clockOffsetMs,
+  // Topics whose tasks this node holds back because their service's exchange is unusable (a
+  // fanout exchange, no permission...): topic -> why. They stay DELAY and fire once it is fixed.
+  7: optional map<string, string> heldTopics,
 }
 
 struct ClusterInfo {

@@ -28,6 +28,8 @@ class Metrics:
         self.failed = task("failed", "Tasks that ended FAILED.")
         self.retried = task("retried", "Attempts that failed and were scheduled again (RETRY, time-out, unroutable).")
         self.cancelled = task("cancelled", "Tasks cancelled before they fired.")
+        self.held = task("held", "Claimed tasks held back because their service's exchange is unusable "
+                                 "(back to DELAY, not an attempt).")
         self.lateness = Histogram("delayq_fire_lateness_seconds",
                                   "From a task's due time to the broker's confirm of its publish.",
                                   ["topic"], buckets=LATENESS_BUCKETS, registry=r)
@@ -44,6 +46,9 @@ class Metrics:
         self.clock_offset = Gauge("delayq_clock_offset_seconds",
                                   "This machine's clock minus MySQL's at the last check (due times follow "
                                   "MySQL's).", registry=r)
+        self.dead_letters = Counter("delayq_dead_letter_publishes_total",
+                                    "Dead letters published, by outcome (confirmed, unroutable, failed, not_sent).",
+                                    ["outcome"], registry=r)
         self.claims_expired = Counter("delayq_claims_expired_total",
                                       "Claimed attempts not published because the claim was no longer provably "
                                       "current (paused past the claim lease, or a ZooKeeper session break); "

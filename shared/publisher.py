@@ -169,6 +169,8 @@ class ConfirmedPublisher:
         self._max_in_flight = max_in_flight
         self._space = threading.Condition()
         self._pending = 0                      # handed to publish() and not yet settled
+        # Told the broker's words when it closes the channel (e.g. "no exchange 'x'"), on this thread.
+        self.on_channel_closed: Callable[[str], None] = lambda reason: None
         # batches handed over, not yet on the wire, each with its still_valid check
         self._handed: dict[int, tuple[list[Outgoing], Callable[[], bool] | None]] = {}
         self._handoffs = 0
@@ -298,7 +300,11 @@ class ConfirmedPublisher:
             self._channel.exchange_declare(exchange=name, exchange_type=EXCHANGE_TYPE, durable=True)
 
     def _on_channel_closed(self, channel, reason) -> None:
-        log.warning("RabbitMQ channel closed: %s", reason)
+        if getattr(reason, "reply_code", None) == 200:      # our own close: shutting down
+            log.debug("RabbitMQ channel closed: %s", reason)
+        else:
+            log.warning("RabbitMQ channel closed: %s", reason)
+            self.on_channel_closed(str(reason))
         self._channel = None
         if self._conn is not None and self._conn.is_open:
             self._conn.close()

@@ -162,7 +162,7 @@ def handler(database):
     yield Handler(TaskStore(engine, autocommit=writes), services,
                   DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=Metrics(),
                   limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
-                  declare_exchange=lambda _e: None, cluster_info=lambda: None)
+                  check_exchange=lambda _e: None, cluster_info=lambda: None)
     engine.dispose()
     writes.dispose()
 

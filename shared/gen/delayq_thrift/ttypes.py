@@ -823,17 +823,19 @@ class NodeInfo(object):
      - queueSize
      - master
      - clockOffsetMs
+     - heldTopics
 
     """
 
 
-    def __init__(self, nodeId=None, endpoint=None, shardCount=None, queueSize=None, master=None, clockOffsetMs=None,):
+    def __init__(self, nodeId=None, endpoint=None, shardCount=None, queueSize=None, master=None, clockOffsetMs=None, heldTopics=None,):
         self.nodeId = nodeId
         self.endpoint = endpoint
         self.shardCount = shardCount
         self.queueSize = queueSize
         self.master = master
         self.clockOffsetMs = clockOffsetMs
+        self.heldTopics = heldTopics
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -874,6 +876,17 @@ class NodeInfo(object):
                     self.clockOffsetMs = iprot.readI64()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.MAP:
+                    self.heldTopics = {}
+                    (_ktype8, _vtype9, _size7) = iprot.readMapBegin()
+                    for _i11 in range(_size7):
+                        _key12 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val13 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.heldTopics[_key12] = _val13
+                    iprot.readMapEnd()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -907,6 +920,14 @@ class NodeInfo(object):
         if self.clockOffsetMs is not None:
             oprot.writeFieldBegin('clockOffsetMs', TType.I64, 6)
             oprot.writeI64(self.clockOffsetMs)
+            oprot.writeFieldEnd()
+        if self.heldTopics is not None:
+            oprot.writeFieldBegin('heldTopics', TType.MAP, 7)
+            oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.heldTopics))
+            for kiter14, viter15 in self.heldTopics.items():
+                oprot.writeString(kiter14.encode('utf-8') if sys.version_info[0] == 2 else kiter14)
+                oprot.writeString(viter15.encode('utf-8') if sys.version_info[0] == 2 else viter15)
+            oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -989,22 +1010,22 @@ class ClusterInfo(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.nodes = []
-                    (_etype10, _size7) = iprot.readListBegin()
-                    for _i11 in range(_size7):
-                        _elem12 = NodeInfo()
-                        _elem12.read(iprot)
-                        self.nodes.append(_elem12)
+                    (_etype19, _size16) = iprot.readListBegin()
+                    for _i20 in range(_size16):
+                        _elem21 = NodeInfo()
+                        _elem21.read(iprot)
+                        self.nodes.append(_elem21)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.assignment = {}
-                    (_ktype14, _vtype15, _size13) = iprot.readMapBegin()
-                    for _i17 in range(_size13):
-                        _key18 = iprot.readI32()
-                        _val19 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.assignment[_key18] = _val19
+                    (_ktype23, _vtype24, _size22) = iprot.readMapBegin()
+                    for _i26 in range(_size22):
+                        _key27 = iprot.readI32()
+                        _val28 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.assignment[_key27] = _val28
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1037,16 +1058,16 @@ class ClusterInfo(object):
         if self.nodes is not None:
             oprot.writeFieldBegin('nodes', TType.LIST, 5)
             oprot.writeListBegin(TType.STRUCT, len(self.nodes))
-            for iter20 in self.nodes:
-                iter20.write(oprot)
+            for iter29 in self.nodes:
+                iter29.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.assignment is not None:
             oprot.writeFieldBegin('assignment', TType.MAP, 6)
             oprot.writeMapBegin(TType.I32, TType.STRING, len(self.assignment))
-            for kiter21, viter22 in self.assignment.items():
-                oprot.writeI32(kiter21)
-                oprot.writeString(viter22.encode('utf-8') if sys.version_info[0] == 2 else viter22)
+            for kiter30, viter31 in self.assignment.items():
+                oprot.writeI32(kiter30)
+                oprot.writeString(viter31.encode('utf-8') if sys.version_info[0] == 2 else viter31)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1652,6 +1673,7 @@ NodeInfo.thrift_spec = (
     (4, TType.I32, 'queueSize', None, None, ),  # 4
     (5, TType.BOOL, 'master', None, None, ),  # 5
     (6, TType.I64, 'clockOffsetMs', None, None, ),  # 6
+    (7, TType.MAP, 'heldTopics', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 7
 )
 all_structs.append(ClusterInfo)
 ClusterInfo.thrift_spec = (

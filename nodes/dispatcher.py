@@ -6,7 +6,8 @@ Only a task whose claim matched may be published, and only while that claim is c
 expired one goes back to DELAY unsent. What happens after the publish is the Recorder's job: it
 gets every publish outcome. A task later than its service's misfire
 threshold, with the policy "fail", is failed instead of published. A claim that fails because MySQL is
-down drops the batch from memory: the rows are still DELAY and the next window scan reloads them.
+down puts its batch back into memory and is tried again a quarter of a second later, so firing
+resumes the moment MySQL answers. A claim that expects a result adds its deadline to Deadlines.
 
 Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
 task, so no two claims touch the same row; all take the shard rows in share mode), and the releaser
@@ -27,6 +28,7 @@ from shared.errors import DelayqError, Unavailable
 from shared.lifecycle import Result
 from shared.metrics import Metrics
 from shared.publisher import ConfirmedPublisher, Outgoing
+from nodes.deadlines import Deadlines
 from nodes.delayqueue import DelayQueue, Entry
 from nodes.exchanges import ExchangeGuard
 from nodes.lease import ClaimLease, Lease
@@ -53,7 +55,7 @@ class Dispatcher(Worker):
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
-                 lease_ms: int = 1500, guard: ExchangeGuard,
+                 lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines,
                  hold: Callable[[list[Claimed], int, str], None]):
         super().__init__(claimers)
         self._store, self._queue, self._ownership = store, queue, ownership
@@ -62,7 +64,8 @@ class Dispatcher(Worker):
         self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
         self._held: dict[str, tuple[Claimed, Lease]] = {}
         self._lease = ClaimLease(ownership, lease_ms)
-        self._guard, self._hold = guard, hold
+        self._guard, self._hold, self._deadlines = guard, hold, deadlines
+        self._claim_failures = 0
         self.held_topics: dict[str, str] = {}     # topic -> why its last tasks were held back
         self._lock = threading.Lock()
         self._releaser: threading.Thread | None = None
@@ -112,14 +115,19 @@ class Dispatcher(Worker):
         try:
             lease = self._lease.take()
             owner, fence = self._ownership.fence()
-            claimed, fenced = self._store.claim(due, owner, fence, self._clock.now_ms())
+            now = self._clock.now_ms()
+            claimed, fenced = self._store.claim(due, owner, fence, now)
         except Unavailable as e:
-            self._dropped(due, f"claim of {len(due)} due tasks failed: {e}")
+            self._put_back(due, e)
             return
         except Exception:  # noqa: BLE001 - the dispatcher must outlive any bug in one batch
             log.exception("claiming %d due tasks failed", len(due))
             self._dropped(due, None)
             return
+        if self._claim_failures:
+            log.info("claims work again after %d failed attempts", self._claim_failures)
+            self._claim_failures = 0
+        self._deadlines.add((now + c.ttr_ms, c.task_id, c.attempt) for c in claimed if c.ttr_ms > 0)
         if fenced:
             # Taken from memory but not claimed: if the shard is ours again at a newer epoch
             # than we knew, its tasks are in MySQL only.
@@ -171,6 +179,16 @@ class Dispatcher(Worker):
         log.warning("not publishing %d claimed tasks: the claim is no longer provably ours (paused past "
                     "the claim lease, or the ZooKeeper session broke since); back to DELAY", n)
         return False
+
+    def _put_back(self, due: list, e: Exception) -> None:
+        """MySQL is down: the batch goes back into memory (still DELAY in MySQL) and is claimed
+        again shortly; the horizon stands, so the window need not be read again afterwards."""
+        self._claim_failures += 1
+        self._metrics.errors.labels("mysql").inc()
+        log.log(logging.WARNING if self._claim_failures == 1 else logging.DEBUG,
+                "claim of %d due tasks failed: %s; trying again every 0.25 s", len(due), e)
+        self._queue.offer_many(due)
+        self._stop.wait(0.25)
 
     def _dropped(self, due: list, reason: str | None) -> None:
         """The batch is left to MySQL (still DELAY, or READY until its time-to-run); the loader's

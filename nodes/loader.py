@@ -12,7 +12,11 @@ rows written to MySQL by other means (`delayq tasks redrive`), each scan also re
 part of the window for a rolling share of the shards, so that every shard's is re-read within
 full_scan_ms: the cost of a whole-window read, spread evenly over the scans instead of landing on
 the dispatcher all at once. The re-read pauses while memory holds a backlog of overdue tasks.
-In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail).
+In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail):
+the backstop for attempts a dead node dispatched (the dispatching node's own deadlines fire in
+nodes/deadlines.py), held like those during an outage of delayq's dependencies (nodes/outages.py).
+A failed scan is retried within a second, so the node is back to firing within a second of MySQL
+answering again.
 
 Thread: one, owned here; `stop()` ends it.
 """
@@ -24,6 +28,7 @@ from shared.clock import Clock
 from shared.errors import DelayqError, Unavailable
 from shared.lifecycle import Result
 from nodes.delayqueue import DelayQueue, Entry
+from nodes.outages import OutageGrace
 from nodes.ownership import Ownership
 from nodes.results import ResultApplier
 from nodes.store import TaskStore
@@ -40,7 +45,7 @@ class Loader(Worker):
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
                  clock: Clock, *, window_ms: int, interval_ms: int, cap: int, full_scan_ms: int = 15_000,
-                 catchup_rate: int = 2000, catchup_grace_ms: int = 2000):
+                 catchup_rate: int = 2000, catchup_grace_ms: int = 2000, grace: OutageGrace | None = None):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._clock = results, clock
@@ -51,6 +56,7 @@ class Loader(Worker):
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
+        self._grace = grace
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
 
     def rescan(self) -> None:
@@ -72,13 +78,21 @@ class Loader(Worker):
         while not self._stop.is_set():
             try:
                 self.scan_once()
+                if failures:
+                    log.info("window scan works again after %d failed attempts", failures)
                 failures = 0
                 wait = self._interval_ms / 1000.0
+                if self._grace is not None:
+                    self._grace.observe("mysql", True)
             except Exception as e:  # noqa: BLE001 - the loader must outlive any failure
                 failures += 1
-                wait = min(30.0, 0.5 * 2 ** min(failures, 6))
+                # Short, so that firing resumes within a second of MySQL answering again.
+                wait = min(1.0, 0.25 * 2 ** min(failures - 1, 2))
                 if isinstance(e, Unavailable):
-                    log.warning("window scan failed: %s; retrying in %.1f s", e, wait)
+                    if self._grace is not None:
+                        self._grace.observe("mysql", False)
+                    log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                            "window scan failed: %s; retrying every %.1f s", e, wait)
                 else:
                     log.exception("window scan failed; retrying in %.1f s", wait)
             self._wake.wait(wait)
@@ -150,6 +164,8 @@ class Loader(Worker):
         return Entry(e.task_id, e.shard_id, e.due_ms, fire_ms=int(slot))
 
     def _time_out(self, shards: set[int], now: int) -> None:
+        if self._grace is not None and self._grace.hold_until() is not None:
+            return
         for task_id, attempt in self._store.expired(shards, now, 1000, self._ownership.fence()[0]):
             try:
                 self._results.apply(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run")

@@ -35,6 +35,7 @@ from shared.validation import Limits
 from nodes.clockcheck import ClockCheck
 from nodes.delayqueue import DelayQueue
 from nodes.deadletters import DeadLetterer
+from nodes.deadlines import Deadlines
 from nodes.dispatcher import Dispatcher
 from nodes.exchanges import ExchangeGuard
 from nodes.feedback import FeedbackConsumer
@@ -44,6 +45,7 @@ from nodes.handler import Handler
 from nodes.http import HealthServer
 from nodes.lanes import CallPool
 from nodes.loader import Loader
+from nodes.outages import OutageGrace
 from nodes.ownership import Ownership
 from nodes.recorder import Recorder
 from nodes.results import ResultApplier
@@ -102,17 +104,23 @@ class NodeRuntime:
         self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, self.exchanges,
                                         self.metrics, clock)
         self.recorder.dead_letters = self.deadletters.on_outcome
+        # No time-out while delayq's own dependencies are down, nor for a grace after.
+        self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
+            "rabbitmq": lambda: self.publisher.ready,
+            "zookeeper": lambda: self.zk is None or self.zk.state == "connected"})
+        self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
                                      default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
                                      claimers=s.scheduling.write_concurrency,
                                      lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
+                                     deadlines=self.deadlines,
                                      hold=self.recorder.hold)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
                              catchup_rate=s.scheduling.catchup_rate,
-                             catchup_grace_ms=s.scheduling.catchup_grace_ms)
+                             catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace)
         self.dispatcher.on_fenced = self.loader.rescan
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          cluster=s.node.cluster)
@@ -178,6 +186,7 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         self.recorder.start()
+        self.deadlines.start()
         self.dispatcher.start()
         self.loader.start()
         self.deadletters.start()
@@ -235,6 +244,7 @@ class NodeRuntime:
         self.clockcheck.stop()
         self.loader.stop()
         self.dispatcher.stop()
+        self.deadlines.stop()
         self.deadletters.stop()
         deadline = time.monotonic() + timeout
         while self.publisher.in_flight and time.monotonic() < deadline:
@@ -270,7 +280,7 @@ class NodeRuntime:
     def _alive(self) -> dict[str, str | None]:
         threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
                    "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server,
-                   "clock-check": self.clockcheck}
+                   "clock-check": self.clockcheck, "deadlines": self.deadlines}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:

@@ -362,6 +362,15 @@ class TaskStore:
                 or_(T.c.ttr_ms != 0, T.c.node_id.is_(None), T.c.node_id != owner)).limit(limit))
             return [(r.task_id, r.attempt) for r in rows]
 
+    def in_flight_deadlines(self, task_ids: Sequence[str]) -> list[tuple[str, int, int | None]]:
+        """(task id, attempt, deadline ms) of those of these tasks still in flight (READY/RUNNING)."""
+        if not task_ids:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            return [(r.task_id, r.attempt, r.deadline_ms) for r in conn.execute(
+                select(T.c.task_id, T.c.attempt, T.c.deadline_ms).where(
+                    T.c.task_id.in_(list(task_ids)), T.c.status.in_([int(Status.READY), int(Status.RUNNING)])))]
+
     def cancel(self, task_id: str, now_ms: int) -> tuple[str, str | None]:
         """(CANCELLED, ALREADY_DISPATCHED or NOT_FOUND; the topic when this call cancelled it)."""
         with unavailable_on_failure(), self._engine.begin() as conn:

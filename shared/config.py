@@ -63,6 +63,7 @@ class SchedulingSettings:
     claim_lead_ms: int
     claim_lease_ms: int
     clock_check_ms: int
+    outage_grace_ms: int
     max_clock_offset_ms: int
     record_gather_ms: int
     publish_retry_ms: int
@@ -202,6 +203,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MAX_CLOCK_OFFSET_MS", "scheduling", "max_clock_offset_ms", int, 500,
             "Beyond this offset between this machine's clock and MySQL's, the node warns and marks "
             "itself in /readyz and `delayq status` (due times follow MySQL's clock regardless)."),
+    Setting("DELAYQ_OUTAGE_GRACE_MS", "scheduling", "outage_grace_ms", int, 15000,
+            "No attempt is timed out while MySQL, RabbitMQ or ZooKeeper is unreachable, nor for this "
+            "long after: results held up by the outage get that long to arrive first."),
     Setting("DELAYQ_RECORD_GATHER_MS", "scheduling", "record_gather_ms", int, 10,
             "Broker confirms are gathered this long before their execlog rows are written together "
             "(fewer MySQL transactions under steady load). A node killed meanwhile dispatches those "

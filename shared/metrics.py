@@ -49,6 +49,8 @@ class Metrics:
         self.dead_letters = Counter("delayq_dead_letter_publishes_total",
                                     "Dead letters published, by outcome (confirmed, unroutable, failed, not_sent).",
                                     ["outcome"], registry=r)
+        self.deadline_timeouts = Counter("delayq_deadline_timeouts_total",
+                                         "Attempts timed out by the dispatching node at their deadline.", registry=r)
         self.claims_expired = Counter("delayq_claims_expired_total",
                                       "Claimed attempts not published because the claim was no longer provably "
                                       "current (paused past the claim lease, or a ZooKeeper session break); "

@@ -275,6 +275,62 @@ def test_mariadb_restart_refuses_cleanly_writes_nothing_half_and_loses_nothing(n
         node.stop()
 
 
+@pytest.mark.timeout(180)
+def test_after_a_mysql_outage_firing_resumes_within_a_second_and_no_reported_work_is_timed_out(node_factory):
+    # Production scan settings: recovery must not wait for the next window scan.
+    node = node_factory(DELAYQ_MYSQL_TIMEOUT_MS="2000", DELAYQ_SCAN_INTERVAL_MS="5000", DELAYQ_FULL_SCAN_MS="15000",
+                        DELAYQ_WINDOW_MS="60000")
+    work, plain = register(node, ttrMs=3000, maxRetries=3), register(node, ttrMs=0)
+    collector = Collector("delayq", plain)
+    outage = threading.Event()
+    handled = collections.Counter()
+
+    def handle(task):               # the consumer's work ends during the outage: its report waits
+        handled[(task.task_id, task.attempt)] += 1
+        outage.wait(30)
+    consumer = TaskConsumer(work, handle, results=DelayqClient([node.endpoint]), amqp_url=AMQP_URL)
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    assert consumer.wait_ready(10)
+    mariadb = MariaDB()
+    try:
+        with node.client() as c:
+            jobs = c.submitBatch([TaskSpec(topic=work, delayMs=300, payload=b"w") for _ in range(10)])
+            wait_until(lambda: handled, 10, what="the consumer to get the first job")
+            during = c.submitBatch([TaskSpec(topic=plain, delayMs=1500 + 10 * i, payload=b"d") for i in range(10)])
+        mariadb.stop()
+        outage.set()
+        # Down past the jobs' time-to-run and the plain tasks' due times.
+        wait_until(lambda: now_ms() > max(r.dueAtMs for r in jobs) + 4000, 30, 0.1, what="the deadlines to pass")
+        mariadb.start()
+        up_at = now_ms()
+        with node.client() as c:
+            def submits():
+                try:
+                    return c.submit(TaskSpec(topic=plain, delayMs=500, payload=b"b"))
+                except ttypes.Unavailable:
+                    return None
+            back = wait_until(submits, 30, 0.05, what="a submit to succeed after the restart")
+            want = {r.taskId for r in during} | {back.taskId}
+            wait_until(lambda: want <= set(collector.task_ids()), 30, 0.05, what="the plain tasks to fire")
+            arrived = {m.headers["x-delayq-task-id"]: m.at_ms for m in collector.snapshot()}
+            resumed = min(arrived[r.taskId] for r in during) - up_at
+            assert resumed <= 1500, f"overdue tasks fired {resumed} ms after MariaDB answered"
+            assert arrived[back.taskId] - back.dueAtMs <= 300, "a task submitted after the outage was late"
+            ids = {r.taskId for r in jobs}
+            infos = wait_until(lambda: all_finished(c, ids), 60, 0.2, what="every job to finish")
+        assert all(len(i.attempts) == 1 for i in infos.values()), \
+            {t: [a.result for a in i.attempts] for t, i in infos.items() if len(i.attempts) > 1}
+        assert max(handled.values()) == 1 and all(a == 1 for _, a in handled), "work was dispatched again"
+    finally:
+        outage.set()
+        mariadb.close()
+        consumer.stop()
+        thread.join(10)
+        collector.close()
+        node.stop()
+
+
 # ---- the node itself -----------------------------------------------------------------------------
 
 @pytest.mark.timeout(120)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from sqlalchemy import Engine, delete, insert, literal, select, union_all
+from sqlalchemy import Engine, delete, func, insert, literal, select, union_all
 
 from shared import tables
 from shared.db import unavailable_on_failure
@@ -90,7 +90,7 @@ def purge(engine: Engine, before_ms: int, batch: int = 1000) -> Iterator[tuple[i
         with unavailable_on_failure(), engine.begin() as conn:
             orphans = [(r.task_id, r.attempt) for r in conn.execute(
                 select(X.c.task_id, X.c.attempt).where(
-                    X.c.dispatched_ms < before_ms,
+                    func.coalesce(X.c.dispatched_ms, X.c.result_ms) < before_ms,
                     ~select(literal(1)).where(T.c.task_id == X.c.task_id).exists()).limit(batch))]
             if not orphans:
                 return

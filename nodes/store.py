@@ -40,6 +40,7 @@ T, X, B, S = tables.task, tables.execlog, tables.backlog, tables.shard
 # and still not confirmed after this is dispatched again. A node's own such claims are never timed
 # out by itself: its publisher and recorder settle every one of them.
 UNCONFIRMED_GRACE_MS = 2_000
+UNRECORDED = "UNRECORDED"         # execlog result: claimed, timed out, no publish ever recorded
 
 
 class NewTask(NamedTuple):
@@ -305,8 +306,8 @@ class TaskStore:
         the retry in memory)."""
         message = message[:1024] if message else None
         with unavailable_on_failure(), self._engine.begin() as conn:
-            row = conn.execute(select(T.c.status, T.c.attempt, T.c.topic, T.c.shard_id, T.c.max_retries)
-                               .where(T.c.task_id == task_id).with_for_update()).first()
+            row = conn.execute(select(T.c.status, T.c.attempt, T.c.topic, T.c.shard_id, T.c.max_retries,
+                                      T.c.node_id).where(T.c.task_id == task_id).with_for_update()).first()
             if row is None:
                 final = conn.execute(select(B.c.status).where(B.c.task_id == task_id)).first()
                 if final is None:
@@ -318,13 +319,28 @@ class TaskStore:
             if decision is None:
                 return Transition(False, status, row.shard_id)
             if result is not Result.STARTED:
-                conn.execute(insert(X).prefix_with("IGNORE").values(
-                    task_id=task_id, attempt=attempt, node_id=node_id or "?", dispatched_ms=now_ms))
-                conn.execute(update(X).where(X.c.task_id == task_id, X.c.attempt == attempt)
-                             .values(result=result.value, result_ms=now_ms, message=message))
+                self._log_result(conn, task_id, attempt, result, message, now_ms, node_id, row.node_id)
             shard = row.shard_id if retry_shard is None or decision.status is not Status.DELAY else retry_shard
             self._apply(conn, task_id, attempt, status, decision, now_ms, message, shard)
             return Transition(True, decision.status, shard, decision.due_ms, row.topic)
+
+    @staticmethod
+    def _log_result(conn: Connection, task_id: str, attempt: int, result: Result, message: str | None,
+                    now_ms: int, node_id: str | None, claimer: str | None) -> None:
+        """The attempt's execlog row gets its result. A consumer's result may arrive before the
+        dispatch was recorded: the row is made with this time, and the recorder sets the real one.
+        A time-out or misfire of an attempt with no recorded dispatch gets no made-up dispatch
+        time; a time-out then says UNRECORDED: claimed (by the node named), never recorded as
+        published, most likely because that node stopped first."""
+        reached = result not in (Result.TIMEOUT, Result.MISFIRED)
+        conn.execute(insert(X).prefix_with("IGNORE").values(
+            task_id=task_id, attempt=attempt,
+            node_id=(node_id if reached or not claimer else claimer.split("@")[0]) or "?",
+            dispatched_ms=now_ms if reached else None))
+        label = result.value if result is not Result.TIMEOUT else \
+            case((X.c.dispatched_ms.is_(None), UNRECORDED), else_=result.value)
+        conn.execute(update(X).where(X.c.task_id == task_id, X.c.attempt == attempt)
+                     .values(result=label, result_ms=now_ms, message=message))
 
     def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
                now_ms: int, message: str | None, shard_id: int) -> None:

@@ -52,8 +52,14 @@ struct TaskRef {
 struct Attempt {
   1: required i32 attempt,
   2: required string nodeId,
-  3: required i64 dispatchedAtMs,
-  4: optional string result,     // SUCCESS, RETRY, FATAL, TIMEOUT, UNROUTABLE, MISFIRED, CONFIRMED (ttr 0); unset while pending
+  // When the broker got it; unset for an attempt never recorded as dispatched (MISFIRED, UNRECORDED).
+  3: optional i64 dispatchedAtMs,
+  // SUCCESS, RETRY, FATAL (the consumer's); TIMEOUT (no result within the time-to-run);
+  // UNROUTABLE (no queue bound); MISFIRED (past the misfire threshold, never sent); CONFIRMED (the
+  // broker's confirm, for ttr 0); UNCONFIRMED (published but the confirm was lost: it may have
+  // reached a queue, and went again as a new attempt); UNRECORDED (claimed, but its node stopped
+  // before any publish was recorded; timed out and sent again). Unset while pending.
+  4: optional string result,
   5: optional i64 resultAtMs,
   6: optional string message,
 }

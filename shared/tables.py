@@ -46,7 +46,7 @@ execlog = Table(
     Column("task_id", String(64), primary_key=True),
     Column("attempt", Integer, primary_key=True),
     Column("node_id", String(128), nullable=False),
-    Column("dispatched_ms", BigInteger, nullable=False),
+    Column("dispatched_ms", BigInteger),        # NULL: never recorded as dispatched (UNRECORDED, MISFIRED)
     Column("result", String(16)),
     Column("result_ms", BigInteger),
     Column("message", String(1024)),

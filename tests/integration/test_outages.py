@@ -371,3 +371,38 @@ def test_a_node_killed_as_tasks_come_due_finishes_every_task_once_per_attempt(no
             conn.close()
         collector.close()
         victim.stop()
+
+
+@pytest.mark.timeout(120)
+def test_an_attempt_claimed_by_a_node_killed_before_it_published_is_logged_without_a_dispatch(node_factory):
+    # Claims a second ahead, so the kill falls between a claim and its publish.
+    victim = node_factory(DELAYQ_CLAIM_LEAD_MS="1000")
+    topic = register(victim, ttrMs=1000, maxRetries=2, backoff="fixed", retryBackoffMs=100)
+    collector = Collector("delayq", topic)
+    from sqlalchemy import create_engine, text
+    engine = create_engine(victim.env["DELAYQ_MYSQL_URL"])
+    try:
+        with victim.client() as c:
+            ref = c.submit(TaskSpec(topic=topic, delayMs=2500, payload=b"k"))
+
+        def status():
+            with engine.connect() as conn:
+                return conn.execute(text("SELECT status FROM job_delay_task WHERE task_id = :t"),
+                                    {"t": ref.taskId}).scalar()
+        wait_until(lambda: status() == 1, 5, 0.002, what="the claim")
+        victim.kill()
+        assert now_ms() < ref.dueAtMs, "killed after the due time: it may have been published"
+        survivor = node_factory()
+        try:
+            [msg] = collector.wait_for(1, 20)
+            assert msg.headers["x-delayq-attempt"] == 2
+            with survivor.client() as c:
+                first = c.get(ref.taskId).attempts[0]
+            assert first.attempt == 1 and first.result == "UNRECORDED", first
+            assert first.dispatchedAtMs is None, "a dispatch time was made up for an attempt never published"
+            assert first.nodeId == victim.node_id
+        finally:
+            survivor.stop()
+    finally:
+        collector.close()
+        engine.dispose()

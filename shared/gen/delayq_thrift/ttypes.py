@@ -409,8 +409,6 @@ class Attempt(object):
             raise TProtocolException(message='Required field attempt is unset!')
         if self.nodeId is None:
             raise TProtocolException(message='Required field nodeId is unset!')
-        if self.dispatchedAtMs is None:
-            raise TProtocolException(message='Required field dispatchedAtMs is unset!')
         return
 
     def __repr__(self):

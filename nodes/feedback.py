@@ -3,8 +3,11 @@
 Every node consumes its cluster's durable queue `delayq.results.<cluster>` (competing consumers). A message is a JSON
 object {"taskId": ..., "attempt": n, "status": "SUCCESS" | "RETRY" | "FATAL" | "STARTED",
 "message": "..."}; it is applied exactly like Thrift `reportResult` (a stale or duplicate one
-changes nothing) and acked after MySQL committed. While MySQL is down the message is requeued; a
-malformed one is logged and dropped.
+changes nothing) and acked after MySQL committed; `attempt` may also be a string of digits
+("2"). While MySQL is down the message is requeued. A message that cannot be applied is never
+dropped silently: it goes to the durable parking queue `delayq.results.<cluster>.parked` with the
+reason in its `x-delayq-reason` header, counted in delayq_results_parked_total{reason}
+(malformed, unknown_task, error), for an operator to look at.
 
 Threads: one, owned here, with its own pika connection; `stop()` ends it.
 """
@@ -20,6 +23,7 @@ import pika.exceptions
 from shared import topology
 from shared.errors import DelayqError, InvalidTask, Unavailable
 from shared.lifecycle import Result
+from shared.metrics import Metrics
 from shared.validation import check_task_id
 
 from nodes.worker import Worker
@@ -37,7 +41,10 @@ def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
         task_id, attempt, status = raw["taskId"], raw["attempt"], raw["status"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"not a result message: {e}") from None
-    if not isinstance(task_id, str) or not isinstance(attempt, int) or attempt < 1 or status not in _STATUSES:
+    if isinstance(attempt, str) and attempt.isascii() and attempt.isdigit() and len(attempt) <= 9:
+        attempt = int(attempt)          # "2": what a JSON encoder of a string-typed field sends
+    if not isinstance(task_id, str) or not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1 \
+            or status not in _STATUSES:
         raise ValueError("taskId must be a string, attempt an integer >= 1, status SUCCESS|RETRY|FATAL|STARTED")
     try:
         check_task_id(task_id)
@@ -50,10 +57,12 @@ def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
 class FeedbackConsumer(Worker):
     name = "feedback"
 
-    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, *, cluster: str, prefetch: int = 200):
+    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, metrics: Metrics, *, cluster: str,
+                 prefetch: int = 200):
         super().__init__()
-        self._params, self._apply, self._prefetch = params, apply, prefetch
+        self._params, self._apply, self._metrics, self._prefetch = params, apply, metrics, prefetch
         self._queue = topology.results_queue(cluster)
+        self._parked = topology.parked_results_queue(cluster)
 
     def _run(self) -> None:
         delay = 1.0
@@ -63,12 +72,13 @@ class FeedbackConsumer(Worker):
             except pika.exceptions.AMQPError as e:
                 log.debug("results queue: cannot connect: %s", e)
                 self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
+                delay = min(delay * 2, 2.0)     # results wait: reconnect soon after RabbitMQ is back
                 continue
             delay = 1.0
             try:
                 channel = conn.channel()
                 channel.queue_declare(self._queue, durable=True)
+                channel.queue_declare(self._parked, durable=True)
                 channel.basic_qos(prefetch_count=self._prefetch)
                 channel.basic_consume(self._queue, self._on_message)
                 while not self._stop.is_set():
@@ -90,8 +100,7 @@ class FeedbackConsumer(Worker):
         try:
             task_id, attempt, result, message = parse_result(body)
         except ValueError as e:
-            log.warning("dropping a malformed result message: %s", e)
-            channel.basic_ack(method.delivery_tag)
+            self._park(channel, method, body, "malformed", str(e))
             return
         try:
             self._apply(task_id, attempt, result, message)
@@ -101,7 +110,18 @@ class FeedbackConsumer(Worker):
             self._stop.wait(1.0)
             return
         except DelayqError as e:          # NotFound and the like: nothing to apply it to
-            log.info("result for %s attempt %d ignored: %s", task_id, attempt, e)
-        except Exception:  # noqa: BLE001 - a message that breaks a bug is dropped, not redelivered forever
-            log.exception("result for %s attempt %d dropped", task_id, attempt)
+            self._park(channel, method, body, "unknown_task", str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - parked, not redelivered forever
+            log.exception("result for %s attempt %d cannot be applied", task_id, attempt)
+            self._park(channel, method, body, "error", repr(e))
+            return
         channel.basic_ack(method.delivery_tag)
+
+    def _park(self, channel, method, body: bytes, kind: str, reason: str) -> None:
+        """Into the parking queue, then acked: a failed publish leaves it unacked, so redelivered."""
+        channel.basic_publish("", self._parked, body, properties=pika.BasicProperties(
+            delivery_mode=2, headers={topology.HEADER_REASON: f"{kind}: {reason}"[:1024]}))
+        channel.basic_ack(method.delivery_tag)
+        self._metrics.results_parked.labels(kind).inc()
+        log.warning("result message parked in %s (%s): %s", self._parked, kind, reason)

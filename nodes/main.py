@@ -123,7 +123,7 @@ class NodeRuntime:
                              catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace)
         self.dispatcher.on_fenced = self.loader.rescan
         self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
-                                         cluster=s.node.cluster)
+                                         self.metrics, cluster=s.node.cluster)
         self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
                                self.metrics, limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,

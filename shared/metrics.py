@@ -51,6 +51,10 @@ class Metrics:
                                     ["outcome"], registry=r)
         self.deadline_timeouts = Counter("delayq_deadline_timeouts_total",
                                          "Attempts timed out by the dispatching node at their deadline.", registry=r)
+        self.results_parked = Counter("delayq_results_parked_total",
+                                      "Result messages from the results queue that could not be applied, parked "
+                                      "in delayq.results.<cluster>.parked, by reason (malformed, unknown_task, error).",
+                                      ["reason"], registry=r)
         self.claims_expired = Counter("delayq_claims_expired_total",
                                       "Claimed attempts not published because the claim was no longer provably "
                                       "current (paused past the claim lease, or a ZooKeeper session break); "

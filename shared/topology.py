@@ -27,6 +27,11 @@ def results_queue(cluster: str) -> str:
     return f"delayq.results.{cluster}"
 
 
+def parked_results_queue(cluster: str) -> str:
+    """Where result messages that cannot be applied go, with the reason (x-delayq-reason)."""
+    return f"{results_queue(cluster)}.parked"
+
+
 def queue_name(topic: str) -> str:
     """The queue the consumer helper declares for a topic."""
     return f"delayq.{topic}"

@@ -92,21 +92,41 @@ def test_results_reported_over_amqp_finish_and_retry_tasks(node):
     assert info.attempts[0].message == "once more"
 
 
-def test_a_malformed_result_message_is_dropped_and_the_queue_keeps_flowing(node):
+def test_a_result_that_cannot_be_applied_is_parked_with_its_reason_and_a_string_attempt_is_accepted(node):
+    topic = _topic()
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=60_000))
+        task = c.submit(TaskSpec(topic=topic, delayMs=100, payload=b"p"))
+        wait_until(lambda: c.get(task.taskId).attempt == 1, 10, what="the first dispatch")
+    cluster = node.env["DELAYQ_CLUSTER"]
+    queue, parked = f"delayq.results.{cluster}", f"delayq.results.{cluster}.parked"
+    bad = [b"not json", json.dumps({"taskId": 5}).encode(),
+           json.dumps({"taskId": "nope", "attempt": 1, "status": "SUCCESS"}).encode()]
     conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     try:
         ch = conn.channel()
-        queue = f"delayq.results.{node.env['DELAYQ_CLUSTER']}"
         ch.queue_declare(queue, durable=True)
-        for body in (b"not json", json.dumps({"taskId": 5}).encode(),
-                     json.dumps({"taskId": "nope", "attempt": 1, "status": "SUCCESS"}).encode()):
+        ch.queue_declare(parked, durable=True)
+        ch.queue_purge(parked)
+        for body in bad + [json.dumps({"taskId": task.taskId, "attempt": "1", "status": "SUCCESS"}).encode()]:
             ch.basic_publish("", queue, body)
-        wait_until(lambda: ch.queue_declare(queue, durable=True).method.message_count == 0, 10,
-                   what="the node to consume the results queue")
+        wait_until(lambda: ch.queue_declare(parked, durable=True).method.message_count == len(bad), 10,
+                   what="the unusable results to be parked")
+        reasons = {}
+        for _ in bad:
+            method, props, body = ch.basic_get(parked, auto_ack=True)
+            reasons[body] = props.headers["x-delayq-reason"]
+        assert set(reasons) == set(bad)
+        assert reasons[b"not json"].startswith("malformed: ")
+        assert reasons[bad[2]].startswith("unknown_task: ")
     finally:
         conn.close()
     with node.client() as c:
-        assert c.cluster().nodes   # still serving
+        wait_until(lambda: c.get(task.taskId).status == TaskStatus.FINISHED, 10,
+                   what='the result with "attempt": "1" to be applied')
+    parked_by = node.metrics(labelled=True)
+    assert parked_by['delayq_results_parked_total{reason="malformed"}'] >= 2
+    assert parked_by['delayq_results_parked_total{reason="unknown_task"}'] >= 1
 
 
 def test_late_tasks_are_caught_up_at_a_bounded_rate_without_delaying_tasks_due_now(node_factory):

@@ -106,7 +106,8 @@ class Handler:
     def __init__(self, store: TaskStore, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
                  clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int,
                  window_ms: int, default_exchange: str,
-                 check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo]):
+                 check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo],
+                 hint: Callable[[list[Entry]], None] = lambda entries: None):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
@@ -114,6 +115,7 @@ class Handler:
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._check_exchange = check_exchange
+        self._hint = hint
         self._cluster_info = cluster_info
         self._call_metrics: dict[tuple[str, str], tuple] = {}
 
@@ -269,8 +271,15 @@ class Handler:
         pair[1].observe(elapsed)
 
     def _enqueue(self, done: list[Submitted]) -> None:
-        """NetEase: a task due within the scan window goes straight into the memory queue."""
-        self._queue.offer_written((Entry(d.task_id, d.shard_id, d.due_ms) for d in done), self._ownership.shards())
+        """A task due within the window goes straight into memory: ours, or its shard owner's
+        through a hint (nodes/hints.py) when this node had no shard to put it on."""
+        owned = self._ownership.shards()
+        entries = [Entry(d.task_id, d.shard_id, d.due_ms) for d in done]
+        self._queue.offer_written(entries, owned)
+        near = self._clock.now_ms() + self._window_ms
+        others = [e for e in entries if e.shard_id not in owned and e.due_ms < near]
+        if others:
+            self._hint(others)
 
     @_declared
     def cancel(self, taskId: str) -> int:

@@ -42,6 +42,7 @@ from nodes.feedback import FeedbackConsumer
 from nodes.follower import AssignmentFollower
 from nodes.membership import Membership
 from nodes.handler import Handler
+from nodes import hints
 from nodes.http import HealthServer
 from nodes.lanes import CallPool
 from nodes.loader import Loader
@@ -108,6 +109,7 @@ class NodeRuntime:
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
             "zookeeper": lambda: self.zk is None or self.zk.state == "connected"})
+        self.hints = hints.HintReader(self.engine, self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
@@ -128,6 +130,7 @@ class NodeRuntime:
                                self.metrics, limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
+                               hint=lambda entries: hints.write(self.writes, entries),
                                cluster_info=self.cluster_info)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
         # longer than the largest batch is refused while decoding, before anything is built (a frame
@@ -187,6 +190,7 @@ class NodeRuntime:
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         self.recorder.start()
         self.deadlines.start()
+        self.hints.start()
         self.dispatcher.start()
         self.loader.start()
         self.deadletters.start()
@@ -245,6 +249,7 @@ class NodeRuntime:
         self.loader.stop()
         self.dispatcher.stop()
         self.deadlines.stop()
+        self.hints.stop()
         self.deadletters.stop()
         deadline = time.monotonic() + timeout
         while self.publisher.in_flight and time.monotonic() < deadline:
@@ -280,7 +285,8 @@ class NodeRuntime:
     def _alive(self) -> dict[str, str | None]:
         threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
                    "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server,
-                   "clock-check": self.clockcheck, "deadlines": self.deadlines}
+                   "clock-check": self.clockcheck, "deadlines": self.deadlines,
+                   "hints": self.hints}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:

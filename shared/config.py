@@ -64,6 +64,7 @@ class SchedulingSettings:
     claim_lease_ms: int
     clock_check_ms: int
     outage_grace_ms: int
+    hint_poll_ms: int
     max_clock_offset_ms: int
     record_gather_ms: int
     publish_retry_ms: int
@@ -206,6 +207,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_OUTAGE_GRACE_MS", "scheduling", "outage_grace_ms", int, 15000,
             "No attempt is timed out while MySQL, RabbitMQ or ZooKeeper is unreachable, nor for this "
             "long after: results held up by the outage get that long to arrive first."),
+    Setting("DELAYQ_HINT_POLL_MS", "scheduling", "hint_poll_ms", int, 25,
+            "How often a node reads the hints other nodes left for its shards (tasks due soon they "
+            "accepted while owning no shard to put them on)."),
     Setting("DELAYQ_RECORD_GATHER_MS", "scheduling", "record_gather_ms", int, 10,
             "Broker confirms are gathered this long before their execlog rows are written together "
             "(fewer MySQL transactions under steady load). A node killed meanwhile dispatches those "
@@ -311,7 +315,7 @@ def _check(s: Settings) -> None:
         "DELAYQ_MEMORY_CAP": s.scheduling.memory_cap, "DELAYQ_DISPATCH_BATCH": s.scheduling.dispatch_batch,
         "DELAYQ_SHARDS": s.scheduling.shards, "DELAYQ_MAX_BATCH": s.limits.max_batch,
         "DELAYQ_THRIFT_WORKERS": s.limits.thrift_workers, "DELAYQ_THRIFT_THREADS": s.limits.thrift_threads,
-        "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight, "DELAYQ_EXCHANGE_RECHECK_MS": s.amqp.exchange_recheck_ms,
+        "DELAYQ_MAX_IN_FLIGHT": s.amqp.max_in_flight, "DELAYQ_HINT_POLL_MS": s.scheduling.hint_poll_ms, "DELAYQ_EXCHANGE_RECHECK_MS": s.amqp.exchange_recheck_ms,
         "DELAYQ_MYSQL_TIMEOUT_MS": s.mysql.timeout_ms, "DELAYQ_AMQP_TIMEOUT_MS": s.amqp.timeout_ms,
         "DELAYQ_IDLE_TIMEOUT_MS": s.limits.idle_timeout_ms,
         "DELAYQ_FRAME_TIMEOUT_MS": s.limits.frame_timeout_ms,

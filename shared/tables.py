@@ -83,3 +83,10 @@ meta = Table(
     Column("name", String(64), primary_key=True),
     Column("value", String(255), nullable=False),
 )
+
+hint = Table(
+    "job_delay_hint", metadata,
+    Column("shard_id", Integer, primary_key=True),
+    Column("task_id", String(64), primary_key=True),
+    Column("due_ms", BigInteger, nullable=False),
+)

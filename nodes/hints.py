@@ -1,0 +1,80 @@
+"""Hints: a task due soon reaches the memory of its shard's owner at once, whichever node took it.
+
+A node that owns no shard it may claim on (drained, just joined, its ZooKeeper session suspended)
+still accepts submits: their tasks go to other nodes' shards, whose owners would otherwise find
+them only at their next full re-read of the window (up to DELAYQ_FULL_SCAN_MS, longer while a
+backlog pauses it). So the accepting node writes a hint (shard, task, due) for each such task due
+within the window (`write`), after the task itself committed, and every node reads and deletes the
+hints of its own shards every `poll_ms` (`HintReader`), offering the tasks to its memory. A hint is
+only a nudge: the claim still checks MySQL, so a stale hint (the task cancelled, rescheduled, or
+already fired) costs nothing; a lost one (the node died between the two writes) leaves the task to
+the re-read.
+
+Thread: HintReader, one, owned here.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from sqlalchemy import Engine, delete, insert, select, tuple_
+
+from shared import tables
+from shared.db import unavailable_on_failure
+from shared.errors import Unavailable
+from nodes.delayqueue import DelayQueue, Entry
+from nodes.ownership import Ownership
+from nodes.worker import Worker
+
+log = logging.getLogger(__name__)
+
+H = tables.hint
+
+
+def write(engine: Engine, entries: Sequence[Entry]) -> None:
+    """Hints for tasks of other nodes' shards (best effort: a failure is logged)."""
+    if not entries:
+        return
+    try:
+        with unavailable_on_failure(), engine.begin() as conn:
+            conn.execute(insert(H).prefix_with("IGNORE"),
+                         [{"shard_id": e.shard_id, "task_id": e.task_id, "due_ms": e.due_ms} for e in entries])
+    except Unavailable as e:
+        log.warning("could not hint %d tasks to their shards' owners: %s; their re-read finds them", len(entries), e)
+
+
+class HintReader(Worker):
+    name = "hints"
+
+    def __init__(self, engine: Engine, queue: DelayQueue, ownership: Ownership, *, poll_ms: int, batch: int = 1000):
+        super().__init__()
+        self._engine, self._queue, self._ownership = engine, queue, ownership
+        self._poll_s, self._batch = poll_ms / 1000.0, batch
+
+    def _run(self) -> None:
+        failing = False
+        while not self._stop.wait(self._poll_s):
+            try:
+                while self.read_once() >= self._batch:
+                    pass
+                failing = False
+            except Unavailable as e:
+                if not failing:
+                    log.warning("reading hints failed: %s; retrying", e)
+                failing = True
+                self._stop.wait(1.0)
+
+    def read_once(self) -> int:
+        shards = sorted(self._ownership.shards()) if self._ownership.claimable else []
+        if not shards:
+            return 0
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            rows = conn.execute(select(H.c.shard_id, H.c.task_id, H.c.due_ms)
+                                .where(H.c.shard_id.in_(shards)).limit(self._batch)).all()
+            if rows:
+                conn.execute(delete(H).where(tuple_(H.c.shard_id, H.c.task_id).in_(
+                    [(r.shard_id, r.task_id) for r in rows])))
+        if rows:
+            self._queue.offer_written([Entry(r.task_id, r.shard_id, r.due_ms) for r in rows],
+                                      self._ownership.shards())
+        return len(rows)

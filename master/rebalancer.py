@@ -177,7 +177,7 @@ class Rebalancer:
             return None
         # Every grant MySQL lacks, not only this pass's moves: a master that died between its two
         # writes left grants that only its successor can complete.
-        self._repair(doc, stored)
+        self._repair(doc, stored, set(moved))
         per_node: dict[str, int] = {}
         for g in doc.shards.values():
             per_node[node_of(g.member)] = per_node.get(node_of(g.member), 0) + 1
@@ -185,10 +185,15 @@ class Rebalancer:
                  sorted(moved), dict(sorted(per_node.items())))
         return doc
 
-    def _repair(self, doc: AssignmentDoc, stored: dict[int, tuple[str | None, int]]) -> None:
-        """Write to MySQL any grant of the current assignment it lacks (a master died mid-write)."""
+    def _repair(self, doc: AssignmentDoc, stored: dict[int, tuple[str | None, int]], moved: set[int]) -> None:
+        """Write to MySQL every grant of the current assignment it lacks: this pass's moves, and
+        any a master that died between its two writes left behind (the only ones worth a warning)."""
         missing = {s: (g.member, g.epoch) for s, g in doc.shards.items()
                    if stored.get(s, (None, -1)) != (g.member, g.epoch)}
         if missing:
-            fixed = self._shards.grant(missing)
-            log.info("repaired %d shard grants in MySQL at epoch %d", fixed, doc.epoch)
+            self._shards.grant(missing)
+            left = sorted(set(missing) - moved)
+            if left:
+                log.warning("wrote %d shard grants a previous master left unwritten (shards %s) at epoch %d",
+                            len(left), left, doc.epoch)
+            log.debug("wrote %d shard grants in MySQL at epoch %d", len(missing), doc.epoch)

@@ -48,6 +48,7 @@ def setup_logging(level: str, fmt: str) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="delayq", prog_name="delayq", message="%(prog)s %(version)s")
 def main() -> None:
     """delayq: a distributed delayed-task scheduler (Thrift in, MySQL as truth, RabbitMQ out)."""
     # Commands say in one line why a node could not be reached; Thrift's socket logger would say
@@ -143,7 +144,8 @@ def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -
     except Unavailable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
-    click.echo(json.dumps(report, indent=2, sort_keys=True) if as_json else render(report))
+    # Not sort_keys: shards are listed in numeric order, which sorting as strings would undo.
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
 
 @main.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from typing import Callable
 
 import click
@@ -16,7 +17,7 @@ import click
 from shared.errors import Unavailable
 from shared.gen.delayq_thrift import ttypes
 from shared.zkpaths import Intents, ZkPaths
-from nodes.cli_common import load_settings
+from nodes.cli_common import EXIT_USAGE, fail, load_settings
 from nodes.cluster_ops import cluster_info, read_intents, update_intents, wait_applied, wait_for, zk_session
 
 EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 3
@@ -33,31 +34,62 @@ def cluster_options(f):
     return f
 
 
+Check = Callable[[ttypes.ClusterInfo, Intents], "str | None"]
+
+
 def _change(config_file, endpoints, timeout_s, as_json, what: str, change: Callable[[Intents], Intents],
-            done: Callable[[ttypes.ClusterInfo, Intents], bool]) -> None:
+            done: Callable[[ttypes.ClusterInfo, Intents], bool], check: Check = lambda info, i: None) -> None:
+    """Check the request against the cluster (exit 2 naming what is wrong), record the intent, and
+    wait, all within one --timeout, until the master applied it and the nodes report it."""
     settings = load_settings(config_file)
+    deadline = time.monotonic() + timeout_s
     try:
         with zk_session(settings) as zk:
             paths = ZkPaths(settings.node.cluster)
+            before = cluster_info(settings, list(endpoints))
+            problem = check(before, read_intents(zk, paths))
+            if problem is not None:
+                fail(problem, EXIT_USAGE, as_json)
             intents, zxid = update_intents(zk, paths, change)
-            applied = wait_applied(zk, paths, zxid, timeout_s)
-        info = None if applied is None else wait_for(settings, list(endpoints), lambda i: done(i, intents), 10.0)
+            applied = wait_applied(zk, paths, zxid, max(0.0, deadline - time.monotonic()))
+        info = None if applied is None else \
+            wait_for(settings, list(endpoints), lambda i: done(i, intents), max(0.0, deadline - time.monotonic()))
     except Unavailable as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+        fail(str(e), EXIT_UNAVAILABLE, as_json)
     report = {"intent": what, "applied": info is not None, "drained": sorted(intents.drained),
               "pinned": {str(k): v for k, v in sorted(intents.pinned.items())}}
     if info is not None:
-        report.update(epoch=info.epoch, shards_per_node=_per_node(info))
+        report.update(epoch=info.epoch, shardsPerNode=_per_node(info))
     if as_json:
         click.echo(json.dumps(report, indent=2))
     elif info is not None:
         click.echo(f"{what}: applied at epoch {info.epoch}; shards per node: "
-                   + ", ".join(f"{n} {c}" for n, c in report["shards_per_node"].items()))
+                   + ", ".join(f"{n} {c}" for n, c in report["shardsPerNode"].items()))
     else:
-        click.echo(f"{what}: recorded, but not applied within {timeout_s:.0f} s (is a master running?)", err=True)
+        waited = ("the master to write an assignment that includes it" if applied is None
+                  else "the nodes to report the new assignment")
+        master = f"the master is {before.master}" if before.master else "no master is running"
+        click.echo(f"{what}: recorded, but not applied within --timeout {timeout_s:g} s (waited for {waited}; "
+                   f"{master}); it stays recorded: see `delayq intents`", err=True)
     if info is None:
         sys.exit(EXIT_TIMEOUT)
+
+
+def _members(info: ttypes.ClusterInfo) -> set[str]:
+    return {n.nodeId for n in info.nodes}
+
+
+def _unknown_node(node: str, info: ttypes.ClusterInfo, force: bool) -> str | None:
+    if force or node in _members(info):
+        return None
+    return (f"{node!r} is not a member of cluster {info.cluster!r} (members: {', '.join(sorted(_members(info)))}); "
+            "add --force for a node that will join later")
+
+
+def _shard_out_of_range(shard: int, info: ttypes.ClusterInfo) -> str | None:
+    if 0 <= shard < info.shardCount:
+        return None
+    return f"shard {shard} does not exist: cluster {info.cluster!r} has shards 0-{info.shardCount - 1}"
 
 
 def _per_node(info: ttypes.ClusterInfo) -> dict[str, int]:
@@ -69,13 +101,15 @@ def _per_node(info: ttypes.ClusterInfo) -> dict[str, int]:
 
 @click.command()
 @click.argument("node")
+@click.option("--force", is_flag=True, help="Record it for a node that is not a member (yet).")
 @cluster_options
-def drain(node: str, endpoints, timeout_s, as_json, config_file) -> None:
+def drain(node: str, force: bool, endpoints, timeout_s, as_json, config_file) -> None:
     """Move every shard off NODE (it stays a member and keeps serving calls, but owns nothing)."""
     _change(config_file, endpoints, timeout_s, as_json, f"drain {node}",
             lambda i: dataclasses.replace(i, drained=i.drained | {node}),
             # Pins win over a drain: a shard pinned to the node stays.
-            lambda info, i: all(i.pinned.get(s) == node for s, n in info.assignment.items() if n == node))
+            lambda info, i: all(i.pinned.get(s) == node for s, n in info.assignment.items() if n == node),
+            lambda info, i: _unknown_node(node, info, force))
 
 
 @click.command()
@@ -85,18 +119,23 @@ def undrain(node: str, endpoints, timeout_s, as_json, config_file) -> None:
     """Let NODE own shards again."""
     _change(config_file, endpoints, timeout_s, as_json, f"undrain {node}",
             lambda i: dataclasses.replace(i, drained=i.drained - {node}),
-            lambda info, i: node in info.assignment.values() or node not in {n.nodeId for n in info.nodes})
+            lambda info, i: node in info.assignment.values() or node not in {n.nodeId for n in info.nodes},
+            lambda info, i: None if node in i.drained else
+            f"{node!r} is not drained (drained: {', '.join(sorted(i.drained)) or 'none'})")
 
 
 @click.command()
 @click.argument("shard", type=int)
 @click.argument("node")
+@click.option("--force", is_flag=True, help="Record it for a node that is not a member (yet).")
 @cluster_options
-def pin(shard: int, node: str, endpoints, timeout_s, as_json, config_file) -> None:
+def pin(shard: int, node: str, force: bool, endpoints, timeout_s, as_json, config_file) -> None:
     """Keep SHARD on NODE (while NODE is a member), whatever the balance."""
     _change(config_file, endpoints, timeout_s, as_json, f"pin {shard} {node}",
             lambda i: dataclasses.replace(i, pinned={**i.pinned, shard: node}),
-            lambda info, i: info.assignment.get(shard) == node)
+            # For a node not (yet) a member, recorded is all there is to wait for.
+            lambda info, i: info.assignment.get(shard) == node or node not in _members(info),
+            lambda info, i: _shard_out_of_range(shard, info) or _unknown_node(node, info, force))
 
 
 @click.command()
@@ -106,7 +145,9 @@ def unpin(shard: int, endpoints, timeout_s, as_json, config_file) -> None:
     """Let the master place SHARD again."""
     _change(config_file, endpoints, timeout_s, as_json, f"unpin {shard}",
             lambda i: dataclasses.replace(i, pinned={k: v for k, v in i.pinned.items() if k != shard}),
-            lambda info, i: True)
+            lambda info, i: True,
+            lambda info, i: None if shard in i.pinned else
+            f"shard {shard} is not pinned (pinned: {', '.join(str(k) for k in sorted(i.pinned)) or 'none'})")
 
 
 @click.command()
@@ -129,7 +170,7 @@ def intents(endpoints, timeout_s, as_json, config_file) -> None:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
     out = {"drained": sorted(i.drained), "pinned": {str(k): v for k, v in sorted(i.pinned.items())},
-           "reshard_to": i.shards}
+           "reshardTo": i.shards}
     click.echo(json.dumps(out, indent=2) if as_json else
                f"drained: {', '.join(out['drained']) or 'none'}\n"
                f"pinned: {', '.join(f'{k}->{v}' for k, v in out['pinned'].items()) or 'none'}\n"
@@ -173,9 +214,9 @@ def reshard(target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, t
             before_counts, after_counts = _per_node(info), {}
             for n in after.values():
                 after_counts[n] = after_counts.get(n, 0) + 1
-            report = {"from": p.current, "to": target, "rows_to_move": p.rows,
-                      "rows_per_shard": {str(k): v for k, v in p.rows_per_shard.items()},
-                      "shards_per_node_before": before_counts, "shards_per_node_after": dict(sorted(after_counts.items()))}
+            report = {"from": p.current, "to": target, "rowsToMove": p.rows,
+                      "rowsPerShard": {str(k): v for k, v in p.rows_per_shard.items()},
+                      "shardsPerNodeBefore": before_counts, "shardsPerNodeAfter": dict(sorted(after_counts.items()))}
             if dry_run:
                 click.echo(json.dumps(report, indent=2) if as_json else _plan_text(report))
                 return
@@ -198,10 +239,10 @@ def reshard(target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, t
 
 
 def _plan_text(r: dict) -> str:
-    lines = [f"reshard {r['from']} -> {r['to']} shards: {r['rows_to_move']} live tasks to move"]
-    lines += [f"  shard {s}: {n} rows out" for s, n in r["rows_per_shard"].items()]
-    nodes = sorted(set(r["shards_per_node_before"]) | set(r["shards_per_node_after"]))
+    lines = [f"reshard {r['from']} -> {r['to']} shards: {r['rowsToMove']} live tasks to move"]
+    lines += [f"  shard {s}: {n} rows out" for s, n in r["rowsPerShard"].items()]
+    nodes = sorted(set(r["shardsPerNodeBefore"]) | set(r["shardsPerNodeAfter"]))
     lines.append(f"{'NODE':<20} {'BEFORE':>6} {'AFTER':>6}")
-    lines += [f"{n:<20} {r['shards_per_node_before'].get(n, 0):>6} {r['shards_per_node_after'].get(n, 0):>6}"
+    lines += [f"{n:<20} {r['shardsPerNodeBefore'].get(n, 0):>6} {r['shardsPerNodeAfter'].get(n, 0):>6}"
               for n in nodes]
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 client, and one mapping from errors to exit codes: 2 usage or configuration, 3 unreachable."""
 from __future__ import annotations
 
+import json
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, NoReturn, TypeVar
 
 import click
 from thrift.Thrift import TException
@@ -32,15 +33,30 @@ def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqC
     return DelayqClient(found)
 
 
-def run(fn: Callable[[], T]) -> T:
+def fail(message: str, code: int, as_json: bool = False) -> NoReturn:
+    """End the command: the message on stderr (under --json, {"error": ...} on stdout), the exit code."""
+    if as_json:
+        click.echo(json.dumps({"error": message}))
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def run(fn: Callable[[], T], as_json: bool = False) -> T:
     """Run fn; turn delayq's and Thrift's errors into one clear line and the exit code."""
     try:
         return fn()
-    except (ConfigError, ttypes.InvalidService) as e:
-        message, code = (f"{e.field}: {e.reason}" if isinstance(e, ttypes.InvalidService) else str(e)), EXIT_USAGE
+    except (ConfigError, ttypes.InvalidService, ttypes.InvalidTask, ttypes.UnknownTopic) as e:
+        if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask)):
+            message = f"{e.field}: {e.reason}"
+        elif isinstance(e, ttypes.UnknownTopic):
+            message = f"unknown topic {e.topic!r}: register its service first (delayq services add)"
+        else:
+            message = str(e)
+        fail(message, EXIT_USAGE, as_json)
+    except ttypes.Conflict as e:
+        fail(f"task {e.taskId!r}: {e.reason}", EXIT_USAGE, as_json)
     except (Unavailable, ttypes.Unavailable) as e:
-        message, code = getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE
+        fail(getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE, as_json)
     except (TException, OSError) as e:
-        message, code = str(e), EXIT_UNAVAILABLE
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+        fail(str(e), EXIT_UNAVAILABLE, as_json)

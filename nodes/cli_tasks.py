@@ -11,7 +11,7 @@ from shared.clock import SYSTEM_CLOCK
 from shared.db import make_engine
 from shared.gen.delayq_thrift import ttypes
 from shared.lifecycle import Status
-from nodes.cli_common import EXIT_FAILURE, client, load_settings, run
+from nodes.cli_common import EXIT_FAILURE, client, fail, load_settings, run
 from nodes.ops import TaskFilter, list_tasks, purge, redrive
 
 
@@ -58,9 +58,8 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
             try:
                 return c.get(task_id)
             except ttypes.NotFound:
-                click.echo(f"no task {task_id!r}", err=True)
-                sys.exit(EXIT_FAILURE)
-    info = run(go)
+                fail(f"no task {task_id!r}", EXIT_FAILURE, as_json)
+    info = run(go, as_json)
     out = {"taskId": info.taskId, "topic": info.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[info.status],
            "attempt": info.attempt, "dueAtMs": info.dueAtMs, "shardId": info.shardId,
            "attempts": [{"attempt": a.attempt, "node": a.nodeId, "dispatchedAtMs": a.dispatchedAtMs,
@@ -75,6 +74,49 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
                    f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
 
 
+_DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str) -> int:
+    """30s, 1500ms, 5m, 2h, 1d (or bare milliseconds)."""
+    number = text.rstrip("smhd")
+    unit = text[len(number):] or "ms"
+    if not number.isdigit() or unit not in _DURATION:
+        raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 1500ms, 5m, 2h or 1d")
+    return int(number) * _DURATION[unit]
+
+
+@tasks.command("submit")
+@click.argument("topic")
+@click.option("--delay", help="Due this long from now: 30s, 1500ms, 5m, 2h, 1d.")
+@click.option("--at", "at", help="Due at this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
+@click.option("--id", "task_id", help="Your own task id (idempotent: the same id and content is accepted again).")
+@click.option("--payload", help="The payload, as UTF-8 text.")
+@click.option("--payload-file", type=click.File("rb"), help="The payload, read from a file ('-': stdin).")
+@click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
+@with_common
+def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, config_file, as_json) -> None:
+    """Submit one task to TOPIC (its service must be registered). Prints the task id and due time."""
+    if (delay is None) == (at is None):
+        raise click.UsageError("give exactly one of --delay and --at")
+    if payload is not None and payload_file is not None:
+        raise click.UsageError("give at most one of --payload and --payload-file")
+    body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
+    spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
+                           delayMs=_duration_ms(delay) if delay is not None else None,
+                           dueAtMs=_instant(at) if at is not None else None)
+    settings = load_settings(config_file)
+
+    def go():
+        with client(settings, endpoints) as c:
+            return c.submit(spec)
+    ref = run(go, as_json)
+    if as_json:
+        click.echo(json.dumps({"taskId": ref.taskId, "dueAtMs": ref.dueAtMs, "created": ref.created}))
+    else:
+        click.echo(f"{ref.taskId}  due {_fmt(ref.dueAtMs)}" + ("" if ref.created else "  (existed already)"))
+
+
 @tasks.command("cancel")
 @click.argument("task_id")
 @click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
@@ -86,7 +128,7 @@ def cancel_task(task_id: str, endpoints: tuple[str, ...], config_file: str | Non
     def go():
         with client(settings, endpoints) as c:
             return ttypes.CancelResult._VALUES_TO_NAMES[c.cancel(task_id)]
-    outcome = run(go)
+    outcome = run(go, as_json)
     click.echo(json.dumps({"taskId": task_id, "result": outcome}) if as_json else outcome)
     if outcome != "CANCELLED":
         sys.exit(EXIT_FAILURE)
@@ -112,9 +154,11 @@ def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_jso
     """List live and archived tasks by id, topic, due range and state, a page at a time."""
     settings = load_settings(config_file)
     f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status[status.upper()] if status else None)
-    rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after))
+    rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after), as_json)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([{"taskId": r["task_id"], "topic": r["topic"], "shardId": r["shard_id"],
+                                "status": r["status"], "attempt": r["attempt"], "dueAtMs": r["due_ms"]}
+                               for r in rows], indent=2))
         return
     click.echo(f"{'TASK':<34} {'TOPIC':<24} {'STATUS':<10} {'ATTEMPT':>7}  DUE")
     for r in rows:
@@ -135,14 +179,14 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
     engine = make_engine(settings.mysql)
     f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status.FAILED)
     if not yes:
-        count = len(run(lambda: list_tasks(engine, f, 10_000)))
-        click.echo(json.dumps({"would_redrive": count}) if as_json else
+        count = len(run(lambda: list_tasks(engine, f, 10_000), as_json))
+        click.echo(json.dumps({"wouldRedrive": count}) if as_json else
                    f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
         return
-    moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())))
+    moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())), as_json)
     # Written straight to MySQL: the nodes find them when they re-read their shards' windows.
     within_s = settings.scheduling.full_scan_ms / 1000
-    click.echo(json.dumps({"redriven": moved, "dispatched_within_s": within_s}) if as_json else
+    click.echo(json.dumps({"redriven": moved, "dispatchedWithinS": within_s}) if as_json else
                f"redriven: {moved} tasks (dispatched within {within_s:g} s, DELAYQ_FULL_SCAN_MS)")
 
 
@@ -162,7 +206,7 @@ def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> 
         for b, x in purge(engine, before, batch):
             backlog, execlog = backlog + b, execlog + x
         return backlog, execlog
-    backlog, execlog = run(go)
+    backlog, execlog = run(go, as_json)
     click.echo(json.dumps({"backlog": backlog, "execlog": execlog}) if as_json else
                f"purged {backlog} archived tasks and {execlog} attempts older than {days} days")
 

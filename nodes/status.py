@@ -27,12 +27,16 @@ def collect(settings: Settings, endpoints: list[str]) -> dict:
             ci = c.cluster()
     except (TException, OSError) as e:
         raise Unavailable(f"no node answered at {', '.join(endpoints)}: {e}") from None
+    drained, pinned = _intents(settings)
     report = {
         "cluster": ci.cluster, "master": ci.master, "epoch": ci.epoch, "shards": ci.shardCount,
         "nodes": [{"node": n.nodeId, "endpoint": n.endpoint, "shards": n.shardCount, "queue": n.queueSize,
-                   "master": n.master, "clock_offset_ms": n.clockOffsetMs, "held_topics": n.heldTopics or {}}
+                   "master": n.master, "drained": n.nodeId in drained, "clockOffsetMs": n.clockOffsetMs,
+                   "heldTopics": n.heldTopics or {}}
                   for n in sorted(ci.nodes, key=lambda n: n.nodeId)],
-        "max_clock_offset_ms": settings.scheduling.max_clock_offset_ms,
+        "maxClockOffsetMs": settings.scheduling.max_clock_offset_ms,
+        "drained": sorted(drained),
+        "pinned": {str(s): n for s, n in sorted(pinned.items())},
         "assignment": {str(s): n for s, n in sorted(ci.assignment.items())},
     }
     report.update(_task_counts(settings))
@@ -52,7 +56,18 @@ def _task_counts(settings: Settings) -> dict:
     finally:
         engine.dispose()
     return {"tasks": {s.name: counts.get(s.name, 0) for s in Status},
-            "oldest_overdue_ms": None if oldest is None else now - oldest}
+            "oldestOverdueMs": None if oldest is None else now - oldest}
+
+
+def _intents(settings: Settings) -> tuple[set[str], dict[int, str]]:
+    """Drained nodes and pinned shards, as operators asked for them (none without ZooKeeper)."""
+    if not settings.zk.enabled:
+        return set(), {}
+    from nodes.cluster_ops import read_intents, zk_session
+    from shared.zkpaths import ZkPaths
+    with zk_session(settings) as zk:
+        i = read_intents(zk, ZkPaths(settings.node.cluster))
+    return set(i.drained), dict(i.pinned)
 
 
 def render(r: dict) -> str:
@@ -60,11 +75,17 @@ def render(r: dict) -> str:
              f"{'NODE':<20} {'ENDPOINT':<24} {'SHARDS':>6} {'QUEUE':>8}"]
     for n in r["nodes"]:
         lines.append(f"{n['node'] + (' *' if n['master'] else ''):<20} {n['endpoint']:<24} {n['shards']:>6} {n['queue']:>8}"
-                     + _clock_mark(n.get("clock_offset_ms"), r["max_clock_offset_ms"]))
-        for topic, why in sorted(n.get("held_topics", {}).items()):
+                     + ("  drained" if n["drained"] else "")
+                     + _clock_mark(n.get("clockOffsetMs"), r["maxClockOffsetMs"]))
+        for topic, why in sorted(n.get("heldTopics", {}).items()):
             lines.append(f"    holding back {topic}: {why}")
+    absent = [d for d in r["drained"] if d not in {n["node"] for n in r["nodes"]}]
+    if absent:
+        lines.append("drained, not a member now: " + ", ".join(absent))
+    if r["pinned"]:
+        lines.append("pinned shards: " + ", ".join(f"{s} -> {n}" for s, n in r["pinned"].items()))
     lines += ["", "tasks: " + ", ".join(f"{k} {v}" for k, v in r["tasks"].items())]
-    overdue = r["oldest_overdue_ms"]
+    overdue = r["oldestOverdueMs"]
     lines.append("oldest overdue task: " + ("none" if overdue is None else f"{overdue} ms late"))
     return "\n".join(lines)
 

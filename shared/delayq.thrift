@@ -164,6 +164,10 @@ service DelayScheduler {
   TaskInfo get(1: string taskId)
     throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable),
 
+  // Creates the topic's service, or REPLACES it whole: every field left unset takes its default
+  // (retries, backoff, time-to-run, dead-letter exchange...), not the value registered before.
+  // To change one setting, read it with listServices and send it back changed (`delayq services
+  // update` does that). Refused with InvalidService when an exchange cannot be published to.
   void registerService(1: CallbackService svc)
     throws (1: InvalidService invalid, 4: Unavailable unavailable),
 

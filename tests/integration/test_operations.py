@@ -5,9 +5,11 @@ from __future__ import annotations
 import collections
 import json
 import random
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -91,7 +93,7 @@ def test_reshard_16_to_64_and_back_to_32_while_the_cluster_fires(cluster3):
         dry = delayq(n1, "reshard", "--shards", "64", "--dry-run", "--json")
         plan = json.loads(dry.stdout)
         assert plan["from"] == 16 and plan["to"] == 64, dry.stderr
-        assert sum(plan["shards_per_node_after"].values()) == 64
+        assert sum(plan["shardsPerNodeAfter"].values()) == 64
 
         up = delayq(n1, "reshard", "--shards", "64", "--margin-ms", "1000", "--json", "--timeout", "120")
         assert up.returncode == 0, up.stderr
@@ -115,7 +117,7 @@ def test_drain_moves_every_shard_off_a_node_under_load_and_pins_hold(cluster3):
         wait_until(lambda: len(stream.collector.messages) >= 20, 20, what="the stream to flow")
         out = delayq(n1, "drain", "n2", "--json", "--timeout", "30")
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["shards_per_node"]["n2"] == 0
+        assert json.loads(out.stdout)["shardsPerNode"]["n2"] == 0
         assert "n2" not in _info(n1).assignment.values()
 
         pinned = delayq(n1, "pin", "3", "n2", "--json", "--timeout", "30")
@@ -141,8 +143,57 @@ def test_status_json_agrees_with_the_thrift_view(cluster3):
     assert set(report["tasks"]) == {"DELAY", "READY", "RUNNING", "FINISHED", "FAILED", "CANCELLED"}
 
 
-def test_a_command_that_cannot_be_applied_says_so(cluster3):
+def test_cluster_commands_refuse_what_does_not_exist_and_name_what_does(cluster3):
     n1 = cluster3[0]
-    out = delayq(n1, "pin", "3", "no-such-node", "--timeout", "3")
-    assert out.returncode == 1 and "not applied" in out.stderr
-    assert delayq(n1, "unpin", "3", "--timeout", "10").returncode == 0
+    out = delayq(n1, "drain", "node9", "--timeout", "10")
+    assert out.returncode == 2 and "'node9' is not a member" in out.stderr and "n1, n2, n3" in out.stderr
+    out = delayq(n1, "drain", "node9", "--json", "--timeout", "10")
+    assert out.returncode == 2 and "not a member" in json.loads(out.stdout)["error"]
+    out = delayq(n1, "undrain", "n2", "--timeout", "10")
+    assert out.returncode == 2 and "'n2' is not drained" in out.stderr
+    out = delayq(n1, "pin", "999", "n1", "--timeout", "10")
+    assert out.returncode == 2 and "shard 999 does not exist" in out.stderr and "0-15" in out.stderr
+    out = delayq(n1, "pin", "5", "node9", "--timeout", "10")
+    assert out.returncode == 2 and "not a member" in out.stderr
+    out = delayq(n1, "unpin", "5", "--timeout", "10")
+    assert out.returncode == 2 and "shard 5 is not pinned" in out.stderr
+    intents = json.loads(delayq(n1, "intents", "--json").stdout)
+    assert intents == {"drained": [], "pinned": {}, "reshardTo": None}, "a refused command recorded something"
+    # --force records it for a node that will join later.
+    out = delayq(n1, "pin", "5", "node9", "--force", "--timeout", "10")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(delayq(n1, "intents", "--json").stdout)["pinned"] == {"5": "node9"}
+    assert delayq(n1, "unpin", "5", "--timeout", "10").returncode == 0
+
+
+def test_timeout_bounds_the_whole_wait_and_the_message_says_what_was_waited_for(cluster3):
+    n1, n2, n3 = cluster3
+    master = next(n for n in cluster3 if n.node_id == _info(n1).master)
+    other = next(n for n in cluster3 if n is not master)
+    master.kill(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        out = delayq(other, "rebalance", "--timeout", "2", "--endpoint", other.endpoint)
+        took = time.monotonic() - started
+    finally:
+        master.kill(signal.SIGCONT)
+    assert out.returncode == 1, out.stderr
+    assert took < 2 + 4, f"--timeout 2 took {took:.1f} s"
+    assert "--timeout 2 s" in out.stderr and "waited for the master" in out.stderr
+    assert f"the master is {master.node_id}" in out.stderr
+
+
+def test_status_marks_drained_nodes_and_pinned_shards_in_numeric_order(cluster3):
+    n1 = cluster3[0]
+    assert delayq(n1, "drain", "n3", "--timeout", "30").returncode == 0
+    assert delayq(n1, "pin", "12", "n1", "--timeout", "30").returncode == 0
+    text = delayq(n1, "status")
+    assert text.returncode == 0, text.stderr
+    n3_line = next(line for line in text.stdout.splitlines() if line.startswith("n3"))
+    assert n3_line.rstrip().endswith("drained")
+    assert "pinned shards: 12 -> n1" in text.stdout
+    report = json.loads(delayq(n1, "status", "--json").stdout)
+    assert list(report["assignment"]) == [str(s) for s in range(16)], "shards not in numeric order"
+    assert report["drained"] == ["n3"] and report["pinned"] == {"12": "n1"}
+    assert {n["node"]: n["drained"] for n in report["nodes"]} == {"n1": False, "n2": False, "n3": True}
+    assert "oldestOverdueMs" in report and all("clockOffsetMs" in n for n in report["nodes"])

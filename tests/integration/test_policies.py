@@ -170,11 +170,11 @@ def test_redrive_sends_failed_tasks_again_and_purge_removes_old_history(node):
             assert c.get(ref.taskId).status == TaskStatus.FAILED
 
             listed = json.loads(_delayq(node, "tasks", "list", "--topic", topic, "--status", "failed", "--json").stdout)
-            assert [r["task_id"] for r in listed] == [ref.taskId]
+            assert [r["taskId"] for r in listed] == [ref.taskId]
             dry = _delayq(node, "tasks", "redrive", "--topic", topic, "--json")
-            assert json.loads(dry.stdout) == {"would_redrive": 1}
+            assert json.loads(dry.stdout) == {"wouldRedrive": 1}
             done = _delayq(node, "tasks", "redrive", "--topic", topic, "--yes", "--json")
-            assert json.loads(done.stdout) == {"redriven": 1, "dispatched_within_s": 2.0}, done.stderr
+            assert json.loads(done.stdout) == {"redriven": 1, "dispatchedWithinS": 2.0}, done.stderr
             [first, again] = collector.wait_for(2, 15)
             assert again.properties.message_id == f"{ref.taskId}:2"
             c.reportResult(ref.taskId, 2, 1, "fixed")            # SUCCESS
@@ -211,3 +211,34 @@ def test_the_services_commands_add_update_disable_and_list(node):
         assert type(e.value).__name__ == "UnknownTopic"
     listed = json.loads(_delayq(node, "services", "list", "--endpoint", ep, "--json").stdout)
     assert {s["topic"]: s["enabled"] for s in listed}[topic] is False
+
+
+def test_the_cli_submits_a_task_and_answers_json_in_one_key_style_errors_included(node):
+    topic = _topic()
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=0))
+    version = _delayq(node, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("delayq ")
+    fired = Collector("delayq", topic)
+    try:
+        out = _delayq(node, "tasks", "submit", topic, "--delay", "1s", "--payload", "from the shell",
+                      "--endpoint", node.endpoint)
+        assert out.returncode == 0, out.stderr
+        task_id = out.stdout.split()[0]
+        [msg] = fired.wait_for(1, 15)
+        assert msg.body == b"from the shell" and msg.headers["x-delayq-task-id"] == task_id
+    finally:
+        fired.close()
+    got = json.loads(_delayq(node, "tasks", "get", task_id, "--json", "--endpoint", node.endpoint).stdout)
+    assert got["taskId"] == task_id and got["status"] == "FINISHED"
+    listed = json.loads(_delayq(node, "tasks", "list", "--id", task_id, "--json").stdout)
+    assert set(listed[0]) == {"taskId", "topic", "shardId", "status", "attempt", "dueAtMs"}
+
+    missing = _delayq(node, "tasks", "get", "no-such-task", "--json", "--endpoint", node.endpoint)
+    assert missing.returncode == 1 and json.loads(missing.stdout) == {"error": "no task 'no-such-task'"}
+    unknown = _delayq(node, "tasks", "submit", "no.such.topic", "--delay", "1s", "--endpoint", node.endpoint)
+    assert unknown.returncode == 2 and "unknown topic 'no.such.topic'" in unknown.stderr
+    both = _delayq(node, "tasks", "submit", topic, "--delay", "1s", "--at", "2030-01-01T00:00:00")
+    assert both.returncode == 2 and "exactly one of --delay and --at" in both.stderr
+    bad = _delayq(node, "tasks", "submit", topic, "--delay", "soon")
+    assert bad.returncode == 2 and "expected a duration" in bad.stderr

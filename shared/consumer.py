@@ -60,7 +60,7 @@ class TaskConsumer:
     def __init__(self, topic: str, handler: Callable[[Delivery], None], *, results=None,
                  amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F", exchange: str = topology.DEFAULT_EXCHANGE,
                  routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000,
-                 report_timeout_s: float = 30.0, cluster: str = "default"):
+                 report_timeout_s: float = 5.0, cluster: str | None = None):
         self.topic = topic
         self._handler = handler
         # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
@@ -75,7 +75,7 @@ class TaskConsumer:
         self._done: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._remember = remember
         self._report_timeout_s = report_timeout_s
-        self._cluster = cluster            # whose results queue, with results="amqp"
+        self._cluster = cluster            # whose results queue (None: asked of a node at start)
         self._conn: pika.BlockingConnection | None = None
         self._channel = None
         self._results_channel = None
@@ -99,7 +99,8 @@ class TaskConsumer:
         try:
             self._channel = self._conn.channel()
             queue = self.declare(self._channel)
-            if self._results == "amqp":
+            if self._results is not None:     # "amqp", or the fallback of a Thrift report
+                self._cluster = self._cluster or self._cluster_name()
                 self._results_channel = self._conn.channel()
                 self._results_channel.queue_declare(topology.results_queue(self._cluster), durable=True)
                 self._results_channel.confirm_delivery()
@@ -117,15 +118,14 @@ class TaskConsumer:
             conn.add_callback_threadsafe(channel.stop_consuming)
 
     def _report(self, task: Delivery, status: int, message: str) -> None:
-        """Report the result, retrying while the nodes are unreachable. Past report_timeout_s the
-        message is acked anyway: the task's time-to-run then dispatches it again (at least once)."""
+        """Report the result, retrying while the nodes cannot take it (unreachable, or their MySQL
+        down). Past report_timeout_s it goes to the cluster's durable results queue instead (with
+        the broker's confirm), which the nodes apply once they can: a result is not lost to an
+        outage of delayq's own, and the consumer moves on."""
         deadline = time.monotonic() + self._report_timeout_s
         delay = 0.1
         if self._results == "amqp":
-            body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
-                               "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
-            self._results_channel.basic_publish("", topology.results_queue(self._cluster), body,
-                                                properties=pika.BasicProperties(delivery_mode=2))
+            self._report_amqp(task, status, message)
             return
         while True:
             try:
@@ -133,12 +133,31 @@ class TaskConsumer:
                 return
             except (TException, OSError) as e:
                 if time.monotonic() + delay > deadline:
-                    log.error("could not report %s for %s: %s; its time-to-run will retry it",
-                              ResultStatus._VALUES_TO_NAMES.get(status), task.message_id, e)
+                    log.warning("could not report %s for %s to a node (%s): sent to %s instead",
+                                ResultStatus._VALUES_TO_NAMES.get(status), task.message_id, e,
+                                topology.results_queue(self._cluster))
+                    self._report_amqp(task, status, message)
                     return
                 log.warning("reporting %s failed (%s); retrying in %.1f s", task.message_id, e, delay)
                 self._conn.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _cluster_name(self) -> str:
+        """Whose results queue: the cluster the Thrift client reaches (asked once), else "default"."""
+        if self._results == "amqp":
+            return "default"
+        try:
+            return self._results.cluster().cluster
+        except (TException, OSError) as e:
+            log.warning("cannot ask a node for its cluster's name (%s): results fall back to "
+                        "delayq.results.default; pass cluster= to be sure", e)
+            return "default"
+
+    def _report_amqp(self, task: Delivery, status: int, message: str) -> None:
+        body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
+                           "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
+        self._results_channel.basic_publish("", topology.results_queue(self._cluster), body,
+                                            properties=pika.BasicProperties(delivery_mode=2))
 
     def _on_message(self, channel, method, properties, body) -> None:
         mid = properties.message_id or ""

@@ -242,3 +242,24 @@ def test_the_cli_submits_a_task_and_answers_json_in_one_key_style_errors_include
     assert both.returncode == 2 and "exactly one of --delay and --at" in both.stderr
     bad = _delayq(node, "tasks", "submit", topic, "--delay", "soon")
     assert bad.returncode == 2 and "expected a duration" in bad.stderr
+
+
+def test_a_consumer_that_cannot_reach_a_node_reports_through_the_results_queue(node):
+    topic = _topic()
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=60_000))
+        task = c.submit(TaskSpec(topic=topic, delayMs=100, payload=b"p"))
+    from shared.client import DelayqClient
+    nowhere = DelayqClient(["127.0.0.1:1"], timeout_s=1)       # no node answers there
+    consumer = TaskConsumer(topic, lambda t: None, results=nowhere, amqp_url=AMQP_URL, report_timeout_s=0.5,
+                            cluster=node.env["DELAYQ_CLUSTER"])
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    try:
+        with node.client() as c:
+            info = wait_until(lambda: (i := c.get(task.taskId)).status == TaskStatus.FINISHED and i, 20,
+                              what="the result sent through the results queue to be applied")
+        assert [(a.attempt, a.result) for a in info.attempts] == [(1, "SUCCESS")]
+    finally:
+        consumer.stop()
+        thread.join(10)

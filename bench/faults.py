@@ -47,30 +47,34 @@ def _run(*cmd: str, timeout: float = 150) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stdout}{r.stderr}")
 
 
-def _outage(stop, start, port: int, seconds: float) -> tuple[int, int]:
-    """Stop a service, keep it down for `seconds`, start it; (stopped ms, answering again ms)."""
+def _outage(stop, start: list[str], port: int, seconds: float) -> tuple[int, int]:
+    """Stop a service, keep it down for `seconds`, start it; (stopped ms, answering again ms). The
+    end is when the port answers, not when the start command returns (it may go on a while)."""
     stop()
     wait_for(lambda: not _answers(port), 60, 0.1, f"127.0.0.1:{port} to stop answering")
     down = now_ms()
     time.sleep(seconds)
+    starter = subprocess.Popen(start, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        start()
+        wait_for(lambda: _answers(port), 120, 0.02, f"127.0.0.1:{port} to answer again")
+        up = now_ms()
     finally:
-        wait_for(lambda: _answers(port), 120, 0.1, f"127.0.0.1:{port} to answer again")
-    return down, now_ms()
+        out, _ = starter.communicate(timeout=150)
+    if starter.returncode != 0:
+        raise RuntimeError(f"{' '.join(start)} failed ({starter.returncode}): {out}")
+    return down, up
 
 
 def _service_fault(kind: str, seconds: float) -> tuple[int, int]:
     if kind == "mysql":
         return _outage(lambda: _run("mysqladmin", "-h127.0.0.1", "-P3306", "-uroot", "shutdown"),
-                       lambda: _run(SERVICES, "--only", "mysql"), 3306, seconds)
+                       [SERVICES, "--only", "mysql"], 3306, seconds)
     if kind == "rabbitmq":
-        return _outage(lambda: _run("rabbitmqctl", "stop_app"), lambda: _run("rabbitmqctl", "start_app"),
-                       5672, seconds)
+        return _outage(lambda: _run("rabbitmqctl", "stop_app"), ["rabbitmqctl", "start_app"], 5672, seconds)
     out = subprocess.run([SERVICES, "stop-zookeeper"], capture_output=True, text=True, timeout=60).stdout
     if "stopped" not in out:
         raise RuntimeError(f"ZooKeeper on 127.0.0.1:2181 was not started by scripts/services.sh: {out.strip()}")
-    return _outage(lambda: None, lambda: _run(SERVICES, "--only", "zookeeper"), 2181, seconds)
+    return _outage(lambda: None, [SERVICES, "--only", "zookeeper"], 2181, seconds)
 
 
 def _inject(kind: str, cl: Cluster, nodes, p: dict) -> tuple[int, int, str]:

@@ -47,9 +47,12 @@ class HintReader(Worker):
     name = "hints"
 
     def __init__(self, engine: Engine, queue: DelayQueue, ownership: Ownership, *, poll_ms: int, batch: int = 1000):
+        """engine: an autocommit engine of the reader's own (one connection)."""
         super().__init__()
         self._engine, self._queue, self._ownership = engine, queue, ownership
         self._poll_s, self._batch = poll_ms / 1000.0, batch
+        self._shards: list[int] = []
+        self._query = None
 
     def _run(self) -> None:
         failing = False
@@ -65,13 +68,18 @@ class HintReader(Worker):
                 self._stop.wait(1.0)
 
     def read_once(self) -> int:
+        """One read (the engine is an autocommit one of its own: one round trip when there is
+        nothing, which is nearly always)."""
         shards = sorted(self._ownership.shards()) if self._ownership.claimable else []
         if not shards:
             return 0
-        with unavailable_on_failure(), self._engine.begin() as conn:
-            rows = conn.execute(select(H.c.shard_id, H.c.task_id, H.c.due_ms)
-                                .where(H.c.shard_id.in_(shards)).limit(self._batch)).all()
-            if rows:
+        if shards != self._shards:
+            self._shards = shards
+            self._query = select(H.c.shard_id, H.c.task_id, H.c.due_ms).where(H.c.shard_id.in_(shards)) \
+                .limit(self._batch)
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.execute(self._query).all()
+            if rows:     # a second reader of the same shard (ownership moving) only repeats a nudge
                 conn.execute(delete(H).where(tuple_(H.c.shard_id, H.c.task_id).in_(
                     [(r.shard_id, r.task_id) for r in rows])))
         if rows:

@@ -109,7 +109,8 @@ class NodeRuntime:
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
             "zookeeper": lambda: self.zk is None or self.zk.state == "connected"})
-        self.hints = hints.HintReader(self.engine, self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
+        self.hints = hints.HintReader(make_engine(dataclasses.replace(s.mysql, pool_size=1), autocommit=True),
+                                      self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,

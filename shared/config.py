@@ -207,7 +207,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_OUTAGE_GRACE_MS", "scheduling", "outage_grace_ms", int, 15000,
             "No attempt is timed out while MySQL, RabbitMQ or ZooKeeper is unreachable, nor for this "
             "long after: results held up by the outage get that long to arrive first."),
-    Setting("DELAYQ_HINT_POLL_MS", "scheduling", "hint_poll_ms", int, 25,
+    Setting("DELAYQ_HINT_POLL_MS", "scheduling", "hint_poll_ms", int, 50,
             "How often a node reads the hints other nodes left for its shards (tasks due soon they "
             "accepted while owning no shard to put them on)."),
     Setting("DELAYQ_RECORD_GATHER_MS", "scheduling", "record_gather_ms", int, 10,

@@ -80,6 +80,9 @@ def test_election_and_rebalancing_move_only_the_shards_they_must(cluster):
     ci = wait_until(lambda: balanced(n1, {"n1", "n2"}), 10, 0.05, what="n3's shards to move")
     moved = {s for s in before if before[s] != ci.assignment[s]}
     assert moved == {s for s, n in before.items() if n == "n3"}
+    # Normal events are not reported as trouble: a fresh cluster's first grants, a clean stop.
+    assert "repaired" not in n1.log_tail(2000) and "left unwritten" not in n1.log_tail(2000)
+    assert not [line for line in n3.log_tail(200).splitlines() if "WARNING" in line or "ERROR" in line]
 
     killed_at = time.monotonic()
     n1.kill()   # the master

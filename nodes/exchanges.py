@@ -12,7 +12,9 @@ dead-letterer publish only to exchanges this guard has found usable:
 
 delayq never changes an exchange that exists. Verdicts are cached: a usable exchange is checked
 again every `recheck_s`, an unusable one after a backoff (2 s doubling to `recheck_s`), and at once
-after the publishing channel was closed because of it (`forget`). Tasks of a topic whose exchange
+after the publishing channel was closed because of it (`forget`). While RabbitMQ cannot be reached
+the last verdicts stand, re-checked every 2 s, with one WARNING when it goes and one INFO when it is
+back. Tasks of a topic whose exchange
 is unusable are held back (nodes/dispatcher.py); `unusable()` says which and why.
 
 Thread: one, owned here: it checks the exchanges of every known service at start, then each check
@@ -44,8 +46,11 @@ class ExchangeGuard(Worker):
     name = "exchange-guard"
 
     def __init__(self, params: pika.ConnectionParameters, *, recheck_s: float = 30.0,
-                 monotonic: Callable[[], float] | None = None, known: Callable[[], set[str]] = set):
+                 monotonic: Callable[[], float] | None = None, known: Callable[[], set[str]] = set,
+                 examine: Callable[[str], str | None] | None = None):
         super().__init__()
+        self._examine = examine or self._examine_on_own_connection
+        self._unreachable = False               # last check could not reach RabbitMQ
         self._known = known
         self._params, self._recheck_s = params, recheck_s
         self._monotonic = monotonic or time.monotonic
@@ -77,18 +82,20 @@ class ExchangeGuard(Worker):
         """Check now and cache the verdict (None: usable)."""
         with self._lock:
             try:
-                conn = pika.BlockingConnection(self._params)
-                try:
-                    reason = self._probe(conn, exchange)
-                finally:
-                    if conn.is_open:
-                        conn.close()
+                reason = self._examine(exchange)
             except (pika.exceptions.AMQPConnectionError, pika.exceptions.ConnectionClosed, OSError) as e:
-                log.warning("cannot check exchange %r: RabbitMQ unreachable (%s)", exchange, e)
+                if not self._unreachable:
+                    log.warning("cannot check exchanges: RabbitMQ unreachable (%s)", e)
+                self._unreachable = True
                 cached = self._verdicts.get(exchange)
-                if cached is None:      # unknown: as good as any while nothing can be published
-                    self._verdicts[exchange] = (None, self._monotonic() + _FIRST_BACKOFF_S, 0.0)
+                # Keep the last verdict (unknown: as good as any while nothing can be published)
+                # and try again after the first backoff, not at every refresh.
+                self._verdicts[exchange] = (cached[0] if cached else None,
+                                            self._monotonic() + _FIRST_BACKOFF_S, cached[2] if cached else 0.0)
                 return cached[0] if cached else None
+            if self._unreachable:
+                log.info("RabbitMQ reachable again: checking exchanges")
+            self._unreachable = False
             before = self._verdicts.get(exchange)
             backoff = 0.0 if reason is None else min(self._recheck_s, (before[2] * 2) if before and before[2]
                                                       else _FIRST_BACKOFF_S)
@@ -121,6 +128,14 @@ class ExchangeGuard(Worker):
         return {name: reason for name, (reason, _, _) in self._verdicts.items() if reason is not None}
 
     # ---- the check ------------------------------------------------------------------------------
+
+    def _examine_on_own_connection(self, exchange: str) -> str | None:
+        conn = pika.BlockingConnection(self._params)
+        try:
+            return self._probe(conn, exchange)
+        finally:
+            if conn.is_open:
+                conn.close()
 
     def _probe(self, conn: pika.BlockingConnection, exchange: str) -> str | None:
         if not exchange:

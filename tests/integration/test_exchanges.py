@@ -152,3 +152,31 @@ def test_an_unroutable_dead_letter_is_retried_with_a_backoff_and_carries_every_h
             dead.close()
     finally:
         delete_exchange(dlx)
+
+
+def test_re_registering_a_held_topic_on_a_good_exchange_releases_its_tasks(node_factory):
+    bad_ex, good_ex = f"ex.bad.{uuid.uuid4().hex[:8]}", f"ex.good.{uuid.uuid4().hex[:8]}"
+    topic = f"r.{uuid.uuid4().hex[:8]}"
+    node = node_factory(DELAYQ_EXCHANGE_RECHECK_MS="1000")
+    got = None
+    try:
+        with node.client() as c:
+            c.registerService(CallbackService(topic=topic, exchange=bad_ex, ttrMs=0))
+        make_exchange(bad_ex, "fanout")     # went bad after it was registered
+        with node.client() as c:
+            tasks = c.submitBatch([TaskSpec(topic=topic, delayMs=200, payload=b"r") for _ in range(3)])
+        wait_until(lambda: topic in readyz(node)["detail"]["held_topics"], 15, what="the topic to be held")
+        assert readyz(node)["status"] == "ok", "one held topic does not make the node unready"
+
+        got = Collector(good_ex, topic)
+        with node.client() as c:
+            c.registerService(CallbackService(topic=topic, exchange=good_ex, ttrMs=0))
+        msgs = got.wait_for(len(tasks), 30)
+        assert sorted(m.headers["x-delayq-task-id"] for m in msgs) == sorted(t.taskId for t in tasks)
+        wait_until(lambda: topic not in readyz(node)["detail"]["held_topics"], 10,
+                   what="the topic to be no longer listed as held")
+    finally:
+        if got is not None:
+            got.close()
+        delete_exchange(bad_ex)
+        delete_exchange(good_ex)

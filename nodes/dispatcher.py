@@ -66,7 +66,7 @@ class Dispatcher(Worker):
         self._lease = ClaimLease(ownership, lease_ms)
         self._guard, self._hold, self._deadlines = guard, hold, deadlines
         self._claim_failures = 0
-        self.held_topics: dict[str, str] = {}     # topic -> why its last tasks were held back
+        self._held_topics: dict[str, str] = {}    # topic -> the exchange its last tasks were held back for
         self._lock = threading.Lock()
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
@@ -162,13 +162,20 @@ class Dispatcher(Worker):
                     self._publish(rest)
                 return
 
+    @property
+    def held_topics(self) -> dict[str, str]:
+        """Topic -> why its tasks are held back, while its exchange is still unusable (a topic whose
+        held tasks were all cancelled leaves the list once its exchange is fixed)."""
+        unusable = self._guard.unusable()
+        return {t: f"exchange {ex!r}: {unusable[ex]}" for t, ex in list(self._held_topics.items()) if ex in unusable}
+
     def _hold_back(self, exchange: str, reason: str, tasks: list[Claimed], now: int) -> None:
         """Not published: back to DELAY until the exchange is checked again (the guard logs the
         verdict once; this counts the tasks and names the topics)."""
         due = now + max(1000, int(self._guard.retry_in(exchange) * 1000))
         for c in tasks:
             self._metrics.held.labels(c.topic).inc()
-            self.held_topics[c.topic] = f"exchange {exchange!r}: {reason}"
+            self._held_topics[c.topic] = exchange
         self._hold(tasks, due, reason)
 
     def _leases_current(self, leases: set[Lease], n: int) -> bool:
@@ -227,7 +234,7 @@ class Dispatcher(Worker):
             sent[c.topic] += 1
         for topic, n in sent.items():
             self._metrics.dispatched.labels(topic).inc(n)
-            self.held_topics.pop(topic, None)
+            self._held_topics.pop(topic, None)
         for exchange, tasks in held.items():
             self._hold_back(exchange, verdicts[exchange], tasks, now)
         if out:

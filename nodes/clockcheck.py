@@ -50,7 +50,8 @@ class ClockCheck(Worker):
             samples = []
             for _ in range(SAMPLES):
                 sent_mono, sent_wall = time.monotonic(), time.time_ns() // 1_000_000
-                reference = float(conn.exec_driver_sql("SELECT UNIX_TIMESTAMP(NOW(3)) * 1000").scalar())
+                # Microseconds: NOW(3) would truncate, putting the node half a millisecond behind.
+                reference = float(conn.exec_driver_sql("SELECT UNIX_TIMESTAMP(NOW(6)) * 1000").scalar())
                 samples.append(Sample(sent_mono, time.monotonic(), sent_wall, reference))
         sample = best(samples)
         self._clock.adopt(sample)

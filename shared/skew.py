@@ -3,10 +3,12 @@ every claim. A node whose own clock runs ahead would otherwise fire its tasks ea
 difference (and a `delayMs` submitted to it would be due early too).
 
 A `Sample` is one reading of the reference clock bracketed by this node's monotonic and wall
-clocks; the reading happened somewhere within the round trip, so the midpoint is the estimate and
-half the round trip its uncertainty. `ReferenceClock` is the node's Clock: the reference time of
-the last adopted sample, advanced by the monotonic clock, so a step of the system clock between
-checks changes nothing. Pure: the node's clock check (nodes/clockcheck.py) feeds it samples.
+clocks; the reading happened somewhere within the round trip. For the offset it reports, the
+midpoint is the estimate. `ReferenceClock` is the node's Clock: the reference time of the last
+adopted sample, advanced by the monotonic clock, so a step of the system clock between checks
+changes nothing. It takes the reading as made at the end of the round trip, the latest it can
+have been: the node's time is then never ahead of the reference, only behind it by at most the
+round trip (a fraction of a millisecond), so nothing fires early because of the estimate. Pure: the node's clock check (nodes/clockcheck.py) feeds it samples.
 """
 from __future__ import annotations
 
@@ -27,9 +29,6 @@ class Sample:
     def round_trip_ms(self) -> float:
         return (self.received_mono - self.sent_mono) * 1000.0
 
-    @property
-    def mid_mono(self) -> float:
-        return (self.sent_mono + self.received_mono) / 2.0
 
     @property
     def offset_ms(self) -> float:
@@ -67,8 +66,8 @@ class ReferenceClock:
         with self._lock:
             self.offset_ms = sample.offset_ms
             if self._anchor is not None:
-                predicted = self._anchor[0] + (sample.mid_mono - self._anchor[1]) * 1000.0
-                if abs(predicted - sample.reference_ms) <= sample.round_trip_ms / 2.0 + 1.0:
+                predicted = self._anchor[0] + (sample.received_mono - self._anchor[1]) * 1000.0
+                if abs(predicted - sample.reference_ms) <= sample.round_trip_ms + 1.0:
                     return False
-            self._anchor = (sample.reference_ms, sample.mid_mono)
+            self._anchor = (sample.reference_ms, sample.received_mono)
             return True

@@ -37,7 +37,7 @@ def test_after_a_reading_it_follows_the_reference_and_ignores_steps_of_the_wall_
     assert clock.adopt(Sample(100.0, 100.002, 2_000_030_000, 2_000_000_001))
     system.mono = 101.5
     system.wall_ms = 1_000                                     # stepped: irrelevant now
-    assert clock.now_ms() == 2_000_001_500           # 1,499 ms after the reading's midpoint
+    assert clock.now_ms() == 2_000_001_499           # 1,498 ms after the end of the reading's round trip
     assert round(clock.offset_ms) == 30_000
 
 
@@ -49,5 +49,16 @@ def test_a_reading_within_its_own_uncertainty_keeps_the_anchor_and_real_drift_mo
     assert not clock.adopt(Sample(10.0, 10.004, 0, 1_010_001.5))
     # ... and later it says this clock drifted 50 ms: adopted.
     assert clock.adopt(Sample(20.0, 20.002, 0, 1_020_051))
-    system.mono = 20.001
-    assert clock.now_ms() == 1_020_051
+    system.mono = 20.003
+    assert clock.now_ms() == 1_020_052
+
+
+def test_the_node_is_never_ahead_of_the_reference_only_behind_by_the_round_trip():
+    system = System(0, 0.0)
+    clock = ReferenceClock(system)
+    # Read somewhere within [5.000, 5.004]: whenever it really was, now_ms is not ahead of it.
+    clock.adopt(Sample(5.000, 5.004, 0, 7_000.0))
+    for true_read_at in (5.000, 5.002, 5.004):
+        system.mono = 6.0
+        true_now = 7_000.0 + (6.0 - true_read_at) * 1000
+        assert true_now - 4 - 1 <= clock.now_ms() <= true_now

@@ -10,7 +10,7 @@ WORKDIR /app
 
 COPY . /app
 
-# Editable install on purpose: shared/schema.py reads the migrations from the `sql/` directory
+# Editable install on purpose: delayq.schema (shared/schema.py) reads the migrations from the `sql/` directory
 # next to the packages (Path(__file__).parent.parent / "sql"), which a regular wheel install
 # would leave behind. With -e the code keeps running from /app, where sql/ is.
 RUN pip install --no-cache-dir -e .

@@ -42,8 +42,8 @@ when a figure moved because the machine did.
 DIR/<scenario>-<node>.raw and prints, per scenario, each thread's busy share and its heaviest frames
 (`python -m bench.profile DIR/*.raw` prints it again).
 
-Services: DELAYQ_BENCH_MYSQL (mysql+pymysql://root@127.0.0.1:3306), DELAYQ_BENCH_AMQP,
-DELAYQ_BENCH_ZK override where they are. DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 ..." gives
+Services: DELAYQ_TEST_MYSQL (mysql+pymysql://root@127.0.0.1:3306), DELAYQ_TEST_AMQP,
+DELAYQ_TEST_ZK override where they are (delayq.testing.services). DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 ..." gives
 every node those settings (to measure what one changes; the written command shows them). Exit
 status 1 when a scenario failed to run (a missed target is reported, not an error).
 """
@@ -64,8 +64,10 @@ import traceback
 from pathlib import Path
 
 from bench import profile as profiler, report
-from bench.cluster import NODE_ENV, describe_machine, sweep_stale, wait_for_services
-from bench.measure import Run, machine_speed
+from bench.machine import NODE_ENV, describe_machine, sweep_stale
+from delayq.testing.services import wait_for_services
+from bench.cpu import machine_speed
+from bench.measure import Run
 from bench.scenarios import BIG, COUNTS, OPTIONAL, ORDER, PARAMS, SCENARIOS, SMOKE
 
 

@@ -23,7 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.cluster import Cluster, now_ms, wait_for
+from bench.machine import bench_cluster
+from delayq.testing.cluster import Cluster, now_ms, wait_for
 from bench.measure import Run, Topic, drain, pct, settle, stuck_note
 from bench.producer import start_producers
 
@@ -98,7 +99,7 @@ def _inject(kind: str, cl: Cluster, nodes, p: dict) -> tuple[int, int, str]:
 
 
 def _fault(run: Run, kind: str, p: dict) -> list[dict]:
-    with Cluster(run.logs, zk=True, DELAYQ_ZK_SESSION_TIMEOUT_MS=p["session_ms"]) as cl:
+    with bench_cluster(run.logs, zk=True, DELAYQ_ZK_SESSION_TIMEOUT_MS=p["session_ms"]) as cl:
         nodes = [cl.add_node(start=False) for _ in range(3)]
         for nd in nodes:
             nd.start(wait=False)

@@ -2,9 +2,9 @@
 
 - MariaDB: rows/s of batched INSERTs (1000 rows per statement, autocommit) into a fresh
   job_delay_task, rows shaped like the node's submits (time-ordered ids, random shard and due time).
-- RabbitMQ: confirmed publishes/s through shared.publisher.ConfirmedPublisher with a pipelined window,
-  messages shaped like the node's dispatches (nodes.dispatcher.build_message) into a durable queue;
-  then the rate at which bench.consumer drains them (to show the consumer is not the bottleneck).
+- RabbitMQ: confirmed publishes/s through delayq.nodes.amqp.publisher.ConfirmedPublisher with a pipelined window,
+  messages shaped like the node's dispatches (delayq.nodes.amqp.messages.fired) into a durable queue;
+  then the rate at which bench.receiver drains them (to show the consumer is not the bottleneck).
 
 `insert_rows` is also how scale and restart put their pending tasks straight into MySQL.
 """
@@ -21,8 +21,10 @@ from typing import Iterable, Iterator
 import pymysql
 from sqlalchemy.engine import make_url
 
-from bench.cluster import AMQP_URL, Cluster, now_ms
-from bench.consumer import ConsumerProcess
+from bench.machine import bench_cluster
+from delayq.testing.cluster import now_ms
+from delayq.testing.services import AMQP_URL
+from bench.receiver import ConsumerProcess
 
 COLUMNS = ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
            "deadline_ms, node_id, created_ms, updated_ms")
@@ -98,7 +100,7 @@ def insert_rows(url: str, rows: Iterable[str], per_statement: int = 1000, writer
 
 
 def mysql_insert_rate(logs: Path, rows: int, shards: int = 64) -> dict:
-    with Cluster(logs, shards=shards) as cl:
+    with bench_cluster(logs, shards=shards) as cl:
         # A table of the node's shape; rows like submits due within the next hour.
         n, secs = insert_rows(cl.url, task_rows(rows, "bench.limit", shards, now_ms() + 3_600_000, 3_600_000,
                                                 prefix="l"))
@@ -109,10 +111,10 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
     """Confirmed publishes/s (pipelined, `window` in flight), then the consumer's drain rate."""
     import pika
 
-    from nodes.dispatcher import build_message
-    from nodes.main import amqp_parameters
-    from nodes.store import Claimed
-    from shared.publisher import CONFIRMED, ConfirmedPublisher
+    from delayq.nodes.amqp.messages import fired
+    from delayq.nodes.main import amqp_parameters
+    from delayq.store.values import Claimed
+    from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
 
     key = f"bench.limit.{uuid.uuid4().hex[:8]}"
     queue = f"delayq.{key}"
@@ -142,7 +144,7 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
         if not pub.wait_ready(10):
             raise RuntimeError("publisher could not connect to RabbitMQ")
         now = now_ms()
-        msgs = [build_message(Claimed(f"lim{i:09d}", key, 0, now, 1, b"x" * 16, 0, 3), "delayq", key, now)
+        msgs = [fired(Claimed(f"lim{i:09d}", key, 0, now, 1, b"x" * 16, 0, 3), "delayq", key, now)
                 for i in range(messages)]
         started = time.perf_counter()
         for i in range(0, messages, batch):

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from shared.client import DelayqClient, TaskSpec
+from delayq.client import DelayqClient, TaskSpec
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,10 +11,12 @@ import time
 import uuid
 
 from bench import limits as lim
-from bench.cluster import Cluster, now_ms, wait_for
+from bench.machine import bench_cluster
+from delayq.testing.cluster import Cluster, now_ms, wait_for
 from bench.faults import FAULTS, faults
-from bench.measure import (Delivery, Run, Topic, cpu_note, cpu_window, drain, fates, load_figures, pct,
-                           service_pids, settle, shards_of, started, stuck_note)
+from bench.cpu import cpu_note, cpu_window, service_pids
+from bench.measure import (Delivery, Run, Topic, drain, fates, load_figures, pct, settle, shards_of, started,
+                           stuck_note)
 from bench.producer import run_producers
 
 DAY_MS = 86_400_000
@@ -60,14 +62,14 @@ def limits(run: Run, p: dict) -> list[dict]:
                         f"window {a['window']:,}")]
     if "consumer_msgs_per_s" in a:
         out.append(run.fig("limits", "consumer_drain", a["consumer_msgs_per_s"], "msg/s",
-                           ">= 20000", note=f"bench.consumer, {a['consumed']:,} messages"))
+                           ">= 20000", note=f"bench.receiver, {a['consumed']:,} messages"))
     return out
 
 
 def submit(run: Run, p: dict) -> list[dict]:
     out = []
     mysql = run.limits.get("mysql")
-    with Cluster(run.logs) as cl:
+    with bench_cluster(run.logs) as cl:
         node = cl.add_node()
         topic = f"bench.submit.{uuid.uuid4().hex[:8]}"
         cl.register(topic)
@@ -100,7 +102,7 @@ def submit(run: Run, p: dict) -> list[dict]:
 
 
 def steady(run: Run, p: dict) -> list[dict]:
-    with Cluster(run.logs) as cl:
+    with bench_cluster(run.logs) as cl:
         cl.add_node()
         with Topic(run, cl, "steady") as topic:
             figs, stats = load_figures(run, "steady", p, cl, topic, [cl.nodes[0].endpoint])
@@ -114,7 +116,7 @@ def burst(run: Run, p: dict) -> list[dict]:
     batch_rate = run.results.get("submit", {}).get("batch_1000") or 5000
     lead_s = max(4.0, 2.0 + 1.5 * n / max(1000.0, batch_rate * 0.7))
     out = []
-    with Cluster(run.logs) as cl, Topic(run, started(cl), "burst") as topic:
+    with bench_cluster(run.logs) as cl, Topic(run, started(cl), "burst") as topic:
         node = cl.nodes[0]
         due = now_ms() + int(lead_s * 1000)
         summaries, tasks = run_producers(p["producers"], {"endpoints": node.endpoint, "topic": topic.name,
@@ -158,7 +160,7 @@ def _load_pending(cl: Cluster, p: dict) -> tuple[int, float]:
 
 def scale(run: Run, p: dict) -> list[dict]:
     out = []
-    with Cluster(run.logs) as cl:
+    with bench_cluster(run.logs) as cl:
         node = cl.add_node(start=False)
         n, secs = _load_pending(cl, p)
         out.append(run.fig("scale", "pending_loaded", n, "tasks", note=f"over {p['days']} days, direct INSERTs"))
@@ -180,7 +182,7 @@ def scale(run: Run, p: dict) -> list[dict]:
         out.append(run.fig("scale", "node_rss_after_load", node.rss_kb() / 1024, "MB", "<= 200"))
     base = run.results.get("steady")
     if base is None or base["params"]["rate"] != p["rate"]:
-        with Cluster(run.logs) as cl, Topic(run, started(cl), "baseline") as topic:
+        with bench_cluster(run.logs) as cl, Topic(run, started(cl), "baseline") as topic:
             _, bstats = load_figures(run, "scale_baseline", p, cl, topic, [cl.nodes[0].endpoint])
         base = {"p50": bstats["p50"], "p99": bstats["p99"]}
     for q in ("p50", "p99"):
@@ -198,11 +200,13 @@ def _scans(node) -> float:
 
 
 def _window_scan_ms(cl: Cluster, window_ms: int = 60_000, cap: int = 200_000) -> float:
-    from nodes.store import TaskStore
+    from delayq.clock import SYSTEM_CLOCK
+    from delayq.store.epochs import ShardEpochs
+    from delayq.store.tasks import TaskStore
     engine = cl.engine()
     try:
         store = TaskStore(engine)
-        shards = store.shard_ids()
+        shards = ShardEpochs(engine, SYSTEM_CLOCK).shard_ids()
         times = []
         for _ in range(5):
             t = time.perf_counter()
@@ -215,7 +219,7 @@ def _window_scan_ms(cl: Cluster, window_ms: int = 60_000, cap: int = 200_000) ->
 
 def restart(run: Run, p: dict) -> list[dict]:
     out = []
-    with Cluster(run.logs) as cl:
+    with bench_cluster(run.logs) as cl:
         node = cl.add_node(start=False)
         n, _ = _load_pending(cl, p)
         node.start()
@@ -274,7 +278,7 @@ def _probe_rows(probes: dict[str, int], topic: str, shards: int):
 def failover(run: Run, p: dict) -> list[dict]:
     out = []
     session_s = p["session_ms"] / 1000
-    with Cluster(run.logs, zk=True, DELAYQ_ZK_SESSION_TIMEOUT_MS=p["session_ms"]) as cl:
+    with bench_cluster(run.logs, zk=True, DELAYQ_ZK_SESSION_TIMEOUT_MS=p["session_ms"]) as cl:
         nodes = [cl.add_node(start=False) for _ in range(p["nodes"])]
         for nd in nodes:
             nd.start(wait=False)

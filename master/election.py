@@ -17,8 +17,8 @@ from typing import Callable
 
 from kazoo.exceptions import KazooException
 
-from shared.coordination import ZkSession
-from shared.zkpaths import ZkPaths, candidate_member, candidate_order
+from delayq.coordination import ZkSession
+from delayq.zkpaths import ZkPaths, candidate_member, candidate_order
 
 log = logging.getLogger(__name__)
 

@@ -21,18 +21,18 @@ from typing import Callable
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
-from shared.clock import Clock
-from shared.coordination import ZkSession
-from shared.errors import Unavailable
-from shared.zkpaths import AssignmentDoc, Grant, Intents, ZkPaths, node_of
-from master.assignment import AssignmentInput, assign, moves
-from master.shardtable import ShardTable
+from delayq.clock import Clock
+from delayq.coordination import ZkSession
+from delayq.errors import Unavailable
+from delayq.master.assignment import AssignmentInput, assign, moves
+from delayq.store.epochs import ShardEpochs
+from delayq.zkpaths import AssignmentDoc, Grant, Intents, ZkPaths, node_of
 
 log = logging.getLogger(__name__)
 
 
 class Rebalancer:
-    def __init__(self, session: ZkSession, paths: ZkPaths, shards: ShardTable, clock: Clock,
+    def __init__(self, session: ZkSession, paths: ZkPaths, shards: ShardEpochs, clock: Clock,
                  me: Callable[[], str | None], *, debounce_s: float = 0.5, max_delay_s: float = 2.0):
         self._session, self._paths, self._shards, self._clock = session, paths, shards, clock
         self._me = me

@@ -10,7 +10,7 @@ deadline MySQL moved later is watched again. The sweep remains the backstop for 
 that died.
 
 No time-out is applied during an outage of delayq's own dependencies or its grace after
-(nodes/outages.py): due deadlines wait until it ends.
+(delayq.nodes.outages): due deadlines wait until it ends.
 
 Thread: one, owned here; `stop()` ends it.
 """
@@ -21,19 +21,19 @@ import logging
 import threading
 from typing import Iterable
 
-from shared.clock import Clock
-from shared.errors import DelayqError, Unavailable
-from shared.lifecycle import Result
-from shared.metrics import Metrics
-from nodes.outages import OutageGrace
-from nodes.results import ResultApplier
-from nodes.store import TaskStore
-from nodes.worker import Worker
+from delayq.clock import Clock
+from delayq.errors import DelayqError, Unavailable
+from delayq.lifecycle import Result
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.outages import OutageGrace
+from delayq.nodes.results import ResultApplier
+from delayq.nodes.threads import NodeThread
+from delayq.store.tasks import TaskStore
 
 log = logging.getLogger(__name__)
 
 
-class Deadlines(Worker):
+class Deadlines(NodeThread):
     name = "deadlines"
 
     def __init__(self, store: TaskStore, results: ResultApplier, metrics: Metrics, clock: Clock,

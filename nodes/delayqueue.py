@@ -1,6 +1,6 @@
 """The in-memory DelayQueue: near-due task references ordered by due time.
 
-It is a cache of MySQL rows (ARCHITECTURE invariant 1): it holds only (task id, shard, due time),
+It is a cache of MySQL rows (docs/ARCHITECTURE.md, invariant 1): it holds only (task id, shard, due time),
 losing it loses nothing, and the dispatcher re-checks every entry against MySQL when it claims it.
 
     q = DelayQueue(clock)
@@ -19,20 +19,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from typing import Container, Iterable, NamedTuple
+from typing import Container, Iterable
 
-from shared.clock import Clock
-
-
-class Entry(NamedTuple):
-    task_id: str
-    shard_id: int
-    due_ms: int
-    fire_ms: int | None = None     # when to hand it out, if not at due_ms (catch-up pacing)
-
-    @property
-    def at_ms(self) -> int:
-        return self.due_ms if self.fire_ms is None else self.fire_ms
+from delayq.clock import Clock
+from delayq.store.values import Entry
 
 
 class DelayQueue:

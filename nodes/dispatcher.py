@@ -2,7 +2,7 @@
 hands the claimed ones to the publisher.
 
 Only a task whose claim matched may be published, and only while that claim is current
-(nodes/lease.py): the publisher checks the claim's lease just before it writes the frames, and an
+(delayq.nodes.lease): the publisher checks the claim's lease just before it writes the frames, and an
 expired one goes back to DELAY unsent. What happens after the publish is the Recorder's job: it
 gets every publish outcome. A task later than its service's misfire
 threshold, with the policy "fail", is failed instead of published. A claim that fails because MySQL is
@@ -22,41 +22,34 @@ import threading
 import time
 from typing import Callable
 
-from shared import topology
-from shared.clock import Clock
-from shared.errors import DelayqError, Unavailable
-from shared.lifecycle import Result
-from shared.metrics import Metrics
-from shared.publisher import ConfirmedPublisher, Outgoing
-from nodes.deadlines import Deadlines
-from nodes.delayqueue import DelayQueue, Entry
-from nodes.exchanges import ExchangeGuard
-from nodes.lease import ClaimLease, Lease
-from nodes.ownership import Ownership
-from nodes.results import ResultApplier
-from nodes.services import ServiceRegistry
-from nodes.store import Claimed, TaskStore
-
-from nodes.worker import Worker
+from delayq.clock import Clock
+from delayq.errors import DelayqError, Unavailable
+from delayq.lifecycle import Result
+from delayq.nodes.amqp import messages
+from delayq.nodes.amqp.exchanges import ExchangeGuard
+from delayq.nodes.amqp.publisher import ConfirmedPublisher
+from delayq.nodes.deadlines import Deadlines
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.lease import ClaimLease, Lease
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.results import ResultApplier
+from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.threads import NodeThread
+from delayq.store.tasks import TaskStore
+from delayq.store.values import Claimed
 
 log = logging.getLogger(__name__)
 
 
-def build_message(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int) -> Outgoing:
-    """The message contract: body = payload, id = <taskId>:<attempt>, the x-delayq-* headers."""
-    headers = topology.message_headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms)
-    return Outgoing(exchange, routing_key, c.payload, topology.message_id(c.task_id, c.attempt), headers,
-                    ref=(c, dispatched_ms))
-
-
-class Dispatcher(Worker):
+class Dispatcher(NodeThread):
     name = "dispatcher"
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
                  lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines,
-                 hold: Callable[[list[Claimed], int, str], None]):
+                 hold: Callable[[list[Claimed], int, str], None], on_fenced: Callable[[], None] = lambda: None):
         super().__init__(claimers)
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
@@ -75,7 +68,7 @@ class Dispatcher(Worker):
         self._default_exchange = default_exchange
         # Called when a claim was fenced on some shard: the loader re-reads the whole window, so
         # that the tasks taken from memory for it do not wait for the rolling re-read.
-        self.on_fenced: Callable[[], None] = lambda: None
+        self._on_fenced = on_fenced        # a shard was lost: the loader rescans
 
     def _interrupt(self) -> None:
         self._queue.close()
@@ -131,7 +124,7 @@ class Dispatcher(Worker):
         if fenced:
             # Taken from memory but not claimed: if the shard is ours again at a newer epoch
             # than we knew, its tasks are in MySQL only.
-            self.on_fenced()
+            self._on_fenced()
         with self._lock:
             for c in claimed:
                 self._held[c.task_id] = (c, lease)
@@ -230,7 +223,7 @@ class Dispatcher(Worker):
                 held.setdefault(exchange, []).append(c)
                 continue
             routing_key = svc.routing_key if svc else c.topic
-            out.append(build_message(c, exchange, routing_key, now))
+            out.append(messages.fired(c, exchange, routing_key, now))
             sent[c.topic] += 1
         for topic, n in sent.items():
             self._metrics.dispatched.labels(topic).inc(n)

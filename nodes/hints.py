@@ -19,16 +19,16 @@ from typing import Sequence
 
 from sqlalchemy import Engine, delete, insert, select, tuple_
 
-from shared import tables
-from shared.db import unavailable_on_failure
-from shared.errors import Unavailable
-from nodes.delayqueue import DelayQueue, Entry
-from nodes.ownership import Ownership
-from nodes.worker import Worker
+from delayq import tables
+from delayq.db import unavailable_on_failure
+from delayq.errors import Unavailable
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.threads import NodeThread
 
 log = logging.getLogger(__name__)
 
-H = tables.hint
+HINT = tables.hint
 
 
 def write(engine: Engine, entries: Sequence[Entry]) -> None:
@@ -37,13 +37,13 @@ def write(engine: Engine, entries: Sequence[Entry]) -> None:
         return
     try:
         with unavailable_on_failure(), engine.begin() as conn:
-            conn.execute(insert(H).prefix_with("IGNORE"),
+            conn.execute(insert(HINT).prefix_with("IGNORE"),
                          [{"shard_id": e.shard_id, "task_id": e.task_id, "due_ms": e.due_ms} for e in entries])
     except Unavailable as e:
         log.warning("could not hint %d tasks to their shards' owners: %s; their re-read finds them", len(entries), e)
 
 
-class HintReader(Worker):
+class HintReader(NodeThread):
     name = "hints"
 
     def __init__(self, engine: Engine, queue: DelayQueue, ownership: Ownership, *, poll_ms: int, batch: int = 1000):
@@ -75,12 +75,12 @@ class HintReader(Worker):
             return 0
         if shards != self._shards:
             self._shards = shards
-            self._query = select(H.c.shard_id, H.c.task_id, H.c.due_ms).where(H.c.shard_id.in_(shards)) \
+            self._query = select(HINT.c.shard_id, HINT.c.task_id, HINT.c.due_ms).where(HINT.c.shard_id.in_(shards)) \
                 .limit(self._batch)
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.execute(self._query).all()
             if rows:     # a second reader of the same shard (ownership moving) only repeats a nudge
-                conn.execute(delete(H).where(tuple_(H.c.shard_id, H.c.task_id).in_(
+                conn.execute(delete(HINT).where(tuple_(HINT.c.shard_id, HINT.c.task_id).in_(
                     [(r.shard_id, r.task_id) for r in rows])))
         if rows:
             self._queue.offer_written([Entry(r.task_id, r.shard_id, r.due_ms) for r in rows],

@@ -20,7 +20,7 @@ from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from shared.metrics import Metrics
+from delayq.nodes.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from nodes.ownership import Ownership
+from delayq.nodes.ownership import Ownership
 
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 

@@ -14,7 +14,7 @@ full_scan_ms: the cost of a whole-window read, spread evenly over the scans inst
 the dispatcher all at once. The re-read pauses while memory holds a backlog of overdue tasks.
 In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail):
 the backstop for attempts a dead node dispatched (the dispatching node's own deadlines fire in
-nodes/deadlines.py), held like those during an outage of delayq's dependencies (nodes/outages.py).
+delayq.nodes.deadlines), held like those during an outage of delayq's dependencies (delayq.nodes.outages).
 A failed scan is retried within a second, so the node is back to firing within a second of MySQL
 answering again.
 
@@ -24,23 +24,22 @@ from __future__ import annotations
 
 import logging
 
-from shared.clock import Clock
-from shared.errors import DelayqError, Unavailable
-from shared.lifecycle import Result
-from nodes.delayqueue import DelayQueue, Entry
-from nodes.outages import OutageGrace
-from nodes.ownership import Ownership
-from nodes.results import ResultApplier
-from nodes.store import TaskStore
-
-from nodes.worker import Worker
+from delayq.clock import Clock
+from delayq.errors import DelayqError, Unavailable
+from delayq.lifecycle import Result
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.outages import OutageGrace
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.results import ResultApplier
+from delayq.nodes.threads import NodeThread
+from delayq.store.tasks import TaskStore
 
 log = logging.getLogger(__name__)
 
 DRAINING_MS = 1000
 
 
-class Loader(Worker):
+class Loader(NodeThread):
     name = "loader"
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,

@@ -7,53 +7,53 @@ is the reverse, letting unconfirmed publishes settle first so nothing is left ha
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import secrets
 import time
-
-from kazoo.exceptions import KazooException, NoNodeError
 
 import pika
 from thrift.protocol import TBinaryProtocol
 
-from shared.clock import Clock
-from shared.skew import ReferenceClock
-from shared.coordination import ZkSession
-from shared.metrics import Metrics
-from shared.zkpaths import AssignmentDoc, ZkPaths, candidate_member, candidate_order, member_name, node_of
-from master.election import Election
-from master.rebalancer import Rebalancer
-from master.shardtable import ShardTable
-from shared.config import Settings
-from shared import schema
-from shared.db import make_engine, unavailable_on_failure
-from shared.errors import ConfigError, Unavailable
-from shared.gen.delayq_thrift import DelayScheduler, ttypes
-from shared.publisher import ConfirmedPublisher
-from shared.validation import Limits
-from nodes.clockcheck import ClockCheck
-from nodes.delayqueue import DelayQueue
-from nodes.deadletters import DeadLetterer
-from nodes.deadlines import Deadlines
-from nodes.dispatcher import Dispatcher
-from nodes.exchanges import ExchangeGuard
-from nodes.feedback import FeedbackConsumer
-from nodes.follower import AssignmentFollower
-from nodes.membership import Membership
-from nodes.handler import Handler
-from nodes import hints
-from nodes.http import HealthServer
-from nodes.lanes import CallPool
-from nodes.loader import Loader
-from nodes.outages import OutageGrace
-from nodes.ownership import Ownership
-from nodes.recorder import Recorder
-from nodes.results import ResultApplier
-from nodes.server import ThriftServer
-from nodes.services import ServiceRegistry
-from nodes.store import TaskStore
-from nodes.submits import SubmitBatcher
+from delayq import schema
+from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.clock import Clock
+from delayq.config import Settings
+from delayq.coordination import ZkSession
+from delayq.db import make_engine, wait_until_answered
+from delayq.errors import Unavailable
+from delayq.master.election import Election
+from delayq.master.rebalancer import Rebalancer
+from delayq.nodes import hints
+from delayq.nodes.amqp.deadletters import DeadLetterer
+from delayq.nodes.amqp.exchanges import ExchangeGuard
+from delayq.nodes.amqp.publisher import ConfirmedPublisher
+from delayq.nodes.amqp.results_consumer import ResultsConsumer
+from delayq.nodes.clockcheck import ClockCheck
+from delayq.nodes.deadlines import Deadlines
+from delayq.nodes.delayqueue import DelayQueue
+from delayq.nodes.dispatcher import Dispatcher
+from delayq.nodes.front.clusterinfo import cluster_info
+from delayq.nodes.front.handler import Handler
+from delayq.nodes.front.lanes import CallPool
+from delayq.nodes.front.server import ThriftServer
+from delayq.nodes.front.submits import SubmitBatcher
+from delayq.nodes.http import HealthServer
+from delayq.nodes.loader import Loader
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.outages import OutageGrace
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.recorder import Recorder
+from delayq.nodes.results import ResultApplier
+from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.skew import ReferenceClock
+from delayq.nodes.standalone import Standalone
+from delayq.nodes.validation import Limits
+from delayq.nodes.zk.follower import AssignmentFollower
+from delayq.nodes.zk.membership import Membership
+from delayq.nodes.zk.view import read_view
+from delayq.store.epochs import ShardEpochs
+from delayq.store.submits import TaskWriter
+from delayq.store.tasks import TaskStore
+from delayq.zkpaths import ZkPaths
 
 log = logging.getLogger(__name__)
 
@@ -83,28 +83,30 @@ class NodeRuntime:
         # Submits, one group at a time (on the Thrift I/O thread, or the SubmitBatcher's while MySQL
         # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
-        self.store = TaskStore(self.engine, autocommit=self.writes)
+        self.store = TaskStore(self.engine)
+        self.epochs = ShardEpochs(self.engine, clock)
         self.services = ServiceRegistry(self.engine, clock)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)
         self.ownership = Ownership(s.node.node_id)
-        self.deadletters: DeadLetterer | None = None
+        # Cycles are closed by callbacks that name a part built further down (called only once
+        # the node runs): results -> dead letters -> publisher -> recorder -> results.
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
-                                     on_failed=lambda: self.deadletters and self.deadletters.wake())
+                                     on_failed=lambda: self.deadletters.wake())
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  publish_retry_ms=s.scheduling.publish_retry_ms,
-                                 gather_ms=s.scheduling.record_gather_ms)
+                                 gather_ms=s.scheduling.record_gather_ms,
+                                 dead_letters=lambda *outcome: self.deadletters.on_outcome(*outcome))
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
-        self.publisher = ConfirmedPublisher(
-            amqp, self.recorder.on_outcome,
-            max_in_flight=s.amqp.max_in_flight, confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
-            exchanges=())        # declared by the exchange guard, never on the publishing channel
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
             e for svc in self.services.all() for e in (svc.exchange, svc.dead_letter_exchange) if e})
-        self.publisher.on_channel_closed = self.exchanges.forget
+        self.publisher = ConfirmedPublisher(
+            amqp, self.recorder.on_outcome,
+            max_in_flight=s.amqp.max_in_flight, confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
+            exchanges=(),        # declared by the exchange guard, never on the publishing channel
+            on_channel_closed=self.exchanges.forget)
         self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, self.exchanges,
                                         self.metrics, clock)
-        self.recorder.dead_letters = self.deadletters.on_outcome
         # No time-out while delayq's own dependencies are down, nor for a grace after.
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
@@ -112,23 +114,23 @@ class NodeRuntime:
         self.hints = hints.HintReader(make_engine(dataclasses.replace(s.mysql, pool_size=1), autocommit=True),
                                       self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
-        self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
-                                     self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
-                                     default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
-                                     claimers=s.scheduling.write_concurrency,
-                                     lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
-                                     deadlines=self.deadlines,
-                                     hold=self.recorder.hold)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
                              catchup_rate=s.scheduling.catchup_rate,
                              catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace)
-        self.dispatcher.on_fenced = self.loader.rescan
-        self.feedback = FeedbackConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
+        self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
+                                     self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
+                                     default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
+                                     claimers=s.scheduling.write_concurrency,
+                                     lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
+                                     deadlines=self.deadlines, hold=self.recorder.hold,
+                                     on_fenced=self.loader.rescan)
+        self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          self.metrics, cluster=s.node.cluster)
-        self.handler = Handler(self.store, self.services, self.queue, self.ownership, clock, self.results,
-                               self.metrics, limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
+        self.handler = Handler(self.store, TaskWriter(self.writes), self.services, self.queue, self.ownership,
+                               clock, self.results, self.metrics,
+                               limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
                                hint=lambda entries: hints.write(self.writes, entries),
@@ -146,10 +148,12 @@ class NodeRuntime:
                                    frame_timeout=s.limits.frame_timeout_ms / 1000.0,
                                    first_frame_timeout=s.limits.first_frame_timeout_ms / 1000.0,
                                    closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc())
-        self._epoch = 0
         self.zk: ZkSession | None = None
+        self.standalone: Standalone | None = None
         if s.zk.enabled:
             self._build_cluster(s)
+        else:
+            self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
         self.metrics.gauges(self._gauges, self._counters)
         self.http = HealthServer(s.http.host, s.http.port, self.metrics, self._alive, self._ready, self._detail)
 
@@ -162,96 +166,47 @@ class NodeRuntime:
         endpoint = f"{s.node.advertise_host}:{s.node.port}"
         self.membership = Membership(self.zk, self.paths, s.node.node_id, endpoint, self._stats)
         self.follower = AssignmentFollower(self.zk, self.paths, self.ownership, lambda: self.membership.member,
-                                           self.store.shard_ids)
-        self.rebalancer = Rebalancer(self.zk, self.paths, ShardTable(self.engine, self.clock), self.clock,
-                                     lambda: self.membership.member)
+                                           self.epochs.shard_ids)
+        self.rebalancer = Rebalancer(self.zk, self.paths, self.epochs, self.clock, lambda: self.membership.member)
         self.election = Election(self.zk, self.paths, lambda: self.membership.member, self.rebalancer.set_leader)
         self.zk.subscribe(lambda state, _sid: state != "connected" and self.metrics.errors.labels("zookeeper").inc())
 
     def _stats(self) -> dict:
+        """This node's figures as it publishes them to ZooKeeper."""
         return {"shards": len(self.ownership.shards()), "queue": len(self.queue),
                 "clock_offset_ms": self.clockcheck.offset_ms, "held_topics": dict(self.dispatcher.held_topics)}
 
     def start(self, wait_s: float = 60.0) -> None:
         self.http.start()
-        if self.zk is None:
-            self._take_shards(wait_s)
+        wait_until_answered(lambda: (schema.check_ready(self.engine), self.services.refresh()), wait_s)
+        if self.standalone is not None:
+            self.standalone.take_shards()
         else:
-            self._wait_for_mysql(wait_s)
             self.rebalancer.start()
             self.zk.start(timeout=min(wait_s, 15.0))
         try:
             self.clockcheck.check_now()     # before the first task is due by this clock
         except Unavailable as e:
             log.warning("could not read MySQL's clock yet (%s): nothing is claimed until MySQL answers", e)
-        self.clockcheck.start()
-        self.exchanges.start()
-        self.publisher.start()
+        for part in (self.clockcheck, self.exchanges, self.publisher):
+            part.start()
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
-        self.recorder.start()
-        self.deadlines.start()
-        self.hints.start()
-        self.dispatcher.start()
-        self.loader.start()
-        self.deadletters.start()
-        self.feedback.start()
-        self.submits.start()
-        self.calls.start()
-        self.server.start()
+        for part in (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader, self.deadletters,
+                     self.results_consumer, self.submits, self.calls, self.server):
+            part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
-                 len(self.ownership.shards()), self._epoch, self.settings.scheduling.window_ms)
-
-    def _check_schema(self) -> None:
-        with unavailable_on_failure(), self.engine.connect() as conn:
-            have, want = schema.current_version(conn), len(schema.migrations())
-        if have < want:
-            raise ConfigError(f"the database schema is at version {have}, this node needs {want}: "
-                              "run `delayq db migrate`")
-
-    def _wait_for_mysql(self, wait_s: float) -> list[int]:
-        """Wait until MySQL answers with an up-to-date schema and the cluster's shards; load the
-        services. Returns the shard ids."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                self._check_schema()
-                shards = self.store.shard_ids()
-                if not shards:
-                    raise ConfigError("the database has no shards: run `delayq db init` first")
-                self.services.refresh()
-                return shards
-            except Unavailable as e:
-                if time.monotonic() > deadline:
-                    raise
-                log.warning("waiting for MySQL: %s", e)
-                time.sleep(1.0)
-
-    def _take_shards(self, wait_s: float) -> None:
-        """Standalone mode: this node owns every shard (at a new epoch, fencing any previous owner)."""
-        shards = self._wait_for_mysql(wait_s)
-        # Like a cluster member, a process is its own owner: a restarted node does not inherit
-        # (and never mistakes for its own) what its former self claimed.
-        owner = member_name(self.settings.node.node_id, secrets.randbits(48))
-        fence = self.store.take_shards(owner, shards, self.clock.now_ms())
-        self._epoch = max(fence.values())
-        self.ownership.set(fence, shards, owner=owner)
-        log.info("took shards %d-%d at epoch %d", min(shards), max(shards), self._epoch)
+                 len(self.ownership.shards()), self._epoch(), self.settings.scheduling.window_ms)
 
     def stop(self, timeout: float = 10.0) -> None:
-        self.server.stop()
-        self.submits.stop()
-        self.calls.stop()
+        for part in (self.server, self.submits, self.calls):
+            part.stop()
         if self.zk is not None:
             self.rebalancer.stop()
             self.zk.stop()
-        self.feedback.stop()
-        self.clockcheck.stop()
-        self.loader.stop()
-        self.dispatcher.stop()
-        self.deadlines.stop()
-        self.hints.stop()
-        self.deadletters.stop()
+        for part in (self.results_consumer, self.clockcheck, self.loader, self.dispatcher, self.deadlines, self.hints,
+                     self.deadletters):
+            part.stop()
         deadline = time.monotonic() + timeout
         while self.publisher.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -263,16 +218,19 @@ class NodeRuntime:
         self.http.stop()
         log.info("node %s stopped", self.settings.node.node_id)
 
-    # ---- metrics and health -------------------------------------------------------------------
+    # ---- metrics, health and cluster info -----------------------------------------------------
+
+    def _epoch(self) -> int:
+        return self.standalone.epoch if self.standalone is not None else self.follower.epoch
 
     def _gauges(self) -> dict[str, float]:
         g = {"queue_size": len(self.queue), "shards_owned": len(self.ownership.shards()),
-             "unconfirmed_publishes": self.publisher.in_flight, "recorder_backlog": self.recorder.backlog}
+             "unconfirmed_publishes": self.publisher.in_flight, "recorder_backlog": self.recorder.backlog,
+             "assignment_epoch": self._epoch()}
         if self.zk is None:
-            g.update(assignment_epoch=self._epoch, is_master=1, zookeeper_connected=0)
+            g.update(is_master=1, zookeeper_connected=0)
         else:
-            g.update(assignment_epoch=self.follower.epoch, is_master=int(self.election.leader),
-                     zookeeper_connected=int(self.zk.state == "connected"))
+            g.update(is_master=int(self.election.leader), zookeeper_connected=int(self.zk.state == "connected"))
         try:
             in_flight, overdue = self.store.in_flight(self.ownership.shards(), self.clock.now_ms())
             g.update(in_flight_attempts=in_flight, overdue_attempts=overdue)
@@ -307,55 +265,16 @@ class NodeRuntime:
 
     def _detail(self) -> dict:
         clock = self.clockcheck.describe()
-        return {"clock_offset_ms": _ms(self.clockcheck.offset_ms), "held_topics": dict(self.dispatcher.held_topics),
+        offset = self.clockcheck.offset_ms
+        return {"clock_offset_ms": None if offset is None else int(round(offset)),
+                "held_topics": dict(self.dispatcher.held_topics),
                 **({"clock": f"this machine's clock is {clock} MySQL's; due times follow MySQL's"} if clock else {})}
 
     def cluster_info(self) -> ttypes.ClusterInfo:
-        if self.zk is not None:
-            return self._zk_cluster_info()
         s = self.settings
-        node = s.node.node_id
-        shards = sorted(self.ownership.shards())
-        return ttypes.ClusterInfo(
-            cluster=s.node.cluster, shardCount=len(self.ownership.all_shards()), epoch=self._epoch, master=node,
-            nodes=[ttypes.NodeInfo(nodeId=node, endpoint=f"{s.node.advertise_host}:{self.server.port}",
-                                   shardCount=len(shards), queueSize=len(self.queue), master=True,
-                                   clockOffsetMs=_ms(self.clockcheck.offset_ms),
-                                   heldTopics=dict(self.dispatcher.held_topics))],
-            assignment={sh: node for sh in shards})
-
-    def _zk_cluster_info(self) -> ttypes.ClusterInfo:
-        call, paths = self.zk.call, self.paths
-        try:
-            members = sorted(call("get_children", paths.nodes))
-            candidates = sorted(call("get_children", paths.election), key=candidate_order)
-            master = candidate_member(candidates[0]) if candidates else None
-            try:
-                doc = AssignmentDoc.decode(call("get", paths.assignment)[0])
-            except NoNodeError:
-                doc = AssignmentDoc(0)
-            nodes = []
-            for m in members:
-                try:
-                    info = json.loads(call("get", paths.member(m))[0] or b"{}")
-                except NoNodeError:
-                    continue
-                nodes.append(ttypes.NodeInfo(
-                    nodeId=node_of(m), endpoint=info.get("endpoint", ""),
-                    shardCount=sum(1 for g in doc.shards.values() if g.member == m),
-                    queueSize=len(self.queue) if m == self.membership.member else int(info.get("queue", 0)),
-                    master=m == master,
-                    clockOffsetMs=_ms(self.clockcheck.offset_ms if m == self.membership.member
-                                      else info.get("clock_offset_ms")),
-                    heldTopics=dict(self.dispatcher.held_topics) if m == self.membership.member
-                    else info.get("held_topics") or {}))
-        except KazooException as e:
-            raise Unavailable(f"ZooKeeper: {e!r}") from None
-        return ttypes.ClusterInfo(
-            cluster=self.settings.node.cluster, shardCount=len(doc.shards) or len(self.ownership.all_shards()),
-            epoch=doc.epoch, master=node_of(master) if master else None, nodes=nodes,
-            assignment={s: node_of(g.member) for s, g in doc.shards.items()})
-
-
-def _ms(value: float | None) -> int | None:
-    return None if value is None else int(round(value))
+        if self.standalone is not None:
+            view = self.standalone.view(f"{s.node.advertise_host}:{self.server.port}")
+            me = self.standalone.member
+        else:
+            view, me = read_view(self.zk, self.paths), self.membership.member
+        return cluster_info(s.node.cluster, view, me, self._stats(), len(self.ownership.all_shards()))

@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Callable
 
-from shared.clock import Clock
+from delayq.clock import Clock
 
 log = logging.getLogger(__name__)
 

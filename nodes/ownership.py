@@ -3,7 +3,7 @@
 The claim statement checks the same (owner, epoch) against job_shard in MySQL, so a stale view here
 can only make a claim fail, never succeed wrongly. `claimable` is off while the node must not claim
 at all (ZooKeeper session suspended). `breaks` counts every suspension and every loss of a shard:
-a claim taken before the count moved may no longer be published (nodes/lease.py).
+a claim taken before the count moved may no longer be published (delayq.nodes.lease).
 
 Thread-safe. Listeners (gained, lost) run on the thread that changed the ownership.
 """

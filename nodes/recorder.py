@@ -1,11 +1,11 @@
 """Recorder: turns publish outcomes into MySQL records, in batches, off the publisher's thread.
 
-    CONFIRMED   execlog row for the attempt (ARCHITECTURE invariant 4: confirmed before recorded);
+    CONFIRMED   execlog row for the attempt (docs/ARCHITECTURE.md, invariant 4);
                 a task that expects no result (ttr 0) is FINISHED here
     NOT_SENT    the attempt did not happen: back to DELAY with its number, sent again after publish_retry_ms
     FAILED      it may have reached a queue: back to DELAY, sent again as a new attempt
     UNROUTABLE  a failed attempt (no queue bound): retried with the service's backoff, then FAILED
-    HELD        not published: its service's exchange is unusable (nodes/exchanges.py); back to
+    HELD        not published: its service's exchange is unusable (delayq.nodes.amqp.exchanges); back to
                 DELAY with its number, due when the exchange is next checked
 
 If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
@@ -24,32 +24,34 @@ import logging
 import queue
 from typing import Any, Callable
 
-from shared.clock import Clock
-from shared.errors import DelayqError, Unavailable
-from shared.lifecycle import Result
-from shared.metrics import Metrics
-from shared.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE
+from delayq.clock import Clock
+from delayq.errors import DelayqError, Unavailable
+from delayq.lifecycle import Result
+from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE
+from delayq.nodes.metrics import Metrics
 
 HELD = "HELD"
-from nodes.delayqueue import DelayQueue, Entry
-from nodes.ownership import Ownership
-from nodes.results import ResultApplier
-from nodes.store import Claimed, TaskStore
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.results import ResultApplier
+from delayq.store.tasks import TaskStore
+from delayq.store.values import Claimed
 
-from nodes.worker import Worker
+from delayq.nodes.threads import NodeThread
 
 log = logging.getLogger(__name__)
 
 
-class Recorder(Worker):
+class Recorder(NodeThread):
     name = "recorder"
 
     def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, gather_ms: int, batch: int = 1000):
+                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, gather_ms: int, batch: int = 1000,
+                 dead_letters: Callable[[Any, str, str | None], None] = lambda ref, outcome, reason: None):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue_, ownership
         self._results, self._clock, self._metrics = results, clock, metrics
-        self.dead_letters: Callable[[Any, str, str | None], None] | None = None
+        self._dead_letters = dead_letters
         self._retry_ms = publish_retry_ms
         self._batch = batch
         self._gather_s = gather_ms / 1000.0
@@ -66,8 +68,8 @@ class Recorder(Worker):
             else:
                 self._metrics.publish_failures.labels(outcome.lower()).inc()
             self._inbox.put((ref, outcome, reason))
-        elif self.dead_letters is not None:
-            self.dead_letters(ref, outcome, reason)
+        else:
+            self._dead_letters(ref, outcome, reason)
 
     def hold(self, claimed: list[Claimed], due_ms: int, reason: str) -> None:
         """The dispatcher did not publish these (unusable exchange): back to DELAY, due at due_ms."""

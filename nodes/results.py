@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from shared.clock import Clock
-from shared.lifecycle import Result, Status
-from shared.metrics import Metrics
-from nodes.delayqueue import DelayQueue, Entry
-from nodes.ownership import Ownership
-from nodes.services import ServiceRegistry
-from nodes.store import TaskStore, Transition
+from delayq.clock import Clock
+from delayq.lifecycle import Result, Status
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.services import ServiceRegistry
+from delayq.store.tasks import TaskStore
+from delayq.store.values import Transition
 
 
 class ResultApplier:

@@ -16,14 +16,14 @@ from dataclasses import asdict
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
-from shared import tables
-from shared.clock import Clock
-from shared.db import unavailable_on_failure
-from shared.errors import UnknownTopic
-from shared.lifecycle import RetryPolicy
-from shared.validation import ServiceSpec, check_service
+from delayq import tables
+from delayq.clock import Clock
+from delayq.db import unavailable_on_failure
+from delayq.errors import UnknownTopic
+from delayq.lifecycle import RetryPolicy
+from delayq.nodes.validation import ServiceSpec, check_service
 
-C = tables.callback_service
+SERVICE = tables.callback_service
 
 
 class ServiceRegistry:
@@ -65,7 +65,7 @@ class ServiceRegistry:
         now = self._clock.now_ms()
         row = {k: v for k, v in asdict(svc).items()}
         row["enabled"] = 1 if svc.enabled else 0
-        stmt = mysql_insert(C).values(**row, created_ms=now, updated_ms=now)
+        stmt = mysql_insert(SERVICE).values(**row, created_ms=now, updated_ms=now)
         stmt = stmt.on_duplicate_key_update({k: stmt.inserted[k] for k in row if k != "topic"} | {"updated_ms": now})
         with unavailable_on_failure(), self._engine.begin() as conn:
             conn.execute(stmt)
@@ -75,7 +75,7 @@ class ServiceRegistry:
 
     def refresh(self) -> None:
         with unavailable_on_failure(), self._engine.connect() as conn:
-            rows = conn.execute(select(C)).mappings().all()
+            rows = conn.execute(select(SERVICE)).mappings().all()
         fresh = {}
         for r in rows:
             fields = {k: r[k] for k in ServiceSpec.__dataclass_fields__}

@@ -29,8 +29,8 @@ from kazoo.exceptions import ConnectionLoss
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from shared.config import ZkSettings
-from shared.errors import Unavailable
+from delayq.config import ZkSettings
+from delayq.errors import Unavailable
 
 log = logging.getLogger(__name__)
 

@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import pymysql.err
 import sqlalchemy.exc
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from shared.config import MySQLSettings
-from shared.errors import ConfigError, StoreUnavailable
+from delayq.config import MySQLSettings
+from delayq.errors import ConfigError, StoreUnavailable, Unavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool = False) -> Engine:
@@ -104,7 +108,7 @@ def database_name(settings: MySQLSettings) -> str:
 
 
 # Errors that mean "the database cannot be reached or gave up": the call may succeed later. The
-# driver's own are those of statements sent on the driver's connection (nodes.store._Pipelined).
+# driver's own are those of statements sent on the driver's connection (delayq.store.tasks._Pipelined).
 _UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                 sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError,
                 pymysql.err.OperationalError, pymysql.err.InterfaceError)
@@ -138,3 +142,16 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
 def _short(e: Exception) -> str:
     orig = getattr(e, "orig", None)
     return str(orig if orig is not None else e).splitlines()[0][:200]
+
+
+def wait_until_answered(call: Callable[[], T], wait_s: float, what: str = "MySQL") -> T:
+    """call() until it does not raise Unavailable, for up to wait_s (then its error is raised)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return call()
+        except Unavailable as e:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("waiting for %s: %s", what, e)
+            time.sleep(1.0)

@@ -12,14 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy.exc
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, func, select, text
 
-from shared import tables
-from shared.clock import SYSTEM_CLOCK, Clock
+from delayq import tables
+from delayq.clock import SYSTEM_CLOCK, Clock
+from delayq.db import unavailable_on_failure
+from delayq.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+# Installed, the migrations are package data (delayq/sql); in a source tree, the top-level sql/.
+SQL_DIR = next(d for d in (Path(__file__).resolve().parent / "sql", Path(__file__).resolve().parent.parent / "sql")
+               if d.is_dir())
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 # MySQL error codes meaning "it exists already": table, column, key.
@@ -124,3 +128,15 @@ def create_database(server_engine: Engine, name: str) -> None:
         raise ValueError(f"database name must be letters, digits and _: {name!r}")
     with server_engine.begin() as conn:
         conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"))
+
+
+def check_ready(engine: Engine) -> None:
+    """Refuse to run a node on a database behind this code or with no shards (ConfigError);
+    StoreUnavailable while MySQL does not answer."""
+    with unavailable_on_failure(), engine.connect() as conn:
+        have, want = current_version(conn), len(migrations())
+        if have < want:
+            raise ConfigError(f"the database schema is at version {have}, this node needs {want}: "
+                              "run `delayq db migrate`")
+        if not conn.execute(select(func.count()).select_from(tables.shard)).scalar_one():
+            raise ConfigError("the database has no shards: run `delayq db init` first")

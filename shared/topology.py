@@ -13,14 +13,6 @@ HEADER_STATUS = "x-delayq-status"          # on dead letters: FAILED
 HEADER_REASON = "x-delayq-reason"          # on dead letters: the last result's message
 
 
-def message_headers(task_id: str, topic: str, attempt: int, due_ms: int, dispatched_ms: int | None) -> dict:
-    """The x-delayq-* headers every message carries, task messages and dead letters alike."""
-    headers = {HEADER_TASK_ID: task_id, HEADER_TOPIC: topic, HEADER_ATTEMPT: attempt, HEADER_DUE_AT: due_ms}
-    if dispatched_ms is not None:
-        headers[HEADER_DISPATCHED_AT] = dispatched_ms
-    return headers
-
-
 def results_queue(cluster: str) -> str:
     """The durable queue a cluster's nodes take results from (one per cluster: nodes of another
     cluster on the same broker would find no such task and drop the result)."""

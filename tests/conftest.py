@@ -6,8 +6,6 @@ RabbitMQ queue on its own thread, stamping each message with its receive time.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -17,13 +15,14 @@ from typing import Callable
 import pika
 import pytest
 
-from bench.cluster import Node, free_port, now_ms, wait_for
-from shared import config, db as dbm, schema
-from shared.client import CallbackService
+from delayq.client import CallbackService
+from delayq.testing.cluster import Database, Node, fresh_database, free_port, node_env, now_ms, wait_for  # noqa: F401
+from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
 
-MYSQL_SERVER = os.environ.get("DELAYQ_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
-AMQP_URL = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
-ZK_HOSTS = os.environ.get("DELAYQ_TEST_ZK", "127.0.0.1:2181")
+# Nodes in tests scan and time out faster than in production, so that what a test waits for
+# happens within seconds.
+FAST = {"DELAYQ_WINDOW_MS": "3000", "DELAYQ_SCAN_INTERVAL_MS": "500", "DELAYQ_FULL_SCAN_MS": "2000",
+        "DELAYQ_IDLE_TIMEOUT_MS": "2000"}
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.02, what: str = "condition"):
@@ -32,46 +31,6 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         return wait_for(predicate, timeout, interval, what)
     except TimeoutError as e:
         pytest.fail(str(e))
-
-
-# ---- databases -----------------------------------------------------------------------------------
-
-@dataclass
-class Database:
-    url: str
-    name: str
-    shards: int
-
-
-@contextlib.contextmanager
-def fresh_database(shards: int):
-    """A new, migrated database with `shards` shards; dropped afterwards."""
-    name = f"delayq_t_{uuid.uuid4().hex[:10]}"
-    settings = config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}"})
-    server = dbm.make_engine(settings.mysql, database=False)
-    schema.create_database(server, name)
-    engine = dbm.make_engine(settings.mysql)
-    schema.migrate(engine)
-    schema.init_cluster(engine, shards)
-    engine.dispose()
-    try:
-        yield Database(settings.mysql.url, name, shards)
-    finally:
-        with server.begin() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        server.dispose()
-        _delete_queue(f"delayq.results.{name}")      # the test cluster's results queue
-
-
-def _delete_queue(queue: str) -> None:
-    try:
-        conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
-    except pika.exceptions.AMQPError:
-        return
-    try:
-        conn.channel().queue_delete(queue)
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +42,6 @@ def database(request) -> Database:
 
 # ---- nodes ---------------------------------------------------------------------------------------
 
-# One node-process class for the tests and the benchmarks: start (waits until it serves), answers,
-# kill(sig), stop (SIGCONT, then SIGTERM), log_tail, client.
 NodeProcess = Node
 
 
@@ -99,17 +56,7 @@ class NodeFactory:
         self.made: list[NodeProcess] = []
 
     def __call__(self, start: bool = True, **overrides: str) -> NodeProcess:
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
-        env.update({
-            "DELAYQ_MYSQL_URL": self.database.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
-            "DELAYQ_PORT": str(port), "DELAYQ_HTTP_PORT": str(free_port()), "DELAYQ_NODE_ID": f"n{len(self.made) + 1}",
-            "DELAYQ_CLUSTER": self.database.name, "DELAYQ_ZK_ENABLED": "false",
-            "DELAYQ_WINDOW_MS": "3000", "DELAYQ_SCAN_INTERVAL_MS": "500",
-            "DELAYQ_FULL_SCAN_MS": "2000",
-            "DELAYQ_IDLE_TIMEOUT_MS": "2000", "PYTHONUNBUFFERED": "1",
-        })
-        env.update({k: str(v) for k, v in overrides.items()})
+        env = node_env(self.database, f"n{len(self.made) + 1}", **{**FAST, **overrides})
         node = NodeProcess(env, self.logs / f"{self.database.name}-{env['DELAYQ_NODE_ID']}.log")
         self.made.append(node)
         return node.start() if start else node

@@ -3,12 +3,10 @@ half written."""
 from __future__ import annotations
 
 import os
-import re
 import socket
 import struct
 import threading
 import time
-import urllib.request
 import uuid
 
 import pytest
@@ -17,9 +15,9 @@ from thrift.Thrift import TMessageType
 from thrift.transport import TTransport
 
 from conftest import now_ms, wait_until
-from shared import config, db as dbm
-from shared.client import CallbackService, TaskSpec, connect
-from shared.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq import config, db as dbm
+from delayq.client import CallbackService, TaskSpec, connect
+from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from conftest import Collector, now_ms, wait_until
-from shared.client import CallbackService, TaskSpec
+from delayq.client import CallbackService, TaskSpec
 
 pytestmark = pytest.mark.integration
 

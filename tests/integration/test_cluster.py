@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
-from shared.client import CallbackService, DelayqClient, TaskSpec, TaskStatus
-from shared.consumer import TaskConsumer
+from delayq.client import CallbackService, DelayqClient, TaskSpec, TaskStatus
+from delayq.client.consumer import TaskConsumer
 
 pytestmark = pytest.mark.integration
 
@@ -213,8 +213,8 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
     from kazoo.client import KazooClient
 
     from conftest import ZK_HOSTS, free_port
-    from nodes.main import NodeRuntime
-    from shared import config
+    from delayq.nodes.main import NodeRuntime
+    from delayq import config
 
     n1 = cluster()
     db = cluster.database
@@ -323,7 +323,7 @@ def test_a_task_accepted_by_a_node_without_shards_fires_on_time_from_its_owner(c
     wait_until(lambda: balanced(n1, {"n1", "n2"}), 15, 0.05, what="two balanced nodes")
     import subprocess
     import sys
-    drained = subprocess.run([sys.executable, "-m", "nodes.cli", "drain", "n2", "--timeout", "30"], env=n1.env,
+    drained = subprocess.run([sys.executable, "-m", "delayq.ops.cli", "drain", "n2", "--timeout", "30"], env=n1.env,
                              capture_output=True, text=True, timeout=60)
     assert drained.returncode == 0, drained.stderr
     wait_until(lambda: "n2" not in owners(n1).values(), 10, 0.05, what="n2 to hold no shard")

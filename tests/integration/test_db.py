@@ -1,4 +1,4 @@
-"""The MySQL engines (shared.db) against the real MariaDB: what a pooled connection carries from one
+"""The MySQL engines (delayq.db) against the real MariaDB: what a pooled connection carries from one
 checkout to the next, what a submit group writes (through the store, and through the handler for
 groups of calls), and how often the service registry reads."""
 from __future__ import annotations
@@ -11,18 +11,20 @@ import pytest
 import sqlalchemy.event
 import sqlalchemy.exc
 
-from shared import config, db as dbm
-from shared.clock import SYSTEM_CLOCK
-from shared.client import TaskSpec
-from shared.errors import ConfigError, StoreUnavailable, UnknownTopic
-from shared.gen.delayq_thrift import ttypes
-from shared.metrics import Metrics
-from shared.validation import Limits, ServiceSpec
-from nodes.delayqueue import DelayQueue
-from nodes.handler import Handler
-from nodes.ownership import Ownership
-from nodes.services import ServiceRegistry
-from nodes.store import NewTask, TaskStore
+from delayq import config, db as dbm
+from delayq.client import TaskSpec
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.clock import SYSTEM_CLOCK
+from delayq.errors import ConfigError, StoreUnavailable, UnknownTopic
+from delayq.nodes.delayqueue import DelayQueue
+from delayq.nodes.front.handler import Handler
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.validation import Limits, ServiceSpec
+from delayq.store.submits import TaskWriter
+from delayq.store.tasks import TaskStore
+from delayq.store.values import NewTask
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +89,7 @@ def _task(i: int, payload: bytes, prefix: str = "pool") -> NewTask:
 
 def test_a_group_too_large_for_one_statement_is_written_whole_or_not_at_all(engines):
     engine, writes, other = engines
-    store = TaskStore(engine, autocommit=writes)
+    store = TaskWriter(writes)
     big = [_task(i, bytes([i % 256]) * 60_000) for i in range(40)]        # about 4.8 MB in hex: 5 statements
     assert all(s.created for s in store.insert_groups([big])[0])
     other.execute("SELECT COUNT(*), SUM(LENGTH(payload)) FROM job_delay_task WHERE task_id LIKE 'pool-%'")
@@ -107,7 +109,7 @@ def _count(other, like: str) -> int:
 
 def test_tasks_sent_part_by_part_commit_together_when_the_block_ends(engines):
     engine, writes, other = engines
-    store = TaskStore(engine, autocommit=writes)
+    store = TaskWriter(writes)
     with store.inserting() as send:
         for first in range(0, 300, 100):
             send([_task(1000 + i, b"p", "part") for i in range(first, first + 100)])
@@ -119,7 +121,7 @@ def test_tasks_sent_part_by_part_commit_together_when_the_block_ends(engines):
 @pytest.mark.parametrize("failure", ["the caller", "a statement", "the connection"])
 def test_tasks_sent_part_by_part_are_not_written_when_the_block_fails(engines, failure):
     engine, writes, other = engines
-    store = TaskStore(engine, autocommit=writes)
+    store = TaskWriter(writes)
     prefix = failure.split()[1]
     with writes.connect() as conn:                           # the pool's one connection
         connection_id = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
@@ -159,7 +161,7 @@ def handler(database):
     services.upsert(ServiceSpec("g.t", "delayq", "g.t"))
     ownership = Ownership("n1")
     ownership.set({s: 1 for s in range(database.shards)}, range(database.shards))
-    yield Handler(TaskStore(engine, autocommit=writes), services,
+    yield Handler(TaskStore(engine), TaskWriter(writes), services,
                   DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=Metrics(),
                   limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
                   check_exchange=lambda _e: None, cluster_info=lambda: None)

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import bindparam, create_engine, text
 
 from conftest import Collector, wait_until
-from shared.client import CallbackService, TaskSpec
+from delayq.client import CallbackService, TaskSpec
 
 pytestmark = pytest.mark.integration
 

@@ -7,14 +7,13 @@ import contextlib
 import json
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pika
 import pytest
 
 from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
-from shared.client import CallbackService, TaskSpec
-from shared.gen.delayq_thrift import ttypes
+from delayq.client import CallbackService, TaskSpec
+from delayq.client.gen.delayq_thrift import ttypes
 
 pytestmark = pytest.mark.integration
 

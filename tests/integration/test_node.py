@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from conftest import AMQP_URL, Collector, now_ms, wait_until
-from shared.client import CallbackService, CancelResult, DelayqClient, TaskSpec, TaskStatus
-from shared.consumer import TaskConsumer
+from delayq.client import CallbackService, CancelResult, DelayqClient, TaskSpec, TaskStatus
+from delayq.client.consumer import TaskConsumer
 
 pytestmark = pytest.mark.integration
 

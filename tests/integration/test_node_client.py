@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import AMQP_URL
-from shared.client import CallbackService
+from delayq.client import CallbackService
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -41,7 +41,7 @@ def node_client(tmp_path_factory) -> Path:
         assert r.returncode == 0, f"npm ci failed (is the npm registry reachable?):\n{r.stdout}\n{r.stderr}"
         stamp.write_text(hashlib.sha256(lock).hexdigest())
     gen = tmp_path_factory.mktemp("gen-js")
-    r = subprocess.run(["thrift", "--gen", "js:node", "-out", str(gen), str(ROOT / "shared" / "delayq.thrift")],
+    r = subprocess.run(["thrift", "--gen", "js:node", "-out", str(gen), str(ROOT / "shared" / "client" / "delayq.thrift")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"thrift --gen js:node failed:\n{r.stderr}"
     return gen

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import Collector, wait_until
-from shared.client import CallbackService, TaskSpec
+from delayq.client import CallbackService, TaskSpec
 
 pytestmark = pytest.mark.integration
 

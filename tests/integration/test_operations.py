@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from conftest import Collector, NodeFactory, fresh_database, wait_until
-from shared.client import CallbackService, DelayqClient, TaskSpec
+from delayq.client import CallbackService, DelayqClient, TaskSpec
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def _per_node(node) -> dict[str, int]:
 
 
 def delayq(node, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nodes.cli", *args], env=node.env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "delayq.ops.cli", *args], env=node.env, capture_output=True,
                           text=True, timeout=timeout)
 
 

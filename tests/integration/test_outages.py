@@ -19,10 +19,10 @@ import pika
 import pytest
 
 from conftest import AMQP_URL, Collector, now_ms, wait_until
-from shared.client import CallbackService, DelayqClient, TaskSpec, TaskStatus, connect
-from shared.consumer import TaskConsumer
-from shared import topology
-from shared.gen.delayq_thrift import ttypes
+from delayq import topology
+from delayq.client import CallbackService, DelayqClient, TaskSpec, TaskStatus, connect
+from delayq.client.consumer import TaskConsumer
+from delayq.client.gen.delayq_thrift import ttypes
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from conftest import AMQP_URL, Collector, now_ms, wait_until
-from shared.client import CallbackService, TaskSpec, TaskStatus
-from shared.consumer import TaskConsumer
+from delayq.client import CallbackService, TaskSpec, TaskStatus
+from delayq.client.consumer import TaskConsumer
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ def _sql(node, query: str, **params):
 
 
 def _delayq(node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nodes.cli", *args], env=node.env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "delayq.ops.cli", *args], env=node.env, capture_output=True,
                           text=True, timeout=60)
 
 
@@ -71,7 +71,7 @@ def test_results_reported_over_amqp_finish_and_retry_tasks(node):
     def handle(task):
         attempts.append(task.attempt)
         if task.attempt == 1:
-            from shared.consumer import RetryLater
+            from delayq.client.consumer import RetryLater
             raise RetryLater("once more")
 
     with node.client() as c:
@@ -249,7 +249,7 @@ def test_a_consumer_that_cannot_reach_a_node_reports_through_the_results_queue(n
     with node.client() as c:
         c.registerService(CallbackService(topic=topic, ttrMs=60_000))
         task = c.submit(TaskSpec(topic=topic, delayMs=100, payload=b"p"))
-    from shared.client import DelayqClient
+    from delayq.client import DelayqClient
     nowhere = DelayqClient(["127.0.0.1:1"], timeout_s=1)       # no node answers there
     consumer = TaskConsumer(topic, lambda t: None, results=nowhere, amqp_url=AMQP_URL, report_timeout_s=0.5,
                             cluster=node.env["DELAYQ_CLUSTER"])

@@ -7,8 +7,9 @@ import uuid
 
 import pytest
 
-from nodes.main import amqp_parameters
-from shared.publisher import CONFIRMED, ConfirmedPublisher, Outgoing
+from delayq.nodes.amqp.frames import Outgoing
+from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
+from delayq.nodes.main import amqp_parameters
 from tests.conftest import AMQP_URL, Collector, wait_until
 
 

@@ -20,11 +20,11 @@ import pika
 import pytest
 
 from conftest import AMQP_URL, Collector, now_ms, wait_until
-from shared import topology
-from shared.client import (CallbackService, CancelResult, DelayqClient, ReportOutcome, ResultStatus, TaskSpec,
+from delayq import topology
+from delayq.client import (CallbackService, CancelResult, DelayqClient, ReportOutcome, ResultStatus, TaskSpec,
                            TaskStatus)
-from shared.consumer import RetryLater, TaskConsumer
-from shared.gen.delayq_thrift import ttypes
+from delayq.client.consumer import RetryLater, TaskConsumer
+from delayq.client.gen.delayq_thrift import ttypes
 
 pytestmark = pytest.mark.integration
 
@@ -274,8 +274,8 @@ def test_no_result_within_the_time_to_run_retries_then_fails(node):
 
 DOOMED_CONSUMER = textwrap.dedent("""
     import sys, threading
-    from shared.client import DelayqClient, ResultStatus
-    from shared.consumer import TaskConsumer
+    from delayq.client import DelayqClient, ResultStatus
+    from delayq.client.consumer import TaskConsumer
 
     topic, endpoint, amqp = sys.argv[1:4]
     client = DelayqClient([endpoint], timeout_s=10)

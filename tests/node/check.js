@@ -1,5 +1,5 @@
 // A business system and a downstream consumer in Node.js, as the README tells one to write them:
-// Thrift code generated from shared/delayq.thrift (`thrift --gen js:node`), npm `thrift` (framed
+// Thrift code generated from shared/client/delayq.thrift (`thrift --gen js:node`), npm `thrift` (framed
 // transport, binary protocol, callback style) and `amqplib`. Prints one JSON object of what it saw.
 //
 //   node check.js GEN_DIR HOST PORT TOPIC AMQP_URL

@@ -1,4 +1,4 @@
-"""Unit and property-style tests for master.assignment (pure, no I/O)."""
+"""Unit and property-style tests for delayq.master.assignment (pure, no I/O)."""
 from __future__ import annotations
 
 import random
@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from master.assignment import AssignmentInput, assign, balanced_assign, moves
+from delayq.master.assignment import AssignmentInput, assign, balanced_assign, moves
 
 SEEDS = range(300)
 POOL = [f"n{i}" for i in range(8)]

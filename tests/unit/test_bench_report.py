@@ -1,5 +1,10 @@
 """How `python -m bench --runs N` folds several runs into the figures it reports."""
-from bench.report import combine, figure
+import sys
+from pathlib import Path
+
+# The benchmark is not part of the installed package: its report module is tested from the checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.report import combine, figure  # noqa: E402
 
 
 def _runs(*values, target=None, notes=None):

@@ -17,9 +17,9 @@ import click
 import pytest
 import yaml  # in the `test` extra: pip install -e '.[test]'
 
-from nodes.cli import main as cli_main
-from shared import config
-from shared.errors import ConfigError
+from delayq import config, options
+from delayq.errors import ConfigError
+from delayq.ops.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_PATH = ROOT / "docker-compose.yml"
@@ -164,16 +164,16 @@ def check_structure(compose: dict, dockerfile: str) -> list[str]:
 
 
 def check_env_names(compose: dict, dockerfile: str) -> list[str]:
-    unknown = delayq_env_keys(compose) - config.ENV_NAMES
-    return [f"{name} is not a setting of shared.config" for name in sorted(unknown)]
+    unknown = delayq_env_keys(compose) - options.ENV_NAMES
+    return [f"{name} is not a setting of delayq.config" for name in sorted(unknown)]
 
 
 def check_env_values(compose: dict, dockerfile: str) -> list[str]:
     problems = []
-    by_env = {s.env: s for s in config.SETTINGS}
+    by_env = {s.env: s for s in options.SETTINGS}
     for name, svc in services(compose).items():
         env = environment(svc)
-        ours = {k: v for k, v in env.items() if k in config.ENV_NAMES}
+        ours = {k: v for k, v in env.items() if k in options.ENV_NAMES}
         if not ours:
             continue
         try:

@@ -1,13 +1,14 @@
-"""Unit tests for shared.config: defaults, environment, TOML file, checks and the reference text."""
+"""Unit tests for delayq.config: defaults, environment, TOML file, checks and the reference text."""
 from __future__ import annotations
 
 import socket
 
 import pytest
 
-from shared import config
-from shared.config import ENV_NAMES, SETTINGS, Settings, load, reference
-from shared.errors import ConfigError
+from delayq import config
+from delayq.config import Settings, load
+from delayq.options import ENV_NAMES, SETTINGS, reference
+from delayq.errors import ConfigError
 
 
 def toml(tmp_path, text: str) -> str:

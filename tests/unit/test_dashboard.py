@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from shared.metrics import _HELP, Metrics
+from delayq.nodes.metrics import _HELP, Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

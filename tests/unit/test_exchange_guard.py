@@ -3,7 +3,7 @@ import logging
 
 import pika.exceptions
 
-from nodes.exchanges import ExchangeGuard
+from delayq.nodes.amqp.exchanges import ExchangeGuard
 
 FANOUT = "it is a fanout exchange"
 
@@ -82,7 +82,7 @@ def test_a_fixed_exchange_is_usable_again_and_its_backoff_starts_over_if_it_goes
 def test_one_warning_per_change_of_verdict(caplog):
     clock, broker = Clock(), Broker(bad=FANOUT)
     guard = _guard(broker, clock)
-    with caplog.at_level(logging.INFO, logger="nodes.exchanges"):
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.amqp.exchanges"):
         for _ in range(5):
             guard.check("bad")
         broker.answers["bad"] = None
@@ -112,7 +112,7 @@ def test_while_rabbitmq_is_unreachable_verdicts_stand_and_are_retried_every_2_s_
     guard.check("bad")
     down = pika.exceptions.AMQPConnectionError("refused")
     broker.answers.update(bad=down, new=down)
-    with caplog.at_level(logging.INFO, logger="nodes.exchanges"):
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.amqp.exchanges"):
         assert guard.verdict("new") is None           # unknown while nothing can be published
         for _ in range(10):
             clock.now += 1.0

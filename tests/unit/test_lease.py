@@ -1,6 +1,6 @@
 """ClaimLease: a claim may be published only within its lease and with no ownership break since."""
-from nodes.lease import ClaimLease, boottime
-from nodes.ownership import Ownership
+from delayq.nodes.lease import ClaimLease, boottime
+from delayq.nodes.ownership import Ownership
 
 
 class Clock:

@@ -1,14 +1,14 @@
-"""Unit tests for nodes.loader.Loader's window scans: what each scan asks MySQL for and what ends up
+"""Unit tests for delayq.nodes.loader.Loader's window scans: what each scan asks MySQL for and what ends up
 in memory. The store is an in-memory table of DELAY rows, the clock is set by the test; no thread
 runs (scan_once is called directly)."""
 from __future__ import annotations
 
 import pytest
 
-from nodes.delayqueue import DelayQueue, Entry
-from nodes.loader import Loader
-from nodes.ownership import Ownership
-from shared.errors import Unavailable
+from delayq.errors import Unavailable
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.loader import Loader
+from delayq.nodes.ownership import Ownership
 
 WINDOW, FULL = 60_000, 60_000
 

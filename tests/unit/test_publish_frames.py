@@ -1,4 +1,4 @@
-"""Unit tests for shared.publisher.publish_frames: the publisher writes the frames of a publish
+"""Unit tests for delayq.nodes.amqp.frames.publish_frames: the publisher writes the frames of a publish
 itself; they must be byte for byte what pika's basic_publish would have sent (pure)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pika
 import pytest
 from pika import frame, spec
 
-from shared.publisher import Outgoing, publish_frames
+from delayq.nodes.amqp.frames import Outgoing, publish_frames
 
 
 def _pikas(channel: int, msg: Outgoing, timestamp: int, body_max: int) -> list[bytes]:

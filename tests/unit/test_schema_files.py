@@ -1,12 +1,12 @@
-"""The SQL migration files, their parsing, and their agreement with shared.tables, without a database."""
+"""The SQL migration files, their parsing, and their agreement with delayq.tables, without a database."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from shared import tables
-from shared.schema import SQL_DIR, Migration, migrations, split_statements
+from delayq import tables
+from delayq.schema import SQL_DIR, Migration, migrations, split_statements
 
 CREATE_RE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+) \((.*)\)[^()]*$", re.S)
 NOT_COLUMNS = {"KEY", "PRIMARY", "UNIQUE", "INDEX", "CONSTRAINT", "FOREIGN", "FULLTEXT"}
@@ -119,7 +119,7 @@ def test_migration_file_names_are_checked(tmp_path, name):
         migrations(tmp_path)
 
 
-# ---------------------------------------------------------------- SQL files agree with shared.tables
+# ---------------------------------------------------------------- SQL files agree with delayq.tables
 
 
 def test_every_core_table_is_created_in_the_sql():
@@ -145,7 +145,7 @@ def test_core_columns_match_the_create_statement(name):
     sql_cols = list(column_lines(stmt)) + added_columns(name)
     core_cols = [c.name for c in tables.metadata.tables[name].columns]
     missing = [c for c in core_cols if c not in sql_cols]
-    assert not missing, f"{name}: columns in shared.tables but not in the SQL: {missing}"
+    assert not missing, f"{name}: columns in delayq.tables but not in the SQL: {missing}"
     assert sorted(sql_cols) == sorted(core_cols), f"{name}: SQL columns without a Core column"
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for the Thrift front of a node (nodes.server, nodes.submits) with a handler of its
+"""Unit tests for the Thrift front of a node (delayq.nodes.front.server, delayq.nodes.front.submits) with a handler of its
 own: what a client sees of grouping, errors, limits, order and stopping. Real sockets on
 127.0.0.1; no MySQL, RabbitMQ or ZooKeeper."""
 from __future__ import annotations
@@ -14,11 +14,11 @@ from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
 
-from shared.client import connect
-from shared.gen.delayq_thrift import DelayScheduler, ttypes
-from nodes.lanes import CallPool
-from nodes.server import ThriftServer
-from nodes.submits import SubmitBatcher
+from delayq.client import connect
+from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.nodes.front.lanes import CallPool
+from delayq.nodes.front.server import ThriftServer
+from delayq.nodes.front.submits import SubmitBatcher
 from tests.conftest import wait_until
 
 PROTOCOL = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(string_length_limit=64 << 20,

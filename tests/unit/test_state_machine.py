@@ -1,4 +1,4 @@
-"""Unit tests for shared.lifecycle: the task state machine and the retry rule (pure)."""
+"""Unit tests for delayq.lifecycle: the task state machine and the retry rule (pure)."""
 from __future__ import annotations
 
 import itertools
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shared.lifecycle import (FINAL, IN_FLIGHT, LIVE, TRANSITIONS, Decision, Result, RetryPolicy, Status,
+from delayq.lifecycle import (FINAL, IN_FLIGHT, LIVE, TRANSITIONS, Decision, Result, RetryPolicy, Status,
                               can_move, on_result)
 
 NOW = 1_000_000

@@ -1,4 +1,4 @@
-"""Unit tests for shared.validation: task and callback-service input rules (pure)."""
+"""Unit tests for delayq.nodes.validation: task and callback-service input rules (pure)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from shared.errors import InvalidService, InvalidTask
-from shared.validation import (MAX_RETRIES, MAX_TTR_MS, Limits, ServiceSpec, TaskRequest, check_service,
+from delayq.errors import InvalidService, InvalidTask
+from delayq.nodes.validation import (MAX_RETRIES, MAX_TTR_MS, Limits, ServiceSpec, TaskRequest, check_service,
                                check_task, check_task_id, check_topic, due_time, spec_hash)
 
 LIMITS = Limits(max_payload_bytes=100, max_horizon_ms=1000)

@@ -1,0 +1,312 @@
+"""ConfirmedPublisher: persistent, mandatory publishes with pipelined publisher confirms.
+
+    pub = ConfirmedPublisher(params, on_outcome=handle, max_in_flight=10_000)
+    pub.start()
+    pub.publish([Outgoing(exchange, routing_key, body, message_id, headers, ref=task)])
+    ...
+    pub.stop()
+
+Threads: it owns one thread, which creates and runs a pika SelectConnection (one that writes a
+batch with one system call: delayq.nodes.amqp.pikaio) and its ioloop (a pika connection is never
+shared between threads). `publish()` may be called from any thread: it hands
+the batch over with `add_callback_threadsafe` and returns at once, blocking only while
+`max_in_flight` publishes are unconfirmed.
+
+Every message handed to `publish()` ends in exactly one `on_outcome(ref, outcome, reason)` call,
+made on the publisher's thread (it must not block):
+    CONFIRMED   the broker took responsibility for it (basic.ack)
+    UNROUTABLE  returned: no queue is bound for its routing key (mandatory)
+    NOT_SENT    it never went on the wire (not connected, channel closed first)
+    FAILED      sent, but nacked, not confirmed in time, or the connection was lost before the
+                confirm: it may or may not have reached a queue
+
+States: CONNECTING -> READY -> (connection lost) -> CONNECTING ... ; stop() -> STOPPED.
+While not READY, publish() fails messages at once (FAILED) instead of queueing them.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+import threading
+import time
+from typing import Any, Callable
+
+import pika
+import pika.exceptions
+
+from delayq.nodes.amqp.frames import Outgoing, publish_frames
+from delayq.nodes.amqp.pikaio import BatchingConnection
+from delayq.topology import EXCHANGE_TYPE
+
+log = logging.getLogger(__name__)
+
+CONFIRMED, UNROUTABLE, NOT_SENT, FAILED = "CONFIRMED", "UNROUTABLE", "NOT_SENT", "FAILED"
+
+Outcome = Callable[[Any, str, str | None], None]
+
+
+class ConfirmedPublisher:
+    def __init__(self, params: pika.ConnectionParameters, on_outcome: Outcome, *, max_in_flight: int = 10_000,
+                 confirm_timeout: float = 30.0, exchanges: tuple[str, ...] = (), reconnect_delay: float = 1.0,
+                 on_channel_closed: Callable[[str], None] = lambda reason: None):
+        self._params = params
+        self._on_outcome = on_outcome
+        self._confirm_timeout = confirm_timeout
+        self._exchanges = set(exchanges)
+        self._reconnect_delay = reconnect_delay
+        self._max_in_flight = max_in_flight
+        self._space = threading.Condition()
+        self._pending = 0                      # handed to publish() and not yet settled
+        # Told the broker's words when it closes the channel (e.g. "no exchange 'x'"), on this thread.
+        self._on_channel_lost = on_channel_closed
+        # batches handed over, not yet on the wire, each with its still_valid check
+        self._handed: dict[int, tuple[list[Outgoing], Callable[[], bool] | None]] = {}
+        self._handoffs = 0
+        self._lock = threading.Lock()          # guards _conn/_ready for the handoff from other threads
+        self._conn: BatchingConnection | None = None
+        self._ready = False
+        self._stopping = threading.Event()
+        self._ready_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        # Owned by the publisher thread only:
+        self._channel = None
+        self._next_tag = 0
+        self._in_flight: collections.OrderedDict[int, tuple[Outgoing, float]] = collections.OrderedDict()
+        self._returned: set[str] = set()
+
+    # ---- any thread ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="publisher", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready_event.wait(timeout)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def in_flight(self) -> int:
+        """Messages handed to publish() and not yet settled."""
+        return self._pending
+
+    def declare_exchange(self, name: str) -> None:
+        """Make sure the exchange exists (durable topic) on this and every later connection."""
+        with self._lock:
+            if name in self._exchanges:
+                return
+            self._exchanges.add(name)
+            if self._ready and self._conn is not None:
+                self._conn.ioloop.add_callback_threadsafe(lambda: self._declare(name))
+
+    def publish(self, batch: list[Outgoing], still_valid: Callable[[], bool] | None = None) -> None:
+        """Send the batch; every message gets an outcome. still_valid, when given, is asked on the
+        publisher thread just before the frames are written: False settles the batch NOT_SENT."""
+        if not batch:
+            return
+        with self._space:
+            # A batch larger than the window waits for an empty window rather than forever.
+            while self._pending and self._pending + len(batch) > self._max_in_flight \
+                    and not self._stopping.is_set():
+                self._space.wait(0.5)
+            self._pending += len(batch)
+        with self._lock:
+            if self._ready and self._conn is not None:
+                self._handoffs += 1
+                key = self._handoffs
+                self._handed[key] = (batch, still_valid)
+                try:
+                    self._conn.ioloop.add_callback_threadsafe(lambda: self._publish_handed(key))
+                    return
+                except (pika.exceptions.AMQPError, RuntimeError, OSError, AttributeError):
+                    del self._handed[key]
+        self._settle_many([(msg, NOT_SENT, "broker not connected") for msg in batch])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            try:
+                conn.ioloop.add_callback_threadsafe(self._close)
+            except (RuntimeError, AttributeError, OSError):
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- publisher thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            conn = BatchingConnection(self._params, on_open_callback=self._on_open,
+                                    on_open_error_callback=self._on_open_error,
+                                    on_close_callback=self._on_closed)
+            with self._lock:
+                self._conn = conn
+            try:
+                conn.ioloop.start()
+            except Exception:  # noqa: BLE001 - the loop must survive anything pika raises
+                log.exception("publisher ioloop failed")
+            self._lost("connection closed")
+            if not self._stopping.wait(self._reconnect_delay):
+                log.info("reconnecting to RabbitMQ")
+        with self._lock:
+            self._conn = None
+
+    def _on_open(self, conn: BatchingConnection) -> None:
+        conn.channel(on_open_callback=self._on_channel)
+
+    def _on_open_error(self, conn: BatchingConnection, err: BaseException) -> None:
+        log.warning("cannot connect to RabbitMQ: %s; retrying in %.1f s", err, self._reconnect_delay)
+        conn.ioloop.stop()
+
+    def _on_closed(self, conn: BatchingConnection, reason: BaseException) -> None:
+        if not self._stopping.is_set():
+            log.warning("RabbitMQ connection lost: %s", reason)
+        conn.ioloop.stop()
+
+    def _on_channel(self, channel) -> None:
+        self._channel = channel
+        self._next_tag = 0
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.add_on_return_callback(self._on_return)
+        channel.confirm_delivery(self._on_confirm, callback=lambda _frame: self._on_confirm_mode())
+
+    def _on_confirm_mode(self) -> None:
+        for name in sorted(self._exchanges):
+            self._declare(name)
+        with self._lock:
+            self._ready = True
+        self._ready_event.set()
+        log.info("publisher connected to RabbitMQ (confirm mode)")
+        self._conn.ioloop.call_later(1.0, self._check_timeouts)
+
+    def _declare(self, name: str) -> None:
+        if self._channel is not None and self._channel.is_open:
+            self._channel.exchange_declare(exchange=name, exchange_type=EXCHANGE_TYPE, durable=True)
+
+    def _on_channel_closed(self, channel, reason) -> None:
+        if getattr(reason, "reply_code", None) == 200:      # our own close: shutting down
+            log.debug("RabbitMQ channel closed: %s", reason)
+        else:
+            log.warning("RabbitMQ channel closed: %s", reason)
+            self._on_channel_lost(str(reason))
+        self._channel = None
+        if self._conn is not None and self._conn.is_open:
+            self._conn.close()
+
+    def _publish_handed(self, key: int) -> None:
+        with self._lock:
+            batch, still_valid = self._handed.pop(key, (None, None))
+        if batch is None:
+            return
+        if still_valid is not None and not still_valid():
+            self._settle_many([(msg, NOT_SENT, "claim lease expired") for msg in batch])
+            return
+        self._publish_batch(batch)
+
+    def _publish_batch(self, batch: list[Outgoing]) -> None:
+        if self._conn is None:
+            self._settle_many([(msg, NOT_SENT, "broker not connected") for msg in batch])
+            return
+        with self._conn.batched():
+            self._publish_each(batch)
+
+    def _publish_each(self, batch: list[Outgoing]) -> None:
+        now = time.monotonic()
+        stamp = int(time.time())
+        conn = self._conn
+        body_max = conn.body_max
+        for i, msg in enumerate(batch):
+            if self._channel is None or not self._channel.is_open:
+                self._settle_many([(rest, NOT_SENT, "channel closed") for rest in batch[i:]])
+                return
+            try:
+                frames = publish_frames(self._channel.channel_number, msg, stamp, body_max)
+                if frames is not None:
+                    conn.write_frames(frames)
+                else:
+                    self._channel.basic_publish(
+                        msg.exchange, msg.routing_key, msg.body, mandatory=True,
+                        properties=pika.BasicProperties(delivery_mode=2, message_id=msg.message_id,
+                                                        headers=msg.headers, timestamp=stamp))
+            except (pika.exceptions.AMQPError, OSError, ValueError, struct.error) as e:
+                self._settle_many([(rest, NOT_SENT, f"publish failed: {e}") for rest in batch[i:]])
+                return
+            self._next_tag += 1
+            self._in_flight[self._next_tag] = (msg, now)
+
+    def _on_return(self, channel, method, properties, body) -> None:
+        if properties.message_id:
+            self._returned.add(properties.message_id)
+
+    def _on_confirm(self, frame) -> None:
+        method = frame.method
+        ack = isinstance(method, pika.spec.Basic.Ack)
+        if method.multiple:
+            tags = []
+            for tag in self._in_flight:         # in publish order: stop at the first one after
+                if tag > method.delivery_tag:
+                    break
+                tags.append(tag)
+        else:
+            tags = [method.delivery_tag]
+        settled = []
+        for tag in tags:
+            item = self._in_flight.pop(tag, None)
+            if item is None:
+                continue
+            msg = item[0]
+            if msg.message_id in self._returned:
+                self._returned.discard(msg.message_id)
+                settled.append((msg, UNROUTABLE, f"no queue bound to {msg.exchange!r} for {msg.routing_key!r}"))
+            elif ack:
+                settled.append((msg, CONFIRMED, None))
+            else:
+                settled.append((msg, FAILED, "nacked by the broker"))
+        self._settle_many(settled)
+
+    def _check_timeouts(self) -> None:
+        if self._conn is None or not self._conn.is_open:
+            return
+        if self._in_flight:
+            oldest = next(iter(self._in_flight.values()))[1]
+            if time.monotonic() - oldest > self._confirm_timeout:
+                log.warning("no confirm from RabbitMQ for %.0f s: reconnecting", self._confirm_timeout)
+                self._conn.close()
+                return
+        self._conn.ioloop.call_later(1.0, self._check_timeouts)
+
+    def _lost(self, reason: str) -> None:
+        with self._lock:
+            self._ready = False
+            self._conn = None
+            handed, self._handed = self._handed, {}
+        for batch, _ in handed.values():
+            self._settle_many([(msg, NOT_SENT, reason) for msg in batch])
+        self._ready_event.clear()
+        self._channel = None
+        pending, self._in_flight = self._in_flight, collections.OrderedDict()
+        self._returned.clear()
+        self._settle_many([(msg, FAILED, reason) for msg, _ in pending.values()])
+
+    def _close(self) -> None:
+        if self._conn is not None and self._conn.is_open:
+            self._conn.close()
+        elif self._conn is not None:
+            self._conn.ioloop.stop()
+
+    def _settle_many(self, settled: list[tuple[Outgoing, str, str | None]]) -> None:
+        if not settled:
+            return
+        with self._space:
+            self._pending -= len(settled)
+            self._space.notify_all()
+        for msg, outcome, reason in settled:
+            try:
+                self._on_outcome(msg.ref, outcome, reason)
+            except Exception:  # noqa: BLE001 - a failing callback must not kill the ioloop
+                log.exception("publish outcome handler failed")

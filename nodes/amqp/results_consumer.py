@@ -1,0 +1,126 @@
+"""ResultsConsumer: results reported over AMQP, for consumers that speak only RabbitMQ.
+
+Every node consumes its cluster's durable queue `delayq.results.<cluster>` (competing consumers). A message is a JSON
+object {"taskId": ..., "attempt": n, "status": "SUCCESS" | "RETRY" | "FATAL" | "STARTED",
+"message": "..."}; it is applied exactly like Thrift `reportResult` (a stale or duplicate one
+changes nothing) and acked after MySQL committed; `attempt` may also be a string of digits
+("2"). While MySQL is down the message is requeued. A message that cannot be applied is never
+dropped silently: it goes to the durable parking queue `delayq.results.<cluster>.parked` with the
+reason in its `x-delayq-reason` header, counted in delayq_results_parked_total{reason}
+(malformed, unknown_task, error), for an operator to look at.
+
+Threads: one, owned here, with its own pika connection; `stop()` ends it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Callable
+
+import pika
+import pika.exceptions
+
+from delayq import topology
+from delayq.errors import DelayqError, InvalidTask, Unavailable
+from delayq.lifecycle import Result
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.threads import NodeThread
+from delayq.nodes.validation import check_task_id
+
+log = logging.getLogger(__name__)
+
+ApplyResult = Callable[[str, int, Result, str | None], object]
+_STATUSES = {"SUCCESS": Result.SUCCESS, "RETRY": Result.RETRY, "FATAL": Result.FATAL, "STARTED": Result.STARTED}
+
+
+def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
+    """(taskId, attempt, result, message) from a results-queue message; ValueError when malformed."""
+    try:
+        raw = json.loads(body)
+        task_id, attempt, status = raw["taskId"], raw["attempt"], raw["status"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"not a result message: {e}") from None
+    if isinstance(attempt, str) and attempt.isascii() and attempt.isdigit() and len(attempt) <= 9:
+        attempt = int(attempt)          # "2": what a JSON encoder of a string-typed field sends
+    if not isinstance(task_id, str) or not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1 \
+            or status not in _STATUSES:
+        raise ValueError("taskId must be a string, attempt an integer >= 1, status SUCCESS|RETRY|FATAL|STARTED")
+    try:
+        check_task_id(task_id)
+    except InvalidTask as e:
+        raise ValueError(str(e)) from None
+    message = raw.get("message")
+    return task_id, attempt, _STATUSES[status], message if isinstance(message, str) else None
+
+
+class ResultsConsumer(NodeThread):
+    name = "results-consumer"
+
+    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, metrics: Metrics, *, cluster: str,
+                 prefetch: int = 200):
+        super().__init__()
+        self._params, self._apply, self._metrics, self._prefetch = params, apply, metrics, prefetch
+        self._queue = topology.results_queue(cluster)
+        self._parked = topology.parked_results_queue(cluster)
+
+    def _run(self) -> None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                conn = pika.BlockingConnection(self._params)
+            except pika.exceptions.AMQPError as e:
+                log.debug("results queue: cannot connect: %s", e)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 2.0)     # results wait: reconnect soon after RabbitMQ is back
+                continue
+            delay = 1.0
+            try:
+                channel = conn.channel()
+                channel.queue_declare(self._queue, durable=True)
+                channel.queue_declare(self._parked, durable=True)
+                channel.basic_qos(prefetch_count=self._prefetch)
+                channel.basic_consume(self._queue, self._on_message)
+                while not self._stop.is_set():
+                    conn.process_data_events(time_limit=0.5)
+            except pika.exceptions.AMQPError as e:
+                if not self._stop.is_set():
+                    log.warning("results queue connection lost: %s", e)
+            except Exception:  # noqa: BLE001 - reconnect rather than stop consuming results
+                log.exception("results queue consumer failed; reconnecting")
+                self._stop.wait(delay)
+            finally:
+                if conn.is_open:
+                    try:
+                        conn.close()
+                    except pika.exceptions.AMQPError:
+                        pass
+
+    def _on_message(self, channel, method, properties, body) -> None:
+        try:
+            task_id, attempt, result, message = parse_result(body)
+        except ValueError as e:
+            self._park(channel, method, body, "malformed", str(e))
+            return
+        try:
+            self._apply(task_id, attempt, result, message)
+        except Unavailable as e:
+            log.warning("cannot apply result of %s now: %s; requeued", task_id, e)
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            self._stop.wait(1.0)
+            return
+        except DelayqError as e:          # NotFound and the like: nothing to apply it to
+            self._park(channel, method, body, "unknown_task", str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - parked, not redelivered forever
+            log.exception("result for %s attempt %d cannot be applied", task_id, attempt)
+            self._park(channel, method, body, "error", repr(e))
+            return
+        channel.basic_ack(method.delivery_tag)
+
+    def _park(self, channel, method, body: bytes, kind: str, reason: str) -> None:
+        """Into the parking queue, then acked: a failed publish leaves it unacked, so redelivered."""
+        channel.basic_publish("", self._parked, body, properties=pika.BasicProperties(
+            delivery_mode=2, headers={topology.HEADER_REASON: f"{kind}: {reason}"[:1024]}))
+        channel.basic_ack(method.delivery_tag)
+        self._metrics.results_parked.labels(kind).inc()
+        log.warning("result message parked in %s (%s): %s", self._parked, kind, reason)

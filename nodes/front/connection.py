@@ -1,0 +1,201 @@
+"""Connection: one client connection of the Thrift server, and Call, one request read from it.
+
+The server's I/O thread reads the connection and cuts its frames (`feed`); any thread that served
+a call replies on it (`Call.reply`). A connection has one call served at a time, so its replies go
+back in the order of its requests; the frames a client pipelines behind that call wait here, up to
+`max_waiting` of them and `max_frame` bytes (ConnectionLimits). Past that the connection is
+*paused*: the I/O thread stops reading it (its bytes wait in the socket, and TCP slows the client
+down) until a reply makes room and asks the server to attend to it (`ThriftServer.attend`).
+
+States the server reads to close it (`overdue`): fresh (nothing received since it was accepted),
+inside a frame (part of a frame received), idle (between calls), serving (a call of its own in
+progress, or paused), and whether reply bytes are waiting for the client to read them.
+"""
+from __future__ import annotations
+
+import collections
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from delayq.nodes.front.server import ThriftServer
+
+HEADER = struct.Struct("!i")
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What a connection may do, in bytes and seconds."""
+    max_frame: int                  # larger frame headers close the connection before the body is read
+    idle_timeout: float             # silent between calls, or a reply not taken whole, this long: closed
+    frame_timeout: float            # a frame must arrive whole this long after its first byte
+    first_frame_timeout: float      # a new connection must start its first frame this soon
+    max_waiting: int = 16           # pipelined requests held per connection; more stay in the socket
+
+
+class Call:
+    """One request frame (a whole Thrift message), and the way back to its connection."""
+    __slots__ = ("frame", "_conn")
+
+    def __init__(self, frame: bytes, conn: Connection):
+        self.frame, self._conn = frame, conn
+
+    def reply(self, message: bytes) -> None:
+        """Send the reply message (framed here); the connection's next call may then be served."""
+        self._conn.reply(message)
+
+    def drop(self, why: str, reason: str = "unreadable") -> None:
+        """Close the connection instead of replying (the request could not be read or answered);
+        `reason` labels the close in the metrics."""
+        self._conn.drop(why, reason)
+
+
+class Connection:
+    """A client connection. The I/O thread reads it; any thread may reply on it (under `lock`)."""
+
+    def __init__(self, server: ThriftServer, sock: socket.socket, peer, limits: ConnectionLimits, now: float):
+        self.server, self.sock, self.peer, self.limits = server, sock, peer, limits
+        self.inbuf = bytearray()
+        self.out = bytearray()          # reply bytes the socket has not taken yet; the I/O thread sends them
+        self.out_since = 0.0            # when `out` last became non-empty
+        self.busy = False               # one of its calls is being served
+        self.waiting: collections.deque[bytes] = collections.deque()
+        self.waiting_bytes = 0
+        self.paused = False             # not read until a reply makes room for its next frame
+        self.fresh = True               # nothing received yet
+        self.frame_started: float | None = None     # when the frame now arriving started
+        self.last = now                 # accepted, or the last whole request or reply
+        self.events = 0                 # the I/O thread's: what the selector watches for it
+        self.dropped: tuple[str, str] | None = None     # (why, reason): to be closed by the I/O thread
+        self.closed = False
+        self.lock = threading.Lock()
+
+    # ---- the I/O thread -----------------------------------------------------------------------
+
+    def feed(self, data: bytes, now: float) -> tuple[str, str] | None:
+        """Take what was read, and hand each whole frame to the server, until none is left or the
+        connection has to pause: the frame at the head of the buffer is served, or kept behind the
+        call in progress unless the frames kept are as many or as large as a connection may hold.
+        A frame header the server cannot take: (why, reason) to close the connection."""
+        buf, took, max_frame = self.inbuf, False, self.limits.max_frame
+        buf += data
+        self.fresh = False
+        while len(buf) >= 4:
+            (size,) = HEADER.unpack_from(buf)
+            if size <= 0 or size > max_frame:
+                return f"frame of {size} bytes (at most {max_frame})", "frame_too_large" if size > 0 else "unreadable"
+            if len(buf) < 4 + size:
+                break
+            with self.lock:
+                if self.busy and (len(self.waiting) >= self.limits.max_waiting
+                                  or self.waiting and self.waiting_bytes + size > max_frame):
+                    self.paused = True
+                    break
+                frame = bytes(buf[4:4 + size])
+                del buf[:4 + size]
+                took = True
+                if self.busy:
+                    self.waiting.append(frame)
+                    self.waiting_bytes += size
+                    continue
+                self.busy = True
+            self.server.route(Call(frame, self))
+        if took:
+            self.last = now
+            self.frame_started = now if buf and not self.paused else None   # the next frame began in this read
+        elif self.paused:
+            self.frame_started = None
+        elif self.frame_started is None and buf:
+            self.frame_started = now
+        return None
+
+    def flush(self, now: float) -> bool:
+        """Send what is left; True when nothing is. Raises OSError when the peer is gone."""
+        with self.lock:
+            if self.out and not self.closed:
+                try:
+                    sent = self.sock.send(self.out)
+                except BlockingIOError:
+                    sent = 0
+                del self.out[:sent]
+                if not self.out:
+                    self.last = now
+            return not self.out
+
+    def overdue(self, now: float) -> tuple[str, str] | None:
+        """(why, reason) when the connection has overstayed; None while it keeps to its deadlines."""
+        lim = self.limits
+        if self.out and now - self.out_since > lim.idle_timeout:
+            return f"not reading its replies for {lim.idle_timeout:g} s", "reply_not_read"
+        if self.paused:
+            return None         # its calls are being served; the frames behind them wait in the socket
+        if self.frame_started is not None:
+            if now - self.frame_started > lim.frame_timeout:
+                return f"a frame not complete after {lim.frame_timeout:g} s", "frame_timeout"
+            return None
+        if self.busy:
+            return None         # its own call is being served
+        if self.fresh:
+            limit = min(lim.first_frame_timeout, lim.idle_timeout)     # never longer than a client between calls
+            if now - self.last > limit:
+                return f"sent nothing for {limit:g} s", "first_frame_timeout"
+            return None
+        if not self.out and now - self.last > lim.idle_timeout:
+            return f"silent for {lim.idle_timeout:g} s", "idle"
+        return None
+
+    @property
+    def evictable(self) -> bool:
+        """Neither a call of its own in progress nor a reply waiting for it."""
+        return not (self.busy or self.paused or self.out)
+
+    # ---- any thread ---------------------------------------------------------------------------
+
+    def reply(self, message: bytes) -> None:
+        data = HEADER.pack(len(message)) + message
+        with self.lock:
+            if self.closed:
+                return
+            if not self.out:
+                try:
+                    data = data[self.sock.send(data):]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    data = b""      # the peer is gone: the I/O thread reads that and closes it
+            now = time.monotonic()
+            if data:
+                if not self.out:
+                    self.out_since = now
+                self.out += data
+            else:
+                self.last = now
+            frame = self.waiting.popleft() if self.waiting else None
+            if frame is not None:
+                self.waiting_bytes -= len(frame)
+            self.busy = frame is not None
+            resume, self.paused = self.paused, False
+        if data or resume:
+            self.server.attend(self)
+        if frame is not None:
+            self.server.route(Call(frame, self))
+
+    def drop(self, why: str, reason: str) -> None:
+        with self.lock:
+            if self.closed or self.dropped:
+                return
+            self.dropped = (why, reason)
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)     # the client learns at once; the I/O thread closes it
+            except OSError:
+                pass
+        self.server.attend(self)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.sock.close()

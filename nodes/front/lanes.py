@@ -1,0 +1,89 @@
+"""Lanes: where the Thrift server sends the calls it read. A lane is an inbox and the threads (a
+NodeThread) that serve it; CallPool serves calls with the generated Thrift processor. The submits'
+lane is delayq.nodes.front.submits.SubmitBatcher.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import struct
+
+from thrift.Thrift import TException
+from thrift.transport import TTransport
+
+from delayq.nodes.front.connection import Call
+from delayq.nodes.threads import NodeThread
+
+log = logging.getLogger(__name__)
+
+# What reading a request that is not a well-formed call of the IDL can raise.
+UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.error)
+
+
+class Lane(NodeThread):
+    """An inbox and the threads that serve it. Calls still waiting when the threads stop have
+    their connections closed.
+
+    A lane with `inline` set is also served on the server's I/O thread: the server calls
+    `bind(wake)` once, and after each pass over the sockets `serve_pending()`; `pending` says
+    calls wait for it (the server then does not sleep in select), and wake() wakes the I/O thread
+    for a call put from another thread."""
+    inline = False
+
+    def __init__(self, protocol, threads: int = 1):
+        super().__init__(threads)
+        self._protocol = protocol
+        self._inbox: queue.Queue[Call] = queue.Queue()
+
+    def put(self, call: Call) -> None:
+        self._inbox.put(call)
+
+    def _next(self) -> Call | None:
+        """The next call, or None after 0.2 s without one (so a thread sees the stop flag)."""
+        try:
+            return self._inbox.get(timeout=0.2)
+        except queue.Empty:
+            return None
+
+    def _waiting(self) -> Call | None:
+        """The next call if one is waiting, else None at once."""
+        try:
+            return self._inbox.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _drop_waiting(self) -> None:
+        while (call := self._waiting()) is not None:
+            call.drop("the node is stopping", "stopping")
+
+
+class CallPool(Lane):
+    """Serves calls with the generated Thrift processor, one call per thread at a time. A request
+    that cannot be read closes its connection; the handler's errors are the processor's business
+    (declared exceptions, or an internal error)."""
+    name = "thrift"
+
+    def __init__(self, processor, protocol, threads: int):
+        super().__init__(protocol, threads)
+        self._processor = processor
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            call = self._next()
+            if call is not None:
+                self.serve(call)
+        self._drop_waiting()
+
+    def serve(self, call: Call) -> None:
+        out = TTransport.TMemoryBuffer()
+        try:
+            self._processor.process(self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame)),
+                                    self._protocol.getProtocol(out))
+        except UNREADABLE as e:
+            call.drop(f"request not read or reply not written: {e!r}")
+            return
+        except Exception:  # noqa: BLE001 - one client's request must not take the node down
+            log.exception("closing connection: the request failed")
+            call.drop("internal error", "internal_error")
+            return
+        call.reply(out.getvalue())

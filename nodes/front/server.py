@@ -1,0 +1,307 @@
+"""ThriftServer: TBinaryProtocol over TFramedTransport on TCP. One I/O thread moves the bytes and
+serves the submits; the other calls run on the lanes' threads.
+
+The I/O thread (a selector over the listener and every connection) accepts, reads and cuts
+frames (delayq.nodes.front.connection), and hands each request to a lane chosen by its method name
+(delayq.nodes.front.lanes): submits to the SubmitBatcher, which serves every submit waiting with one
+transaction, everything else to the CallPool. An `inline` lane (the SubmitBatcher) is served on
+the I/O thread itself after each pass over the sockets, while its MySQL writes are quick; see
+delayq.nodes.front.submits. The thread that served a call writes the reply straight to the socket; only what
+the socket does not take at once goes back to the I/O thread. (A thread per connection costs about
+ten thread switches per call under the GIL; a group of submits served this way costs none.)
+
+One call per connection is served at a time, so replies keep the order of their requests; calls a
+client pipelines wait behind it, and past `max_waiting` of them the connection is not read until
+a reply makes room (delayq.nodes.front.connection). Closed, each counted by `closed(reason)`:
+- a frame header above `max_frame`, before its body is read (`frame_too_large`); a request that
+  cannot be read (`unreadable`); an error on the connection (`error`);
+- a connection that sends nothing for `first_frame_timeout` after it was accepted
+  (`first_frame_timeout`); a frame not whole `frame_timeout` after its first byte, however its
+  bytes trickle in (`frame_timeout`); silent between calls for `idle_timeout` (`idle`); a reply not
+  taken whole for `idle_timeout` (`reply_not_read`);
+- at `max_connections` connections, a new one closes the one that has waited longest since its
+  last request (and has no call in progress nor a reply unsent) to take its place (`evicted`); when
+  every connection has a call in progress, the new one is closed at once (`refused`), a clean
+  refusal the client can retry elsewhere. (A per-address limit was not chosen: the clients of a
+  business system often come from a few addresses, or one behind a proxy, and the benchmark runs
+  every client on one host; who has been silent longest is what tells a stuck client from a
+  working one.)
+
+Why not the thrift package's servers (0.16 to 0.25 checked): TThreadedServer and
+TThreadPoolServer serve a connection per thread, about ten thread switches per call under the GIL
+(perf: 235k context switches for 20k single submits); TNonblockingServer hands each call to a
+worker on its own, so submits from many connections cannot share one INSERT, and it has no
+first-frame, frame or idle timeout and no connection limit: a client that connects and stalls
+holds its socket for ever. This server uses only thrift's public API (the accelerated binary
+protocol and the generated Processor, delayq.nodes.front.lanes).
+
+`stop()` closes the listener and every connection and joins the I/O thread. The lanes belong to
+whoever made them (delayq.nodes.main), which stops them after the server.
+"""
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import threading
+import time
+from typing import Callable, Mapping
+
+from delayq.nodes.front.connection import HEADER, Call, Connection, ConnectionLimits
+from delayq.nodes.front.lanes import Lane
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 256 * 1024
+_WAKE = object()
+_RW = selectors.EVENT_READ | selectors.EVENT_WRITE
+
+
+class ThriftServer:
+    def __init__(self, lanes: Mapping[str, Lane], default: Lane, host: str, port: int, *, max_connections: int,
+                 max_frame: int, idle_timeout: float, frame_timeout: float, first_frame_timeout: float,
+                 max_waiting: int = 16, closed: Callable[[str], None] = lambda reason: None):
+        self._lanes = {name.encode(): lane for name, lane in lanes.items()}
+        self._default = default
+        self._host, self._port = host, port
+        self._max_connections = max_connections
+        self._limits = ConnectionLimits(max_frame, idle_timeout, frame_timeout, first_frame_timeout, max_waiting)
+        self._closed = closed
+        self._sweep_every = min(0.25, idle_timeout / 4, frame_timeout / 4, first_frame_timeout / 4)
+        self._sel = selectors.DefaultSelector()
+        self._conns: dict[socket.socket, Connection] = {}
+        self._listener: socket.socket | None = None
+        self._listening = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._attend: list[Connection] = []      # connections for the I/O thread: reply bytes left, resumed, dropped
+        self._attend_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._inline = list({id(lane): lane for lane in [*lanes.values(), default] if lane.inline}.values())
+        for lane in self._inline:
+            lane.bind(self._wake)
+
+    @property
+    def port(self) -> int:
+        assert self._listener is not None
+        return self._listener.getsockname()[1]
+
+    @property
+    def connections(self) -> int:
+        """Client connections open (accepted and not yet closed)."""
+        return len(self._conns)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        ls = socket.create_server((self._host, self._port), backlog=128, reuse_port=False)
+        ls.setblocking(False)
+        self._listener = ls
+        self._sel.register(ls, selectors.EVENT_READ, None)
+        self._listening = True
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._thread = threading.Thread(target=self._run, name="thrift-io", daemon=True)
+        self._thread.start()
+        log.info("Thrift server listening on %s:%d", self._host, self.port)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- called from the lanes' threads -------------------------------------------------------
+
+    def route(self, call: Call) -> None:
+        self._lanes.get(_method(call.frame), self._default).put(call)
+
+    def attend(self, conn: Connection) -> None:
+        """The I/O thread is to look at conn: reply bytes left to send, reading to resume, or a
+        drop to close."""
+        with self._attend_lock:
+            self._attend.append(conn)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass        # a wake-up is pending already, or the server has stopped
+
+    # ---- the I/O thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_sweep = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                waiting = any(lane.pending for lane in self._inline)
+                for key, mask in self._sel.select(timeout=0 if waiting else self._sweep_every):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is _WAKE:
+                        self._woken()
+                    else:
+                        self._serve(key.data, mask)
+                for lane in self._inline:
+                    lane.serve_pending()        # what this pass read, as one group
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + self._sweep_every
+        except Exception:  # noqa: BLE001 - logged; /healthz reports the server stopped
+            log.exception("the Thrift server's I/O thread failed")
+        finally:
+            self._close_all()
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, ConnectionAbortedError):
+                return
+            except OSError as e:
+                # Out of file descriptors and the like: stop listening for a moment (the sweep resumes it).
+                log.warning("accept failed: %s", e)
+                self._sel.unregister(self._listener)
+                self._listening = False
+                return
+            if len(self._conns) >= self._max_connections and not self._evict(peer):
+                log.warning("refusing a connection from %s: %d connections open, each with a call in progress",
+                            peer, len(self._conns))
+                self._closed("refused")
+                sock.close()
+                continue
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                sock.close()        # reset before it was served
+                continue
+            conn = Connection(self, sock, peer, self._limits, time.monotonic())
+            self._conns[sock] = conn
+            self._watch(conn)
+
+    def _evict(self, peer) -> bool:
+        """Close the connection longest without a request, to make room for one from peer."""
+        idle = [c for c in self._conns.values() if c.evictable]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.last)
+        self._close(victim, f"{len(self._conns)} connections open, the longest idle gives way to {peer}", "evicted")
+        return True
+
+    def _serve(self, conn: Connection, mask: int) -> None:
+        """One connection's events. Whatever goes wrong with it closes it, not the server."""
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(conn)
+            if mask & selectors.EVENT_READ and conn.sock in self._conns:
+                self._read(conn)
+        except OSError as e:
+            self._close(conn, str(e), "error")
+        except Exception:  # noqa: BLE001 - one connection must not take the server down
+            log.exception("closing connection from %s", conn.peer)
+            self._close(conn, None, "error")
+
+    def _read(self, conn: Connection) -> None:
+        try:
+            data = conn.sock.recv(_CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by a lane's drop()
+            return
+        bad = conn.feed(data, time.monotonic())
+        if bad is not None:
+            self._close(conn, *bad)
+        elif conn.paused:
+            self._watch(conn)       # not read until a reply makes room
+
+    def _woken(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self._attend_lock:
+            conns, self._attend = self._attend, []
+        now = time.monotonic()
+        for conn in conns:
+            if conn.sock not in self._conns:
+                continue
+            if conn.dropped:
+                self._close(conn, *conn.dropped)
+                continue
+            try:
+                conn.flush(now)
+                bad = conn.feed(b"", now) if conn.inbuf and not conn.paused else None   # read before it paused
+            except OSError as e:
+                self._close(conn, str(e), "error")
+                continue
+            if bad is not None:
+                self._close(conn, *bad)
+            else:
+                self._watch(conn)
+
+    def _flush(self, conn: Connection) -> None:
+        if conn.flush(time.monotonic()):
+            self._watch(conn)
+
+    def _watch(self, conn: Connection) -> None:
+        """Have the selector watch what conn waits for: its requests unless it is paused, the
+        socket's room for its reply bytes while some are left."""
+        events = (0 if conn.paused else selectors.EVENT_READ) | (selectors.EVENT_WRITE if conn.out else 0)
+        if events == conn.events:
+            return
+        if not conn.events:
+            self._sel.register(conn.sock, events, conn)
+        elif not events:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _sweep(self, now: float) -> None:
+        if not self._listening and self._listener is not None:
+            self._sel.register(self._listener, selectors.EVENT_READ, None)
+            self._listening = True
+        for conn in list(self._conns.values()):
+            overdue = conn.overdue(now)
+            if overdue is not None:
+                self._close(conn, *overdue)
+
+    def _close(self, conn: Connection, why: str | None, reason: str | None = None) -> None:
+        if why:
+            log.info("closing connection from %s: %s", conn.peer, why)
+        if self._conns.pop(conn.sock, None) is not None:
+            if conn.events:
+                self._sel.unregister(conn.sock)
+                conn.events = 0
+            if reason:
+                self._closed(reason)
+        conn.close()
+
+    def _close_all(self) -> None:
+        for conn in list(self._conns.values()):
+            self._close(conn, None)
+        if self._listener is not None:
+            self._listener.close()
+        self._sel.close()
+        for s in (self._wake_r, self._wake_w):
+            s.close()
+
+
+def _method(frame: bytes) -> bytes:
+    """The method name of a TBinaryProtocol message, strict (version first) or not; b"" if none."""
+    if len(frame) < 8:
+        return b""
+    if frame[0] & 0x80:
+        (n,) = HEADER.unpack_from(frame, 4)
+        return frame[8:8 + n] if n > 0 else b""
+    (n,) = HEADER.unpack_from(frame, 0)
+    return frame[4:4 + n] if n > 0 else b""

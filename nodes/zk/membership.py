@@ -1,0 +1,74 @@
+"""Membership: this node's ephemeral znode under /nodes, registered afresh on every new session.
+
+Its data (endpoint, shards owned, DelayQueue size) is refreshed every few seconds so `cluster()`
+on any node can show every node. Runs on the ZkSession's thread; no thread of its own.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Callable
+
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from delayq.coordination import ZkSession
+from delayq.zkpaths import ZkPaths, member_name
+
+log = logging.getLogger(__name__)
+
+
+class Membership:
+    def __init__(self, session: ZkSession, paths: ZkPaths, node_id: str, endpoint: str,
+                 stats: Callable[[], dict], refresh_s: float = 2.0):
+        self._session, self._paths = session, paths
+        self._node_id, self._endpoint = node_id, endpoint
+        self._stats, self._refresh_s = stats, refresh_s
+        self.member: str | None = None
+        self._published: bytes = b""
+        self._generation = 0
+        session.subscribe(self._on_state)
+
+    def _on_state(self, state: str, session_id: int | None) -> None:
+        if state == "lost":
+            self.member = None
+        elif state == "connected" and session_id is not None:
+            name = member_name(self._node_id, session_id)
+            if name != self.member:
+                self.member = name
+                self._generation += 1
+                self._register(self._generation)
+
+    def _data(self) -> bytes:
+        return json.dumps({"node_id": self._node_id, "endpoint": self._endpoint, **self._stats()},
+                          sort_keys=True).encode()
+
+    def _register(self, generation: int) -> None:
+        if generation != self._generation or self.member is None:
+            return
+        data = self._data()
+        try:
+            self._session.call("create", self._paths.member(self.member), data, ephemeral=True, makepath=True)
+            log.info("registered as %s (%s)", self.member, self._endpoint)
+        except NodeExistsError:
+            pass           # the same session registered it already
+        except KazooException as e:
+            log.warning("registering %s failed: %s; retrying", self.member, e)
+            self._session.post(lambda: self._register(generation), 1.0)
+            return
+        self._published = data
+        self._session.post(lambda: self._refresh(generation), self._refresh_s)
+
+    def _refresh(self, generation: int) -> None:
+        if generation != self._generation or self.member is None:
+            return
+        data = self._data()
+        if data != self._published:
+            try:
+                self._session.call("set", self._paths.member(self.member), data)
+                self._published = data
+            except NoNodeError:
+                self._register(generation)
+                return
+            except KazooException as e:
+                log.debug("refreshing member data failed: %s", e)
+        self._session.post(lambda: self._refresh(generation), self._refresh_s)

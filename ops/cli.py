@@ -1,0 +1,183 @@
+"""The `delayq` command: run a node, manage the schema, run the demo.
+
+Exit codes: 0 success, 1 failure (a refused request, a task that did not arrive), 2 usage error,
+3 a dependency (MySQL, RabbitMQ, ZooKeeper) is unavailable.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import signal
+import sys
+import threading
+
+import click
+
+from delayq import options
+from delayq.errors import ConfigError, Unavailable
+from delayq.ops.common import load_settings
+
+EXIT_UNAVAILABLE = 3
+# The collector's first generation runs once this many more objects were made than freed. At
+# Python's 700, a 1000-task submitBatch, which holds a few thousand objects for a moment, set off
+# passes on every call; above what one group of submits holds, it runs only as objects pile up.
+GC_THRESHOLDS = (50_000, 10, 10)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+               "level": record.levelname, "logger": record.name, "msg": record.getMessage(),
+               "thread": record.threadName}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("pika").setLevel(logging.WARNING)
+    # A refused declare on the exchange guard's throwaway channels is how it learns an exchange's
+    # type; the node logs what matters itself (delayq.nodes.amqp.exchanges, delayq.nodes.amqp.publisher).
+    logging.getLogger("pika.channel").setLevel(logging.ERROR)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="delayq", prog_name="delayq", message="%(prog)s %(version)s")
+def main() -> None:
+    """delayq: a distributed delayed-task scheduler (Thrift in, MySQL as truth, RabbitMQ out)."""
+    # Commands say in one line why a node could not be reached; Thrift's socket logger would say
+    # it again for every address it tried.
+    logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
+
+
+@main.command(epilog="\b\nSettings (environment variables, or keys of the --config TOML file):\n\n"
+              + "\n\n".join("\b\n" + para for para in options.reference()))
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings.")
+def node(config_file: str | None) -> None:
+    """Run a scheduling node until SIGTERM or SIGINT."""
+    from delayq.nodes.main import NodeRuntime
+    settings = load_settings(config_file)
+    setup_logging(settings.log.level, settings.log.format)
+    # The process is this node: its threads take turns at the interpreter this often.
+    sys.setswitchinterval(settings.node.switch_interval_us / 1e6)
+    runtime = NodeRuntime(settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        runtime.start()
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    # What the node built to start (modules, engines, connections) lives as long as the process.
+    # Frozen, it is left out of the collector's full passes, which otherwise walk all of it while
+    # every thread waits (25-50 ms each, several times a minute under load).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    stop.wait()
+    runtime.stop()
+
+
+@main.group()
+def db() -> None:
+    """Create and migrate the schema."""
+
+
+@db.command("init")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+@click.option("--shards", type=click.IntRange(1, 4096), default=None,
+              help="Logical shards of a new cluster (default: DELAYQ_SHARDS, 64). An existing cluster keeps its count.")
+def db_init(config_file: str | None, shards: int | None) -> None:
+    """Create the database if missing, apply migrations, create the cluster's shards. Idempotent."""
+    from delayq import db as dbm, schema
+    settings = load_settings(config_file)
+    setup_logging("WARNING", settings.log.format)
+    try:
+        schema.create_database(dbm.make_engine(settings.mysql, database=False), dbm.database_name(settings.mysql))
+        engine = dbm.make_engine(settings.mysql)
+        with dbm.unavailable_on_failure():
+            applied = schema.migrate(engine)
+            count = schema.init_cluster(engine, shards or settings.scheduling.shards)
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
+    click.echo(f"cluster: {count} shards")
+
+
+@db.command("migrate")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+def db_migrate(config_file: str | None) -> None:
+    """Apply pending schema migrations."""
+    from delayq import db as dbm, schema
+    settings = load_settings(config_file)
+    try:
+        with dbm.unavailable_on_failure():
+            applied = schema.migrate(dbm.make_engine(settings.mysql))
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
+
+
+@main.command()
+@click.option("--endpoint", "endpoints", multiple=True,
+              help="A node's Thrift endpoint (default: the live nodes found in ZooKeeper).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -> None:
+    """Show the cluster: master, nodes with their shards and DelayQueue sizes, epoch, task counts."""
+    from delayq.ops.status import collect, render
+    settings = load_settings(config_file)
+    setup_logging("ERROR", settings.log.format)
+    try:
+        report = collect(settings, list(endpoints))
+    except Unavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_UNAVAILABLE)
+    # Not sort_keys: shards are listed in numeric order, which sorting as strings would undo.
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
+@main.command()
+@click.option("--endpoint", "endpoints", multiple=True, default=["127.0.0.1:9090"], show_default=True,
+              help="A node's Thrift endpoint (repeat for several).")
+@click.option("--tasks", type=click.IntRange(1, 10_000), default=10, show_default=True)
+@click.option("--spread-ms", type=click.IntRange(0, 600_000), default=5000, show_default=True,
+              help="Due times are spread over this span, starting 1 s from now.")
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.option("--config", "config_file", type=click.Path(dir_okay=False))
+def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: float, config_file: str | None) -> None:
+    """Register the topic `demo`, submit tasks and print them as they fire from RabbitMQ."""
+    from delayq.client.demo import run_demo
+    settings = load_settings(config_file)
+    setup_logging("WARNING", settings.log.format)
+    if not run_demo(list(endpoints), settings.amqp.url, tasks, spread_ms, timeout_s):
+        sys.exit(1)
+
+
+def _register_subcommands() -> None:
+    from delayq.ops import cluster as cli_cluster
+    from delayq.ops.services import services
+    from delayq.ops.tasks import purge_cmd, tasks
+    main.add_command(tasks)
+    main.add_command(services)
+    db.add_command(purge_cmd)
+    for command in (cli_cluster.drain, cli_cluster.undrain, cli_cluster.pin, cli_cluster.unpin,
+                    cli_cluster.rebalance, cli_cluster.intents, cli_cluster.reshard):
+        main.add_command(command)
+
+
+_register_subcommands()
+
+if __name__ == "__main__":
+    main()

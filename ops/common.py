@@ -1,0 +1,62 @@
+"""What every `delayq` sub-command shares: settings from --config (a bad one is a usage error), the
+client, and one mapping from errors to exit codes: 2 usage or configuration, 3 unreachable."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Callable, NoReturn, TypeVar
+
+import click
+from thrift.Thrift import TException
+
+from delayq import config as config_mod
+from delayq.client import DelayqClient, discover
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.errors import ConfigError, Unavailable
+
+EXIT_FAILURE, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
+T = TypeVar("T")
+
+
+def load_settings(config_file: str | None) -> config_mod.Settings:
+    try:
+        return config_mod.load(file=config_file)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
+    """A client over the given endpoints, or the cluster's live nodes found in ZooKeeper."""
+    found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster)
+    if not found:
+        raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
+    return DelayqClient(found)
+
+
+def fail(message: str, code: int, as_json: bool = False) -> NoReturn:
+    """End the command: the message on stderr (under --json, {"error": ...} on stdout), the exit code."""
+    if as_json:
+        click.echo(json.dumps({"error": message}))
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def run(fn: Callable[[], T], as_json: bool = False) -> T:
+    """Run fn; turn delayq's and Thrift's errors into one clear line and the exit code."""
+    try:
+        return fn()
+    except (ConfigError, ttypes.InvalidService, ttypes.InvalidTask, ttypes.UnknownTopic) as e:
+        if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask)):
+            message = f"{e.field}: {e.reason}"
+        elif isinstance(e, ttypes.UnknownTopic):
+            message = f"unknown topic {e.topic!r}: register its service first (delayq services add)"
+        else:
+            message = str(e)
+        fail(message, EXIT_USAGE, as_json)
+    except ttypes.Conflict as e:
+        fail(f"task {e.taskId!r}: {e.reason}", EXIT_USAGE, as_json)
+    except (Unavailable, ttypes.Unavailable) as e:
+        fail(getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE, as_json)
+    except (TException, OSError) as e:
+        fail(str(e), EXIT_UNAVAILABLE, as_json)

@@ -1,0 +1,161 @@
+"""Online resharding: change a running cluster's logical shard count from N to M.
+
+    1. grow: create job_shard rows N..M-1.  Record intent shards=M in ZooKeeper; the master assigns
+       every shard row and tells nodes that new tasks go to shards 0..M-1 only ("active").
+    2. Move, in batches, the tasks that must move, and only those no node can hold in memory:
+       in flight (READY/RUNNING: their attempt is unaffected), or due beyond the window plus a margin.
+         grow   a task moves to CRC32(id) % M when that is one of the new shards (about (M-N)/M of them)
+         shrink a task on a shard >= M moves to CRC32(id) % M
+       Tasks due sooner stay where they are and fire from their owner; when shrinking, the loop
+       waits for them to fire (or to become movable) before going on.
+    3. shrink: delete job_shard rows >= M (moving any straggler), record shard_count=M, clear the
+       intent; the master reassigns over M shards.
+
+Nothing is lost or fired twice: a claim only takes a task of a shard its node holds at its epoch
+and re-reads the row under lock, so a memory copy left behind by a move can only fail to claim.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from sqlalchemy import Engine, delete, func, insert, select, update
+
+from delayq import tables
+from delayq.clock import Clock
+from delayq.db import unavailable_on_failure
+from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
+from delayq.lifecycle import Status
+from delayq.schema import shard_count
+from delayq.zkpaths import AssignmentDoc, ZkPaths
+
+log = logging.getLogger(__name__)
+TASK, SHARD, META = tables.task, tables.shard, tables.meta
+MARGIN_MS = 60_000
+
+
+def _crc(m: int):
+    return func.crc32(TASK.c.task_id) % m
+
+
+def _movable(current: int, target: int, far_ms: int):
+    """The WHERE clause of the rows to move now, and what it moves them to."""
+    if target > current:
+        must = (_crc(target) >= current) & (TASK.c.shard_id != _crc(target))
+    else:
+        must = TASK.c.shard_id >= target
+    safe = TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)]) | (TASK.c.due_ms > far_ms)
+    return must & safe, must
+
+
+@dataclass(frozen=True)
+class Plan:
+    current: int
+    target: int
+    rows_per_shard: dict[int, int]      # shard -> live rows that will move out of it
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_per_shard.values())
+
+
+def plan(engine: Engine, target: int) -> Plan:
+    with unavailable_on_failure(), engine.connect() as conn:
+        current = shard_count(conn)
+        _, must = _movable(current, target, 0)
+        counts = {r.shard_id: r.n for r in conn.execute(
+            select(TASK.c.shard_id, func.count().label("n")).where(must).group_by(TASK.c.shard_id))}
+    return Plan(current, target, dict(sorted(counts.items())))
+
+
+class Resharder:
+    """Runs the procedure above. `zk` is a started kazoo client; `progress(moved)` is called per batch."""
+
+    def __init__(self, engine: Engine, zk, paths: ZkPaths, clock: Clock, *, window_ms: int, scan_ms: int,
+                 margin_ms: int = MARGIN_MS, batch: int = 5000, update_intents: Callable[..., tuple]):
+        self._engine, self._zk, self._paths, self._clock = engine, zk, paths, clock
+        # Beyond this from now, no node holds a task in memory (its window, two scans, and room
+        # for clocks that disagree or a node configured with a longer window).
+        self._far_ms = window_ms + 2 * scan_ms + margin_ms
+        self._batch = batch
+        self._update_intents = update_intents
+
+    def run(self, target: int, progress: Callable[[int], None], timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            current = shard_count(conn)
+            if target > current:
+                have = {r.shard_id for r in conn.execute(select(SHARD.c.shard_id))}
+                conn.execute(insert(SHARD), [{"shard_id": s, "owner": None, "epoch": 0, "updated_ms": self._clock.now_ms()}
+                                         for s in range(current, target) if s not in have])
+        self._update_intents(self._zk, self._paths, lambda i: dataclasses.replace(i, shards=target))
+        self._wait_assignment(lambda d: d.active == target and len(d.shards) >= max(current, target), deadline)
+        moved = self._move(current, target, progress, deadline)
+        if target < current:
+            moved += self._finish_shrink(target)
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            conn.execute(update(META).where(META.c.name == "shard_count").values(value=str(target)))
+        self._update_intents(self._zk, self._paths, lambda i: dataclasses.replace(i, shards=None))
+        self._wait_assignment(lambda d: len(d.shards) == target and d.active == target, deadline)
+        log.info("resharded from %d to %d shards: %d tasks moved", current, target, moved)
+        return moved
+
+    def _move(self, current: int, target: int, progress: Callable[[int], None], deadline: float) -> int:
+        moved = 0
+        while True:
+            far = self._clock.now_ms() + self._far_ms
+            where, must = _movable(current, target, far)
+            n = self._move_batch(where, target)
+            moved += n
+            if n:
+                progress(n)
+                continue
+            if target > current:
+                return moved     # growing: tasks due soon may stay on their old shards
+            with unavailable_on_failure(), self._engine.connect() as conn:
+                left = conn.execute(select(func.count()).where(must)).scalar_one()
+            if not left:
+                return moved
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{left} tasks due soon are still on shards >= {target}")
+            time.sleep(0.5)      # they fire within the window, or become movable
+
+    def _move_batch(self, where, target: int) -> int:
+        """Pick a batch with a plain read, then move those rows by primary key (the condition checked
+        again under their locks). An UPDATE filtered on CRC32() would lock every row it scans and
+        deadlock with claims and submits."""
+        for attempt in range(5):
+            try:
+                with unavailable_on_failure(), self._engine.begin() as conn:
+                    ids = [r.task_id for r in conn.execute(select(TASK.c.task_id).where(where).limit(self._batch))]
+                    if not ids:
+                        return 0
+                    return conn.execute(update(TASK).where(TASK.c.task_id.in_(ids), where)
+                                        .values(shard_id=_crc(target))).rowcount
+            except StoreUnavailable as e:
+                if e.code not in LOCK_CONFLICTS or attempt == 4:
+                    raise
+                log.info("reshard batch hit a lock conflict; retrying: %s", e)
+                time.sleep(0.05 * (attempt + 1))
+        return 0
+
+    def _finish_shrink(self, target: int) -> int:
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            conn.execute(delete(SHARD).where(SHARD.c.shard_id >= target))
+            # A task a node put on a draining shard since the last batch: move it too.
+            return conn.execute(update(TASK).where(TASK.c.shard_id >= target).values(shard_id=_crc(target))).rowcount
+
+    def _wait_assignment(self, done: Callable[[AssignmentDoc], bool], deadline: float) -> None:
+        while True:
+            try:
+                doc = AssignmentDoc.decode(self._zk.get(self._paths.assignment)[0])
+            except Exception:  # noqa: BLE001 - NoNode before a master wrote one: keep waiting
+                doc = AssignmentDoc(0)
+            if done(doc):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("the master did not apply the reshard in time (is a master running?)")
+            time.sleep(0.2)

@@ -1,0 +1,217 @@
+"""`delayq tasks ...` and `delayq db purge`: look up, list, cancel and redrive tasks; retention."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+
+import click
+
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.clock import SYSTEM_CLOCK
+from delayq.db import make_engine
+from delayq.lifecycle import Status
+from delayq.ops.common import EXIT_FAILURE, client, fail, load_settings, run
+from delayq.store.maintenance import TaskFilter, list_tasks, purge, redrive
+
+
+def _instant(text: str | None) -> int | None:
+    """Epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+common = [click.option("--config", "config_file", type=click.Path(dir_okay=False)),
+          click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")]
+
+
+def with_common(f):
+    for option in reversed(common):
+        f = option(f)
+    return f
+
+
+@click.group()
+def tasks() -> None:
+    """Look up, list, cancel and redrive tasks."""
+
+
+@tasks.command("get")
+@click.argument("task_id")
+@click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
+@with_common
+def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
+    """Show a task (live or archived) and its attempts. Exit 1 when there is no such task."""
+    settings = load_settings(config_file)
+
+    def go():
+        with client(settings, endpoints) as c:
+            try:
+                return c.get(task_id)
+            except ttypes.NotFound:
+                fail(f"no task {task_id!r}", EXIT_FAILURE, as_json)
+    info = run(go, as_json)
+    out = {"taskId": info.taskId, "topic": info.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[info.status],
+           "attempt": info.attempt, "dueAtMs": info.dueAtMs, "shardId": info.shardId,
+           "attempts": [{"attempt": a.attempt, "node": a.nodeId, "dispatchedAtMs": a.dispatchedAtMs,
+                         "result": a.result, "resultAtMs": a.resultAtMs, "message": a.message} for a in info.attempts]}
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{out['taskId']}  topic {out['topic']}  {out['status']}  attempt {out['attempt']}  "
+               f"due {_fmt(out['dueAtMs'])}  shard {out['shardId']}")
+    for a in out["attempts"]:
+        click.echo(f"  #{a['attempt']} on {a['node']} at {_fmt(a['dispatchedAtMs'])}: "
+                   f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
+
+
+_DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str) -> int:
+    """30s, 1500ms, 5m, 2h, 1d (or bare milliseconds)."""
+    number = text.rstrip("smhd")
+    unit = text[len(number):] or "ms"
+    if not number.isdigit() or unit not in _DURATION:
+        raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 1500ms, 5m, 2h or 1d")
+    return int(number) * _DURATION[unit]
+
+
+@tasks.command("submit")
+@click.argument("topic")
+@click.option("--delay", help="Due this long from now: 30s, 1500ms, 5m, 2h, 1d.")
+@click.option("--at", "at", help="Due at this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
+@click.option("--id", "task_id", help="Your own task id (idempotent: the same id and content is accepted again).")
+@click.option("--payload", help="The payload, as UTF-8 text.")
+@click.option("--payload-file", type=click.File("rb"), help="The payload, read from a file ('-': stdin).")
+@click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
+@with_common
+def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, config_file, as_json) -> None:
+    """Submit one task to TOPIC (its service must be registered). Prints the task id and due time."""
+    if (delay is None) == (at is None):
+        raise click.UsageError("give exactly one of --delay and --at")
+    if payload is not None and payload_file is not None:
+        raise click.UsageError("give at most one of --payload and --payload-file")
+    body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
+    spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
+                           delayMs=_duration_ms(delay) if delay is not None else None,
+                           dueAtMs=_instant(at) if at is not None else None)
+    settings = load_settings(config_file)
+
+    def go():
+        with client(settings, endpoints) as c:
+            return c.submit(spec)
+    ref = run(go, as_json)
+    if as_json:
+        click.echo(json.dumps({"taskId": ref.taskId, "dueAtMs": ref.dueAtMs, "created": ref.created}))
+    else:
+        click.echo(f"{ref.taskId}  due {_fmt(ref.dueAtMs)}" + ("" if ref.created else "  (existed already)"))
+
+
+@tasks.command("cancel")
+@click.argument("task_id")
+@click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
+@with_common
+def cancel_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
+    """Cancel a task that has not fired. Exit 1 unless it is (now) cancelled."""
+    settings = load_settings(config_file)
+
+    def go():
+        with client(settings, endpoints) as c:
+            return ttypes.CancelResult._VALUES_TO_NAMES[c.cancel(task_id)]
+    outcome = run(go, as_json)
+    click.echo(json.dumps({"taskId": task_id, "result": outcome}) if as_json else outcome)
+    if outcome != "CANCELLED":
+        sys.exit(EXIT_FAILURE)
+
+
+def _filter_options(f):
+    for option in reversed([
+            click.option("--id", "ids", multiple=True, help="A task id (repeatable)."),
+            click.option("--topic"),
+            click.option("--since", help="Due at or after (epoch ms or ISO 8601)."),
+            click.option("--until", help="Due before (epoch ms or ISO 8601).")]):
+        f = option(f)
+    return f
+
+
+@tasks.command("list")
+@_filter_options
+@click.option("--status", type=click.Choice([s.name for s in Status], case_sensitive=False))
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--after", help="Page on: list task ids after this one.")
+@with_common
+def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_json) -> None:
+    """List live and archived tasks by id, topic, due range and state, a page at a time."""
+    settings = load_settings(config_file)
+    f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status[status.upper()] if status else None)
+    rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after), as_json)
+    if as_json:
+        click.echo(json.dumps([{"taskId": r["task_id"], "topic": r["topic"], "shardId": r["shard_id"],
+                                "status": r["status"], "attempt": r["attempt"], "dueAtMs": r["due_ms"]}
+                               for r in rows], indent=2))
+        return
+    click.echo(f"{'TASK':<34} {'TOPIC':<24} {'STATUS':<10} {'ATTEMPT':>7}  DUE")
+    for r in rows:
+        click.echo(f"{r['task_id']:<34} {r['topic']:<24} {r['status']:<10} {r['attempt']:>7}  {_fmt(r['due_ms'])}")
+    if len(rows) == limit:
+        click.echo(f"(more: --after {rows[-1]['task_id']})")
+
+
+@tasks.command("redrive")
+@_filter_options
+@click.option("--yes", is_flag=True, help="Do it (without --yes only count what would move).")
+@with_common
+def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
+    """Send FAILED tasks again: back to DELAY, due now, with a fresh set of retries."""
+    if not (ids or topic or since or until):
+        raise click.UsageError("name the tasks: --id, --topic, --since or --until")
+    settings = load_settings(config_file)
+    engine = make_engine(settings.mysql)
+    f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status.FAILED)
+    if not yes:
+        count = len(run(lambda: list_tasks(engine, f, 10_000), as_json))
+        click.echo(json.dumps({"wouldRedrive": count}) if as_json else
+                   f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
+        return
+    moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())), as_json)
+    # Written straight to MySQL: the nodes find them when they re-read their shards' windows.
+    within_s = settings.scheduling.full_scan_ms / 1000
+    click.echo(json.dumps({"redriven": moved, "dispatchedWithinS": within_s}) if as_json else
+               f"redriven: {moved} tasks (dispatched within {within_s:g} s, DELAYQ_FULL_SCAN_MS)")
+
+
+@click.command("purge")
+@click.option("--days", type=click.IntRange(1, 36500), required=True,
+              help="Delete archived tasks finished, and attempts dispatched, more than this many days ago.")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=1000, show_default=True)
+@with_common
+def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> None:
+    """Retention: delete old backlog and execlog rows in batches (live tasks are never touched)."""
+    settings = load_settings(config_file)
+    before = SYSTEM_CLOCK.now_ms() - days * 86_400_000
+    engine = make_engine(settings.mysql)
+
+    def go():
+        backlog = execlog = 0
+        for b, x in purge(engine, before, batch):
+            backlog, execlog = backlog + b, execlog + x
+        return backlog, execlog
+    backlog, execlog = run(go, as_json)
+    click.echo(json.dumps({"backlog": backlog, "execlog": execlog}) if as_json else
+               f"purged {backlog} archived tasks and {execlog} attempts older than {days} days")
+
+
+def _fmt(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

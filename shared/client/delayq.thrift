@@ -1,0 +1,182 @@
+// delayq's Thrift service: TBinaryProtocol over TFramedTransport, default port 9090.
+//
+// Regenerate the Python code (committed in shared/client/gen/, the package delayq.client.gen) after any change with:
+//   thrift --gen py -out shared/client/gen shared/client/delayq.thrift
+// (Debian package thrift-compiler, 0.17.)
+
+namespace py delayq_thrift
+
+enum TaskStatus {
+  DELAY = 0,      // waiting for its due time
+  READY = 1,      // dispatched to RabbitMQ, waiting for a result
+  RUNNING = 2,    // the consumer said it started
+  FINISHED = 3,
+  FAILED = 4,
+  CANCELLED = 5,
+}
+
+enum CancelResult {
+  CANCELLED = 1,           // it will not fire
+  ALREADY_DISPATCHED = 2,  // too late: it fired (or finished) already
+  NOT_FOUND = 3,
+}
+
+enum ResultStatus {
+  SUCCESS = 1,   // done: the task is FINISHED
+  RETRY = 2,     // failed, try again after the service's backoff (FAILED after the last retry)
+  FATAL = 3,     // failed, do not retry: the task is FAILED
+  STARTED = 4,   // the consumer began work: READY -> RUNNING (the time-to-run keeps running)
+}
+
+enum ReportOutcome {
+  APPLIED = 1,   // the report changed the task
+  STALE = 2,     // it names an attempt that is not the current one, or the task is final: ignored
+}
+
+struct TaskSpec {
+  1: required string topic,
+  2: optional string taskId,     // client-chosen id: makes submit idempotent
+  3: optional i64 delayMs,       // due = the node's clock at receipt + delayMs
+  4: optional i64 dueAtMs,       // due = this epoch-ms instant (past = now)
+  5: optional binary payload,
+  6: optional i32 maxRetries,    // default: the service's
+  7: optional i32 ttrMs,         // time-to-run; default: the service's
+}
+
+struct TaskRef {
+  1: required string taskId,
+  2: required i64 dueAtMs,
+  3: required bool created,      // false: the task existed already with the same content
+}
+
+struct Attempt {
+  1: required i32 attempt,
+  2: required string nodeId,
+  // When the broker got it; unset for an attempt never recorded as dispatched (MISFIRED, UNRECORDED).
+  3: optional i64 dispatchedAtMs,
+  // SUCCESS, RETRY, FATAL (the consumer's); TIMEOUT (no result within the time-to-run);
+  // UNROUTABLE (no queue bound); MISFIRED (past the misfire threshold, never sent); CONFIRMED (the
+  // broker's confirm, for ttr 0); UNCONFIRMED (published but the confirm was lost: it may have
+  // reached a queue, and went again as a new attempt); UNRECORDED (claimed, but its node stopped
+  // before any publish was recorded; timed out and sent again). Unset while pending.
+  4: optional string result,
+  5: optional i64 resultAtMs,
+  6: optional string message,
+}
+
+struct TaskInfo {
+  1: required string taskId,
+  2: required string topic,
+  3: required TaskStatus status,
+  4: required i32 attempt,       // dispatches made so far
+  5: required i64 dueAtMs,
+  6: required i32 shardId,
+  7: required i32 maxRetries,
+  8: required i32 ttrMs,
+  9: required i64 createdAtMs,
+  10: required i64 updatedAtMs,
+  11: optional binary payload,
+  12: required list<Attempt> attempts,
+}
+
+struct CallbackService {
+  1: required string topic,
+  2: optional string exchange,            // default: the node's DELAYQ_EXCHANGE
+  3: optional string routingKey,          // default: the topic
+  4: optional i32 maxRetries = 3,
+  5: optional string backoff = "exponential",   // fixed | exponential (with jitter)
+  6: optional i32 retryBackoffMs = 1000,
+  7: optional i32 retryBackoffMaxMs = 300000,
+  8: optional i32 ttrMs = 60000,          // 0: no result expected, the task finishes at the broker's confirm
+  9: optional bool enabled = true,
+  10: optional string deadLetterExchange,
+  11: optional i64 misfireThresholdMs,     // unset: never a misfire
+  12: optional string misfirePolicy = "fire",  // fire | fail
+}
+
+struct NodeInfo {
+  1: required string nodeId,
+  2: required string endpoint,
+  3: required i32 shardCount,
+  4: required i32 queueSize,
+  5: required bool master,
+  // This node's system clock minus MySQL's, in ms, at its last check (positive: ahead). Due times
+  // follow MySQL's clock whatever it is; unset until the node could read MySQL's clock.
+  6: optional i64 clockOffsetMs,
+  // Topics whose tasks this node holds back because their service's exchange is unusable (a
+  // fanout exchange, no permission...): topic -> why. They stay DELAY and fire once it is fixed.
+  7: optional map<string, string> heldTopics,
+}
+
+struct ClusterInfo {
+  1: required string cluster,
+  2: required i32 shardCount,
+  3: required i64 epoch,
+  4: optional string master,
+  5: required list<NodeInfo> nodes,
+  6: required map<i32, string> assignment,
+}
+
+exception InvalidTask {
+  1: required string field,
+  2: required string reason,
+  3: optional i32 index,        // position in a submitBatch
+}
+
+exception InvalidService {
+  1: required string field,
+  2: required string reason,
+}
+
+exception UnknownTopic {
+  1: required string topic,
+}
+
+exception Conflict {
+  1: required string taskId,
+  2: required string reason,
+}
+
+exception NotFound {
+  1: required string taskId,
+}
+
+// Retriable: MySQL, RabbitMQ or ZooKeeper is down. Retry, on this node or another.
+exception Unavailable {
+  1: required string reason,
+}
+
+service DelayScheduler {
+  TaskRef submit(1: TaskSpec task)
+    throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable),
+
+  // All or nothing: one bad task refuses the whole batch.
+  list<TaskRef> submitBatch(1: list<TaskSpec> tasks)
+    throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable),
+
+  CancelResult cancel(1: string taskId)
+    throws (1: InvalidTask invalid, 4: Unavailable unavailable),
+
+  // Only a task that has not fired (DELAY) can be rescheduled.
+  TaskRef reschedule(1: string taskId, 2: i64 dueAtMs)
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 3: Conflict conflict, 4: Unavailable unavailable),
+
+  TaskInfo get(1: string taskId)
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable),
+
+  // Creates the topic's service, or REPLACES it whole: every field left unset takes its default
+  // (retries, backoff, time-to-run, dead-letter exchange...), not the value registered before.
+  // To change one setting, read it with listServices and send it back changed (`delayq services
+  // update` does that). Refused with InvalidService when an exchange cannot be published to.
+  void registerService(1: CallbackService svc)
+    throws (1: InvalidService invalid, 4: Unavailable unavailable),
+
+  list<CallbackService> listServices()
+    throws (4: Unavailable unavailable),
+
+  ReportOutcome reportResult(1: string taskId, 2: i32 attempt, 3: ResultStatus status, 4: string message)
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable),
+
+  ClusterInfo cluster()
+    throws (4: Unavailable unavailable),
+}

@@ -1,0 +1,174 @@
+"""DelayqClient: the Python client for business systems.
+
+    with DelayqClient(["127.0.0.1:9090"], timeout_s=5) as dq:
+        ref = dq.submit(TaskSpec(topic="order.cancel", taskId="order-42", delayMs=30_000, payload=b"42"))
+
+It spreads calls over the endpoints it is given (or finds them in ZooKeeper:
+`DelayqClient.from_zookeeper("127.0.0.1:2181", cluster="default")`) and retries a call that failed because a node was
+unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
+taskId). Every call has a timeout. Not thread-safe: use one client per thread.
+
+A node closes a connection that stays silent (`DELAYQ_IDLE_TIMEOUT_MS`, 60 s by default). Before
+each call the client looks whether its node has closed the connection meanwhile and, if so,
+connects again first: nothing was sent on the closed one, so even a submit without a taskId is
+safe. Only a close that crosses the call on the wire (the node's idle timer ends as the call
+leaves) still fails it.
+"""
+from __future__ import annotations
+
+import json
+import random
+import select
+import socket
+from typing import Any, Callable, Sequence
+
+from thrift.protocol import TBinaryProtocol
+from thrift.transport import TSocket, TTransport
+
+from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.client.gen.delayq_thrift.ttypes import (CallbackService, CancelResult, ReportOutcome, ResultStatus,  # noqa: F401
+                                             TaskSpec, TaskStatus)
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (host or "127.0.0.1"), int(port)
+
+
+def connect(host: str, port: int, timeout_s: float = 5.0) -> tuple[DelayScheduler.Client, TTransport.TTransportBase]:
+    """One connection to one node: (client, transport); close the transport when done."""
+    client, transport, _ = _open(host, port, timeout_s)
+    return client, transport
+
+
+def _open(host: str, port: int, timeout_s: float) -> tuple[DelayScheduler.Client, TTransport.TTransportBase,
+                                                          TSocket.TSocket]:
+    sock = TSocket.TSocket(host, port)
+    sock.setTimeout(int(timeout_s * 1000))
+    transport = TTransport.TFramedTransport(sock)
+    transport.open()
+    return DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport)), transport, sock
+
+
+def closed_by_peer(sock: TSocket.TSocket) -> bool:
+    """True when the node has closed (or reset) this idle connection: between calls a node sends
+    nothing, so anything readable on the socket is its end of stream or an error."""
+    handle = sock.handle
+    if handle is None:
+        return True
+    try:
+        readable, _, _ = select.select([handle], [], [], 0)
+        return bool(readable) and not handle.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
+
+
+def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> list[str]:
+    """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from delayq.zkpaths import ZkPaths
+
+    paths = ZkPaths(cluster)
+    zk = KazooClient(hosts=zk_hosts, timeout=timeout_s)
+    try:
+        zk.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
+    try:
+        endpoints = []
+        for member in zk.get_children_async(paths.nodes).get(timeout=timeout_s):
+            try:
+                endpoints.append(json.loads(zk.get_async(paths.member(member)).get(timeout=timeout_s)[0])["endpoint"])
+            except (NoNodeError, ValueError, KeyError):
+                continue
+        return sorted(endpoints)
+    except NoNodeError:
+        return []
+    except KazooTimeoutError:
+        raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
+    finally:
+        zk.stop()
+        zk.close()
+
+
+class DelayqClient:
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0, rng: random.Random | None = None,
+                 rediscover: Callable[[], list[str]] | None = None):
+        if not endpoints:
+            raise ValueError("no delayq endpoints given")
+        self._rng = rng or random.Random()
+        self._endpoints = [parse_endpoint(e) for e in endpoints]
+        self._rng.shuffle(self._endpoints)
+        self._rediscover = rediscover
+        self._timeout_s = timeout_s
+        self._current: tuple[DelayScheduler.Client, TTransport.TTransportBase, TSocket.TSocket] | None = None
+        self._index = 0
+
+    @classmethod
+    def from_zookeeper(cls, zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> "DelayqClient":
+        """A client over the cluster's live nodes, found again in ZooKeeper when none answers."""
+        found = discover(zk_hosts, cluster, timeout_s)
+        if not found:
+            raise ttypes.Unavailable(reason=f"no live delayq node in cluster {cluster!r}")
+        return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s))
+
+    def __enter__(self) -> "DelayqClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current[1].close()
+            self._current = None
+
+    def __getattr__(self, method: str) -> Any:
+        if not hasattr(DelayScheduler.Iface, method):
+            raise AttributeError(method)
+        return lambda *args: self._call(method, args)
+
+    def _call(self, method: str, args: tuple, rediscover: bool = True) -> Any:
+        last: Exception | None = None
+        for _ in range(max(2, len(self._endpoints))):
+            if self._current is not None and closed_by_peer(self._current[2]):
+                self.close()         # closed while idle: nothing was sent on it, connect again
+            try:
+                if self._current is None:
+                    host, port = self._endpoints[self._index % len(self._endpoints)]
+                    self._current = _open(host, port, self._timeout_s)
+            except (TTransport.TTransportException, OSError) as e:
+                last = e             # never reached the node: always safe to try the next one
+                self._current = None
+                self._index += 1
+                continue
+            try:
+                return getattr(self._current[0], method)(*args)
+            except ttypes.Unavailable as e:
+                last = e             # the node wrote nothing: try the next one
+            except (TTransport.TTransportException, OSError) as e:
+                if not _idempotent(method, args):
+                    self.close()
+                    raise            # the node may have applied it: retrying could submit twice
+                last = e
+            self.close()
+            self._index += 1
+        assert last is not None
+        if rediscover and self._rediscover is not None:
+            fresh = [parse_endpoint(e) for e in self._rediscover()]
+            if fresh and set(fresh) != set(self._endpoints):
+                self._endpoints = fresh
+                self._rng.shuffle(self._endpoints)
+                return self._call(method, args, rediscover=False)
+        raise last
+
+
+def _idempotent(method: str, args: tuple) -> bool:
+    if method == "submit":
+        return bool(args and args[0].taskId)
+    if method == "submitBatch":
+        return bool(args and all(t.taskId for t in args[0]))
+    return True

@@ -1,0 +1,100 @@
+"""Operations on the task tables that ops run from the `delayq` command: list, redrive, purge.
+Each works in bounded batches, one transaction per batch, so it never holds locks for long."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from sqlalchemy import Engine, delete, func, insert, literal, select, union_all
+
+from delayq import tables
+from delayq.db import unavailable_on_failure
+from delayq.lifecycle import Status
+
+TASK, EXECLOG, BACKLOG = tables.task, tables.execlog, tables.backlog
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    ids: tuple[str, ...] = ()
+    topic: str | None = None
+    since_ms: int | None = None      # due time from
+    until_ms: int | None = None      # due time before
+    status: Status | None = None
+
+    def where(self, table):
+        cond = []
+        if self.ids:
+            cond.append(table.c.task_id.in_(self.ids))
+        if self.topic:
+            cond.append(table.c.topic == self.topic)
+        if self.since_ms is not None:
+            cond.append(table.c.due_ms >= self.since_ms)
+        if self.until_ms is not None:
+            cond.append(table.c.due_ms < self.until_ms)
+        if self.status is not None:
+            cond.append(table.c.status == int(self.status))
+        return cond
+
+
+def list_tasks(engine: Engine, f: TaskFilter, limit: int, after: str | None = None) -> list[dict]:
+    """Live and archived tasks matching the filter, by task id, `limit` per page after `after`."""
+    cols = lambda t: [t.c.task_id, t.c.topic, t.c.shard_id, t.c.status, t.c.attempt, t.c.due_ms]  # noqa: E731
+    parts = []
+    for t in (TASK, BACKLOG):
+        q = select(*cols(t)).where(*f.where(t))
+        if after:
+            q = q.where(t.c.task_id > after)
+        parts.append(q.order_by(t.c.task_id).limit(limit))
+    u = union_all(*parts).subquery()
+    with unavailable_on_failure(), engine.connect() as conn:
+        rows = conn.execute(select(u).order_by(u.c.task_id).limit(limit)).mappings().all()
+    return [dict(r, status=Status(r["status"]).name) for r in rows]
+
+
+def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Iterator[int]:
+    """Move FAILED tasks back to DELAY, due now, with a fresh set of retries (max_retries grows by
+    the original amount past the attempts made). Yields how many each batch moved."""
+    f = TaskFilter(f.ids, f.topic, f.since_ms, f.until_ms, Status.FAILED)
+    while True:
+        with unavailable_on_failure(), engine.begin() as conn:
+            rows = conn.execute(select(BACKLOG).where(*f.where(BACKLOG)).order_by(BACKLOG.c.task_id).limit(batch)
+                                .with_for_update()).mappings().all()
+            if not rows:
+                return
+            conn.execute(insert(TASK), [{
+                "task_id": r["task_id"], "topic": r["topic"], "shard_id": r["shard_id"], "due_ms": now_ms,
+                "status": int(Status.DELAY), "attempt": r["attempt"], "payload": r["payload"],
+                "spec_hash": r["spec_hash"], "max_retries": r["attempt"] + r["max_retries"], "ttr_ms": r["ttr_ms"],
+                "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms}
+                for r in rows])
+            conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows])))
+        yield len(rows)
+        if f.ids:
+            return
+
+
+def purge(engine: Engine, before_ms: int, batch: int = 1000) -> Iterator[tuple[int, int]]:
+    """Delete archived tasks finished before before_ms and their execlog rows, then execlog rows of
+    any task no longer live dispatched before it. Yields (backlog rows, execlog rows) per batch."""
+    while True:
+        with unavailable_on_failure(), engine.begin() as conn:
+            ids = [r.task_id for r in conn.execute(
+                select(BACKLOG.c.task_id).where(BACKLOG.c.finished_ms < before_ms, BACKLOG.c.dead_letter == 0).limit(batch))]
+            if not ids:
+                break
+            logs = conn.execute(delete(EXECLOG).where(EXECLOG.c.task_id.in_(ids))).rowcount
+            gone = conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_(ids))).rowcount
+        yield gone, logs
+    while True:
+        with unavailable_on_failure(), engine.begin() as conn:
+            orphans = [(r.task_id, r.attempt) for r in conn.execute(
+                select(EXECLOG.c.task_id, EXECLOG.c.attempt).where(
+                    func.coalesce(EXECLOG.c.dispatched_ms, EXECLOG.c.result_ms) < before_ms,
+                    ~select(literal(1)).where(TASK.c.task_id == EXECLOG.c.task_id).exists()).limit(batch))]
+            if not orphans:
+                return
+            n = 0
+            for tid, attempt in orphans:
+                n += conn.execute(delete(EXECLOG).where(EXECLOG.c.task_id == tid, EXECLOG.c.attempt == attempt)).rowcount
+        yield 0, n

@@ -1,0 +1,310 @@
+"""TaskStore: a written task's life in MySQL: window scans, claims, dispatch records, results and
+time-outs, cancel and reschedule, the move to the backlog, dead letters. (New tasks are written by
+delayq.store.submits.TaskWriter; shard ownership by delayq.store.epochs.ShardEpochs.)
+
+The hot paths (window scan, claim, execlog, finishing fire-and-forget tasks) run fixed SQL text
+through the driver (`exec_driver_sql`, values written in by delayq.store.sqltext): building and
+compiling a Core statement with a thousand-element IN list cost more CPU than the round trip it
+describes. Everything else is SQLAlchemy Core.
+
+MySQL is the truth (docs/ARCHITECTURE.md, invariant 1). Each state change is conditional on the
+row's current status and attempt, so whatever races it (another node, a late report, a stale
+memory entry) it either applies once or changes nothing. The claim is fenced (invariant 3): it
+locks the shard rows in share mode and only takes tasks of shards this node owns at its epoch.
+
+Thread-safe: it holds only its engine; each call checks a connection out of the pool.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from typing import Callable, Iterable, Mapping, Sequence
+
+from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, select, update
+
+from delayq import tables
+from delayq.db import unavailable_on_failure
+from delayq.errors import Conflict, NotFound
+from delayq.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
+from delayq.store.backlog import move_to_backlog
+from delayq.store.sqltext import CONFIRMED, UPSERT_DISPATCHED, literal_id, literal_ids, marks
+from delayq.store.values import CancelOutcome, Claimed, Entry, Transition
+
+log = logging.getLogger(__name__)
+TASK, EXECLOG, BACKLOG, SHARD = tables.task, tables.execlog, tables.backlog, tables.shard
+
+# A fire-and-forget attempt (ttr 0) claimed by another node (dead, or no longer the shard's owner)
+# and still not confirmed after this is dispatched again. A node's own such claims are never timed
+# out by itself: its publisher and recorder settle every one of them.
+UNCONFIRMED_GRACE_MS = 2_000
+UNRECORDED = "UNRECORDED"         # execlog result: claimed, timed out, no publish ever recorded
+
+
+class TaskStore:
+    def __init__(self, engine: Engine, rng: random.Random | None = None):
+        """rng draws the jitter of retry back-offs (seeded in tests)."""
+        self._engine = engine
+        self._rng = rng or random.Random()
+
+    # ---- loading and claiming -----------------------------------------------------------------
+
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0) -> list[Entry]:
+        """DELAY tasks of these shards due in [from_ms, before_ms), earliest first (a range scan per
+        shard)."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT task_id, shard_id, due_ms FROM {TASK.name} WHERE shard_id IN ({marks(len(shards))}) "
+                "AND status = %s AND due_ms >= %s AND due_ms < %s ORDER BY due_ms LIMIT %s",
+                (*shards, int(Status.DELAY), from_ms, before_ms, limit))
+            return [Entry(*r) for r in rows]
+
+    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int],
+              now_ms: int) -> tuple[list[Claimed], list[int]]:
+        """DELAY -> READY, attempt + 1, for the entries still due and of shards `owner` holds at
+        the epochs in `fence`. Only the returned tasks may be published. Also returns the shards
+        in `fence` that MySQL says are no longer ours at those epochs (fenced)."""
+        wanted = {e.task_id: e for e in entries}
+        shards = sorted({e.shard_id for e in entries if e.shard_id in fence})
+        if not shards:
+            return [], []
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            held = {shard for shard, holder, epoch in conn.exec_driver_sql(
+                f"SELECT shard_id, owner, epoch FROM {SHARD.name} WHERE shard_id IN ({marks(len(shards))}) "
+                "LOCK IN SHARE MODE", tuple(shards))
+                if holder == owner and epoch == fence[shard]}
+            fenced = [s for s in shards if s not in held]
+            if fenced:
+                log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)", fenced)
+            if not held:
+                return [], fenced
+            # By primary key: through the (shard, status, due) index the locking read would take
+            # next-key locks over whole shards and block submits into them.
+            rows = [r for r in conn.exec_driver_sql(
+                f"SELECT task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries "
+                f"FROM {TASK.name} FORCE INDEX (PRIMARY) WHERE task_id IN ({literal_ids(wanted)}) AND status = %s "
+                f"AND shard_id IN ({marks(len(held))}) FOR UPDATE",
+                (int(Status.DELAY), *held))
+                # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
+                if r[3] <= wanted[r[0]].due_ms]
+            if not rows:
+                return [], fenced
+            conn.exec_driver_sql(
+                f"UPDATE {TASK.name} SET status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s, "
+                "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s) "
+                f"WHERE task_id IN ({literal_ids(r[0] for r in rows)}) AND status = %s",
+                (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS, int(Status.DELAY)))
+        return [Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries)
+                for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows], fenced
+
+    def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
+        """The broker confirmed these publishes: write their execlog rows. Tasks that expect no
+        result (ttr 0) finish here. Returns the tasks finished."""
+        if not confirmed:
+            return []
+        done = {c.task_id for c, _ in confirmed if c.ttr_ms == 0}
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            # A fast consumer's report may have created the row already: the dispatch time and
+            # node are ours to tell, the result stays. An attempt that expects no result has the
+            # broker's confirm as its result.
+            # The only value that may hold a percent sign, doubled for the driver's formatting pass.
+            node = conn.connection.dbapi_connection.escape(node_id).replace("%", "%%")
+            conn.exec_driver_sql(UPSERT_DISPATCHED % ",".join(
+                f"({literal_id(c.task_id)},{c.attempt:d},{node},{at:d},{CONFIRMED if c.task_id in done else 'NULL'},"
+                f"{at if c.task_id in done else 'NULL'})" for c, at in confirmed))
+            if not done:
+                return []
+            at = max(t for _, t in confirmed)
+            ids = move_to_backlog(conn, [(c.task_id, c.attempt) for c, _ in confirmed if c.task_id in done],
+                                      (Status.READY,), Status.FINISHED, at, None)
+            return [c for c, _ in confirmed if c.task_id in ids]
+
+    def release(self, claimed: Sequence[Claimed], due_ms: int, sent: bool, node_id: str, now_ms: int) -> int:
+        """The publish failed: back to DELAY, to be dispatched again at due_ms.
+
+        sent=False: it never left this node, so the attempt did not happen and its number is
+        given back. sent=True: it may have reached a queue (lost confirm, nack), so the number is
+        used up (execlog result UNCONFIRMED) and the next dispatch carries a new one; a consumer
+        that did get it can still finish the task by reporting for it."""
+        if not claimed:
+            return 0
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            n = 0
+            for c in claimed:
+                n += conn.execute(
+                    update(TASK).where(TASK.c.task_id == c.task_id, TASK.c.status == int(Status.READY),
+                                    TASK.c.attempt == c.attempt)
+                    .values(status=int(Status.DELAY), attempt=c.attempt if sent else c.attempt - 1, due_ms=due_ms,
+                            deadline_ms=None, node_id=None, updated_ms=now_ms)).rowcount
+            if sent:
+                conn.execute(insert(EXECLOG).prefix_with("IGNORE"), [
+                    {"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id, "dispatched_ms": now_ms,
+                     "result": "UNCONFIRMED", "result_ms": now_ms, "message": "no confirm from the broker"}
+                    for c in claimed])
+            return n
+
+    # ---- results, timeouts, cancel, reschedule ------------------------------------------------
+
+    def apply_result(self, task_id: str, attempt: int, result: Result, message: str | None,
+                     now_ms: int, policy: Callable[[str, int], RetryPolicy], node_id: str | None = None,
+                     retry_shard: int | None = None) -> Transition:
+        """Apply a result (or a timeout) to attempt `attempt`; a stale or duplicate one changes nothing.
+        A retry moves the task to retry_shard when given (a shard of the caller's, so it can hold
+        the retry in memory)."""
+        message = message[:1024] if message else None
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic, TASK.c.shard_id, TASK.c.max_retries,
+                                      TASK.c.node_id).where(TASK.c.task_id == task_id).with_for_update()).first()
+            if row is None:
+                final = conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first()
+                if final is None:
+                    raise NotFound(task_id)
+                return Transition(False, Status(final.status))
+            status = Status(row.status)
+            decision = on_result(status, result, row.attempt, policy(row.topic, row.max_retries),
+                                 now_ms, self._rng) if row.attempt == attempt else None
+            if decision is None:
+                return Transition(False, status, row.shard_id)
+            if result is not Result.STARTED:
+                self._log_result(conn, task_id, attempt, result, message, now_ms, node_id, row.node_id)
+            shard = row.shard_id if retry_shard is None or decision.status is not Status.DELAY else retry_shard
+            self._apply(conn, task_id, attempt, status, decision, now_ms, message, shard)
+            return Transition(True, decision.status, shard, decision.due_ms, row.topic)
+
+    @staticmethod
+    def _log_result(conn: Connection, task_id: str, attempt: int, result: Result, message: str | None,
+                    now_ms: int, node_id: str | None, claimer: str | None) -> None:
+        """The attempt's execlog row gets its result. A consumer's result may arrive before the
+        dispatch was recorded: the row is made with this time, and the recorder sets the real one.
+        A time-out or misfire of an attempt with no recorded dispatch gets no made-up dispatch
+        time; a time-out then says UNRECORDED: claimed (by the node named), never recorded as
+        published, most likely because that node stopped first."""
+        reached = result not in (Result.TIMEOUT, Result.MISFIRED)
+        conn.execute(insert(EXECLOG).prefix_with("IGNORE").values(
+            task_id=task_id, attempt=attempt,
+            node_id=(node_id if reached or not claimer else claimer.split("@")[0]) or "?",
+            dispatched_ms=now_ms if reached else None))
+        label = result.value if result is not Result.TIMEOUT else \
+            case((EXECLOG.c.dispatched_ms.is_(None), UNRECORDED), else_=result.value)
+        conn.execute(update(EXECLOG).where(EXECLOG.c.task_id == task_id, EXECLOG.c.attempt == attempt)
+                     .values(result=label, result_ms=now_ms, message=message))
+
+    def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
+               now_ms: int, message: str | None, shard_id: int) -> None:
+        if d.status in FINAL:
+            self._finalize(conn, task_id, attempt, (status,), d.status, now_ms, message)
+        elif d.status is Status.RUNNING:
+            conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(status=int(Status.RUNNING), updated_ms=now_ms))
+        else:
+            conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(
+                status=int(Status.DELAY), due_ms=d.due_ms, shard_id=shard_id, deadline_ms=None, node_id=None,
+                updated_ms=now_ms))
+
+    def in_flight(self, shards: Iterable[int], now_ms: int) -> tuple[int, int]:
+        """(READY/RUNNING tasks of these shards, how many of them are past their time-to-run)."""
+        shards = sorted(shards)
+        if not shards:
+            return 0, 0
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            row = conn.execute(select(func.count(), func.coalesce(func.sum(case((TASK.c.deadline_ms < now_ms, 1),
+                                                                                   else_=0)), 0))
+                               .where(TASK.c.shard_id.in_(shards),
+                                      TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)]))).one()
+            return int(row[0]), int(row[1])
+
+    def expired(self, shards: Iterable[int], now_ms: int, limit: int, owner: str) -> list[tuple[str, int]]:
+        """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed,
+        except fire-and-forget ones `owner` claimed itself (it settles those when the broker answers)."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.execute(select(TASK.c.task_id, TASK.c.attempt).where(
+                TASK.c.shard_id.in_(shards), TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)]),
+                TASK.c.deadline_ms < now_ms,
+                or_(TASK.c.ttr_ms != 0, TASK.c.node_id.is_(None), TASK.c.node_id != owner)).limit(limit))
+            return [(r.task_id, r.attempt) for r in rows]
+
+    def in_flight_deadlines(self, task_ids: Sequence[str]) -> list[tuple[str, int, int | None]]:
+        """(task id, attempt, deadline ms) of those of these tasks still in flight (READY/RUNNING)."""
+        if not task_ids:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            return [(r.task_id, r.attempt, r.deadline_ms) for r in conn.execute(
+                select(TASK.c.task_id, TASK.c.attempt, TASK.c.deadline_ms).where(
+                    TASK.c.task_id.in_(list(task_ids)), TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)])))]
+
+    def cancel(self, task_id: str, now_ms: int) -> tuple[CancelOutcome, str | None]:
+        """The outcome, and the topic when this call cancelled the task."""
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic).where(TASK.c.task_id == task_id)
+                               .with_for_update()).first()
+            if row is not None:
+                if row.status != Status.DELAY:
+                    return CancelOutcome.ALREADY_DISPATCHED, None
+                self._finalize(conn, task_id, row.attempt, (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled")
+                return CancelOutcome.CANCELLED, row.topic
+            final = conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first()
+            if final is None:
+                return CancelOutcome.NOT_FOUND, None
+            return (CancelOutcome.CANCELLED if final.status == Status.CANCELLED
+                    else CancelOutcome.ALREADY_DISPATCHED), None
+
+    def reschedule(self, task_id: str, due_ms: int, shard_id: int | None, now_ms: int) -> tuple[int, int]:
+        """Move a DELAY task to due_ms (and to shard_id when given); returns (shard, due)."""
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            row = conn.execute(select(TASK.c.status, TASK.c.shard_id).where(TASK.c.task_id == task_id).with_for_update()).first()
+            if row is None:
+                if conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first() is None:
+                    raise NotFound(task_id)
+                raise Conflict(task_id, "has ended; only a task that has not fired can be rescheduled")
+            if row.status != Status.DELAY:
+                raise Conflict(task_id, f"is {Status(row.status).name}; only a task that has not fired can be rescheduled")
+            shard = row.shard_id if shard_id is None else shard_id
+            conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(due_ms=due_ms, shard_id=shard, updated_ms=now_ms))
+            return shard, due_ms
+
+    def get(self, task_id: str) -> tuple[Mapping, list[Mapping]]:
+        """The task (live or archived) as a mapping, and its attempts from the execlog."""
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            row = conn.execute(select(TASK).where(TASK.c.task_id == task_id)).mappings().first()
+            if row is None:
+                row = conn.execute(select(BACKLOG).where(BACKLOG.c.task_id == task_id)).mappings().first()
+            if row is None:
+                raise NotFound(task_id)
+            attempts = conn.execute(select(EXECLOG).where(EXECLOG.c.task_id == task_id).order_by(EXECLOG.c.attempt)).mappings().all()
+            return dict(row), [dict(a) for a in attempts]
+
+    # ---- dead letters -------------------------------------------------------------------------
+
+    def dead_letters(self, shards: Iterable[int], limit: int) -> list[Mapping]:
+        """FAILED tasks of these shards still to be published to a dead-letter exchange."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            # The last attempt's dispatch time, for the dead letter's x-delayq-dispatched-at.
+            dispatched = select(EXECLOG.c.dispatched_ms).where(EXECLOG.c.task_id == BACKLOG.c.task_id, EXECLOG.c.attempt == BACKLOG.c.attempt) \
+                .scalar_subquery()
+            return [dict(r) for r in conn.execute(
+                select(BACKLOG.c.task_id, BACKLOG.c.topic, BACKLOG.c.attempt, BACKLOG.c.due_ms, BACKLOG.c.payload, BACKLOG.c.message,
+                       dispatched.label("dispatched_ms"))
+                .where(BACKLOG.c.dead_letter == 1, BACKLOG.c.shard_id.in_(shards)).limit(limit)).mappings()]
+
+    def dead_lettered(self, task_ids: Sequence[str]) -> None:
+        if task_ids:
+            with unavailable_on_failure(), self._engine.begin() as conn:
+                conn.execute(update(BACKLOG).where(BACKLOG.c.task_id.in_(list(task_ids))).values(dead_letter=0))
+
+    def ping(self) -> None:
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            conn.execute(select(literal(1)))
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _finalize(self, conn: Connection, task_id: str, attempt: int, statuses: Iterable[Status],
+                  final: Status, now_ms: int, message: str | None) -> bool:
+        """Move one live task to the backlog with its final status, if it is still as expected."""
+        return bool(move_to_backlog(conn, [(task_id, attempt)], statuses, final, now_ms, message))

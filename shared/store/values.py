@@ -1,0 +1,69 @@
+"""The values the store takes and gives: plain, immutable, no SQL in them."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from delayq.lifecycle import Status
+
+
+class Entry(NamedTuple):
+    """A DELAY task's place in time: what a window scan returns and the DelayQueue holds."""
+    task_id: str
+    shard_id: int
+    due_ms: int
+    fire_ms: int | None = None     # when to hand it out, if not at due_ms (catch-up pacing)
+
+    @property
+    def at_ms(self) -> int:
+        return self.due_ms if self.fire_ms is None else self.fire_ms
+
+
+class CancelOutcome(enum.Enum):
+    CANCELLED = "CANCELLED"                     # cancelled now, or earlier
+    ALREADY_DISPATCHED = "ALREADY_DISPATCHED"   # fired (or finished) first
+    NOT_FOUND = "NOT_FOUND"
+
+
+class NewTask(NamedTuple):
+    task_id: str
+    topic: str
+    shard_id: int
+    due_ms: int
+    payload: bytes
+    spec_hash: bytes
+    max_retries: int
+    ttr_ms: int
+    created_ms: int
+    client_id: bool = True      # chosen by the client (may exist already); False: generated here, unique
+
+
+class Submitted(NamedTuple):
+    task_id: str
+    shard_id: int
+    due_ms: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A task this node won the right to dispatch, as attempt number `attempt`."""
+    task_id: str
+    topic: str
+    shard_id: int
+    due_ms: int
+    attempt: int
+    payload: bytes
+    ttr_ms: int
+    max_retries: int
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The outcome of a result or timeout: applied or not, and the task's state after it."""
+    applied: bool
+    status: Status
+    shard_id: int = -1
+    due_ms: int | None = None
+    topic: str = ""

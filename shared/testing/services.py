@@ -1,0 +1,72 @@
+"""The services a test or benchmark cluster runs on, and their cleaning.
+
+They are found through DELAYQ_TEST_MYSQL (a server URL without a database), DELAYQ_TEST_AMQP and
+DELAYQ_TEST_ZK, defaulting to the local ones `scripts/services.sh` starts.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+MYSQL_SERVER = os.environ.get("DELAYQ_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
+AMQP_URL = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
+ZK_HOSTS = os.environ.get("DELAYQ_TEST_ZK", "127.0.0.1:2181")
+
+
+def wait_for_services(timeout: float = 120.0) -> float:
+    """Until MariaDB and RabbitMQ both answer (someone may be restarting them); returns the seconds
+    waited, raising TimeoutError after timeout."""
+    import pika
+    import pymysql
+    from sqlalchemy.engine import make_url
+    u = make_url(MYSQL_SERVER)
+    started = time.monotonic()
+
+    def up() -> bool:
+        try:
+            pymysql.connect(host=u.host or "127.0.0.1", port=u.port or 3306, user=u.username or "root",
+                            password=u.password or "", connect_timeout=2).close()
+            pika.BlockingConnection(pika.URLParameters(AMQP_URL)).close()
+            return True
+        except Exception:  # noqa: BLE001 - not up yet
+            return False
+    deadline = time.monotonic() + timeout
+    while not up():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"MariaDB and RabbitMQ did not answer within {timeout:.0f} s")
+        time.sleep(1.0)
+    return time.monotonic() - started
+
+
+def delete_zk_tree(path: str) -> None:
+    from kazoo.client import KazooClient
+    zk = KazooClient(hosts=ZK_HOSTS, timeout=5)
+    try:
+        zk.start(timeout=5)
+        zk.delete(path, recursive=True)
+    except Exception:  # noqa: BLE001 - nothing there, or ZooKeeper gone: nothing to clean
+        pass
+    finally:
+        try:
+            zk.stop()
+            zk.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+
+
+def delete_queue(queue: str) -> None:
+    """Delete a RabbitMQ queue if RabbitMQ answers (nothing to clean otherwise)."""
+    import pika
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    except pika.exceptions.AMQPError:
+        return
+    try:
+        conn.channel().queue_delete(queue)
+    except pika.exceptions.AMQPError:
+        pass
+    finally:
+        if conn.is_open:
+            conn.close()

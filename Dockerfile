@@ -10,10 +10,9 @@ WORKDIR /app
 
 COPY . /app
 
-# Editable install on purpose: delayq.schema (shared/schema.py) reads the migrations from the `sql/` directory
-# next to the packages (Path(__file__).parent.parent / "sql"), which a regular wheel install
-# would leave behind. With -e the code keeps running from /app, where sql/ is.
-RUN pip install --no-cache-dir -e .
+# A regular install: the package `delayq` carries its migrations (delayq/sql) and IDL, so the
+# node runs from site-packages and /app is only the build context.
+RUN pip install --no-cache-dir .
 
 # Run as an unprivileged user; /app stays owned by root, so the code is read-only to the node.
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin delayq

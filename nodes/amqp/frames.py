@@ -7,8 +7,9 @@ task's message this takes 7.2 us of CPU, pika 1.4.4 2.6 times as much and pamqp 
 (`python -m bench.frames`, one run): at a burst's 10,000 publishes a second, pamqp would cost
 the node about 0.3 of a core more. It uses no private API: the bytes are the protocol's, and
 tests/unit/test_publish_frames.py checks they are byte for byte what pika writes for the same
-publish (tested with pika 1.3.2 and 1.4.4). Headers of a type not handled here (anything but str,
-bool and int) make it return None, and the publisher falls back to pika's basic_publish.
+publish (tested with pika 1.4.4; pika 1.3.2 tags a negative 64-bit integer differently, hence
+setup.cfg's pika>=1.4). Headers of a type not handled here (anything but str, bool and int)
+make it return None, and the publisher falls back to pika's basic_publish.
 """
 from __future__ import annotations
 

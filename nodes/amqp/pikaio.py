@@ -11,9 +11,9 @@ write per batch instead of three per message.
 
 The one module that uses pika's private API: `SelectConnection._output_marshaled_frames`,
 `_adapter_emit_data`, `_body_max_length` and `_transport`, and `_AsyncPlaintextTransport._sock`.
-Tested against pika 1.3.2 and 1.4.4; setup.cfg keeps pika below 1.5 so that a release that changes
-them is taken on purpose, and tests/unit/test_pika_internals.py fails if any of them is gone or
-changes shape.
+Tested against pika 1.3.2 and 1.4.4, the newest release. The pika<1.5 pin in setup.cfg stays: a
+release that changes these is taken on purpose, once this module is checked against it, and
+tests/unit/test_pika_internals.py fails if any of them is gone or changes shape.
 """
 from __future__ import annotations
 

@@ -19,12 +19,19 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from delayq.nodes.front.server import ThriftServer
+from typing import Protocol
 
 HEADER = struct.Struct("!i")
+
+
+class Server(Protocol):
+    """What a connection needs of its server (delayq.nodes.front.server.ThriftServer)."""
+
+    def route(self, call: Call) -> None:
+        """Hand a whole request to the lane that serves its method."""
+
+    def attend(self, conn: Connection) -> None:
+        """Look at this connection again on the I/O thread (a reply is waiting to be written)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class Call:
 class Connection:
     """A client connection. The I/O thread reads it; any thread may reply on it (under `lock`)."""
 
-    def __init__(self, server: ThriftServer, sock: socket.socket, peer, limits: ConnectionLimits, now: float):
+    def __init__(self, server: Server, sock: socket.socket, peer, limits: ConnectionLimits, now: float):
         self.server, self.sock, self.peer, self.limits = server, sock, peer, limits
         self.inbuf = bytearray()
         self.out = bytearray()          # reply bytes the socket has not taken yet; the I/O thread sends them

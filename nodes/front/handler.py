@@ -25,14 +25,17 @@ from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
 from delayq.store.submits import TaskWriter
 from delayq.store.tasks import TaskStore
-from delayq.store.values import NewTask, Submitted
+from delayq.store.values import CancelOutcome, NewTask, Submitted
 from delayq.nodes.validation import (Limits, ServiceSpec, TaskRequest, check_service, check_task, check_task_id,
                                due_time, spec_hash)
 
 log = logging.getLogger(__name__)
 
 _RESULT_OF_STATUS = {ttypes.ResultStatus.SUCCESS: Result.SUCCESS, ttypes.ResultStatus.RETRY: Result.RETRY,
-            ttypes.ResultStatus.FATAL: Result.FATAL, ttypes.ResultStatus.STARTED: Result.STARTED}
+                     ttypes.ResultStatus.FATAL: Result.FATAL, ttypes.ResultStatus.STARTED: Result.STARTED}
+_CANCEL_RESULT = {CancelOutcome.CANCELLED: ttypes.CancelResult.CANCELLED,
+                  CancelOutcome.ALREADY_DISPATCHED: ttypes.CancelResult.ALREADY_DISPATCHED,
+                  CancelOutcome.NOT_FOUND: ttypes.CancelResult.NOT_FOUND}
 
 
 class Handler:
@@ -131,7 +134,7 @@ class Handler:
         if topic is not None:
             self._queue.remove(taskId)
             self._metrics.cancelled.labels(topic).inc()
-        return getattr(ttypes.CancelResult, outcome.value)
+        return _CANCEL_RESULT[outcome]
 
     @declared
     def reschedule(self, taskId: str, dueAtMs: int) -> ttypes.TaskRef:

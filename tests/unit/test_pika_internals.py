@@ -14,7 +14,7 @@ from pika.adapters.utils import io_services_utils
 
 from delayq.nodes.amqp.pikaio import BatchingConnection
 
-TESTED = ("1.3.", "1.4.")
+TESTED = ("1.4.",)
 
 
 def test_pika_is_a_version_the_private_parts_were_tested_with():

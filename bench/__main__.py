@@ -64,11 +64,11 @@ import traceback
 from pathlib import Path
 
 from bench import profile as profiler, report
-from bench.machine import NODE_ENV, describe_machine, sweep_stale
-from delayq.testing.services import wait_for_services
 from bench.cpu import machine_speed
+from bench.machine import NODE_ENV, describe_machine, sweep_stale
 from bench.measure import Run
 from bench.scenarios import BIG, COUNTS, OPTIONAL, ORDER, PARAMS, SCENARIOS, SMOKE
+from delayq.testing.services import wait_for_services
 
 
 def sizes(args) -> dict[str, dict]:

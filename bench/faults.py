@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from bench.machine import bench_cluster
-from delayq.testing.cluster import Cluster, now_ms, wait_for
 from bench.measure import Run, Topic, drain, pct, settle, stuck_note
 from bench.producer import start_producers
+from delayq.testing.cluster import Cluster, now_ms, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = str(ROOT / "scripts" / "services.sh")

@@ -22,9 +22,9 @@ import pymysql
 from sqlalchemy.engine import make_url
 
 from bench.machine import bench_cluster
+from bench.receiver import ConsumerProcess
 from delayq.testing.cluster import now_ms
 from delayq.testing.services import AMQP_URL
-from bench.receiver import ConsumerProcess
 
 COLUMNS = ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
            "deadline_ms, node_id, created_ms, updated_ms")

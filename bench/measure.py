@@ -11,11 +11,11 @@ from pathlib import Path
 
 from bench import limits as lim
 from bench.cpu import CpuWindow, RssSampler, cpu_note, cpu_seconds, service_pids
+from bench.producer import start_producers
+from bench.receiver import ConsumerProcess, Record
+from bench.report import figure
 from delayq.testing.cluster import Cluster, now_ms
 from delayq.testing.services import AMQP_URL
-from bench.receiver import ConsumerProcess, Record
-from bench.producer import start_producers
-from bench.report import figure
 
 
 @dataclass

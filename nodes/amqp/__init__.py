@@ -1,2 +1,3 @@
-"""The RabbitMQ side of a node: the confirmed publisher, the one builder of message headers (fired
-tasks and dead letters), the results-queue consumer, the dead-letterer and the exchange checks."""
+"""The RabbitMQ side of a node: the confirmed publisher (with its frame encoder, `frames`, and the
+one use of pika's private API, `pikaio`), the one builder of messages (`messages`: fired tasks
+and dead letters), the results-queue consumer, the dead-letterer and the exchange checks."""

@@ -1,2 +1,3 @@
-"""The ZooKeeper side of a node: its membership znode and the follower of the master's
-assignment. The session itself is delayq.coordination; every path is delayq.zkpaths."""
+"""The ZooKeeper side of a node: its membership znode, the follower of the master's assignment,
+and the cluster view read for `getClusterInfo`. The session itself is delayq.coordination; every
+path is delayq.zkpaths."""

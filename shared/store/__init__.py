@@ -1,3 +1,5 @@
-"""Every SQL statement delayq runs, by role: `tasks` (the task rows, their attempts and final
-states), `epochs` (shard ownership: the one writer of shard epochs), `maintenance` (the operator's
-list, redrive and purge). MySQL is the truth; see docs/ARCHITECTURE.md for the tables."""
+"""Every SQL statement delayq runs, by role: `tasks` (a written task's life: scans, claims,
+attempts, results, cancel), `submits` (new tasks), `backlog` (the move of a finished task out of
+the hot table), `epochs` (shard ownership: its one writer), `maintenance` (the operator's list,
+redrive and purge), and the rows as values (`values`). MySQL is the truth; docs/ARCHITECTURE.md
+draws the tables."""

@@ -14,10 +14,10 @@ from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TMessageType
 from thrift.transport import TTransport
 
-from conftest import now_ms, wait_until
 from delayq import config, db as dbm
 from delayq.client import CallbackService, TaskSpec, connect
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from conftest import now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 

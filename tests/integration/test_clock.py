@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from conftest import Collector, now_ms, wait_until
 from delayq.client import CallbackService, TaskSpec
+from conftest import Collector, now_ms
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
-from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
 from delayq.client import CallbackService, DelayqClient, TaskSpec, TaskStatus
 from delayq.client.consumer import TaskConsumer
+from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from sqlalchemy import bindparam, create_engine, text
 
-from conftest import Collector, wait_until
 from delayq.client import CallbackService, TaskSpec
+from conftest import Collector, wait_until
 
 pytestmark = pytest.mark.integration
 

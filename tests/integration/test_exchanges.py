@@ -11,9 +11,9 @@ import uuid
 import pika
 import pytest
 
-from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
+from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 

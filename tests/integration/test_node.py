@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from conftest import AMQP_URL, Collector, now_ms, wait_until
 from delayq.client import CallbackService, CancelResult, DelayqClient, TaskSpec, TaskStatus
 from delayq.client.consumer import TaskConsumer
+from conftest import AMQP_URL, Collector, now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 

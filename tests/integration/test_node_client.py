@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AMQP_URL
 from delayq.client import CallbackService
+from conftest import AMQP_URL
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Collector, wait_until
 from delayq.client import CallbackService, TaskSpec
+from conftest import Collector, wait_until
 
 pytestmark = pytest.mark.integration
 

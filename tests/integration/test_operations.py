@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from conftest import Collector, NodeFactory, fresh_database, wait_until
 from delayq.client import CallbackService, DelayqClient, TaskSpec
+from conftest import Collector, NodeFactory, fresh_database, wait_until
 
 pytestmark = pytest.mark.integration
 

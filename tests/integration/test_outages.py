@@ -18,11 +18,11 @@ from pathlib import Path
 import pika
 import pytest
 
-from conftest import AMQP_URL, Collector, now_ms, wait_until
 from delayq import topology
 from delayq.client import CallbackService, DelayqClient, TaskSpec, TaskStatus, connect
 from delayq.client.consumer import TaskConsumer
 from delayq.client.gen.delayq_thrift import ttypes
+from conftest import AMQP_URL, Collector, now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ import pika
 import pytest
 from sqlalchemy import create_engine, text
 
-from conftest import AMQP_URL, Collector, now_ms, wait_until
 from delayq.client import CallbackService, TaskSpec, TaskStatus
 from delayq.client.consumer import TaskConsumer
+from conftest import AMQP_URL, Collector, now_ms, wait_until
 
 pytestmark = pytest.mark.integration
 

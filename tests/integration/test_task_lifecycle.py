@@ -19,8 +19,8 @@ from pathlib import Path
 import pika
 import pytest
 
-from conftest import AMQP_URL, Collector, now_ms, wait_until
 from delayq import topology
+from conftest import AMQP_URL, Collector, now_ms, wait_until
 from delayq.client import (CallbackService, CancelResult, DelayqClient, ReportOutcome, ResultStatus, TaskSpec,
                            TaskStatus)
 from delayq.client.consumer import RetryLater, TaskConsumer

@@ -7,8 +7,8 @@ import pytest
 
 from delayq import config
 from delayq.config import Settings, load
-from delayq.options import ENV_NAMES, SETTINGS, reference
 from delayq.errors import ConfigError
+from delayq.options import ENV_NAMES, SETTINGS, reference
 
 
 def toml(tmp_path, text: str) -> str:

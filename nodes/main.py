@@ -178,10 +178,8 @@ class NodeRuntime:
 
     def start(self, wait_s: float = 60.0) -> None:
         self.http.start()
-        wait_until_answered(lambda: (schema.check_ready(self.engine), self.services.refresh()), wait_s)
-        if self.standalone is not None:
-            self.standalone.take_shards()
-        else:
+        wait_until_answered(self._mysql_ready, wait_s)
+        if self.standalone is None:
             self.rebalancer.start()
             self.zk.start(timeout=min(wait_s, 15.0))
         try:
@@ -197,6 +195,13 @@ class NodeRuntime:
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch(), self.settings.scheduling.window_ms)
+
+    def _mysql_ready(self) -> None:
+        """Schema and shards there, services loaded; a standalone node takes its shards."""
+        schema.check_ready(self.engine)
+        self.services.refresh()
+        if self.standalone is not None:
+            self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
         for part in (self.server, self.submits, self.calls):

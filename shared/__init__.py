@@ -7,7 +7,7 @@ The package is the map of the system (docs/ARCHITECTURE.md draws it):
                       schema migrations, ZooKeeper paths and session, task lifecycle, RabbitMQ names
     delayq.client     the SDK for business systems and downstream apps: DelayqClient (needs only
                       `thrift`), the consumer helper, the IDL and its generated code, the demo
-    delayq.store      every SQL statement, by role: tasks, shard epochs, maintenance
+    delayq.store      the SQL of tasks and shards, by role: tasks, submits, backlog, epochs, maintenance
     delayq.nodes      the scheduling runtime of a node: DelayQueue, loader, dispatcher, recorder,
                       and its doors: front (Thrift), amqp (RabbitMQ), zk (ZooKeeper)
     delayq.master     the master role a node takes when elected: election, assignment, rebalancing

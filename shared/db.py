@@ -108,7 +108,7 @@ def database_name(settings: MySQLSettings) -> str:
 
 
 # Errors that mean "the database cannot be reached or gave up": the call may succeed later. The
-# driver's own are those of statements sent on the driver's connection (delayq.store.tasks._Pipelined).
+# driver's own are those of statements sent on the driver's connection (delayq.store.pipeline.Pipelined).
 _UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                 sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError,
                 pymysql.err.OperationalError, pymysql.err.InterfaceError)

@@ -11,7 +11,7 @@ write per batch instead of three per message.
 
 The one module that uses pika's private API: `SelectConnection._output_marshaled_frames`,
 `_adapter_emit_data`, `_body_max_length` and `_transport`, and `_AsyncPlaintextTransport._sock`.
-Tested against pika 1.3.2 and 1.4.4, the newest release. The pika<1.5 pin in setup.cfg stays: a
+Run here on pika 1.4.4, the newest release (and 1.3.2, though frames.py needs 1.4). The pika<1.5 pin in setup.cfg stays: a
 release that changes these is taken on purpose, once this module is checked against it, and
 tests/unit/test_pika_internals.py fails if any of them is gone or changes shape.
 """

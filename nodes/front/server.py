@@ -27,7 +27,7 @@ a reply makes room (delayq.nodes.front.connection). Closed, each counted by `clo
   every client on one host; who has been silent longest is what tells a stuck client from a
   working one.)
 
-Why not the thrift package's servers (0.16 to 0.25 checked): TThreadedServer and
+Why not the thrift package's servers (read in thrift 0.25): TThreadedServer and
 TThreadPoolServer serve a connection per thread, about ten thread switches per call under the GIL
 (perf: 235k context switches for 20k single submits); TNonblockingServer hands each call to a
 worker on its own, so submits from many connections cannot share one INSERT, and it has no

@@ -1,5 +1,5 @@
 """read_view: the cluster as ZooKeeper shows it — members and what each last published, the master,
-the assignment — for `getClusterInfo` and `delayq status`. Read-only; one call per znode."""
+the assignment — for the Thrift `cluster()` call (which `delayq status` makes). Read-only; one call per znode."""
 from __future__ import annotations
 
 import dataclasses

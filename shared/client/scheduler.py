@@ -26,8 +26,6 @@ from thrift.protocol import TBinaryProtocol
 from thrift.transport import TSocket, TTransport
 
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
-from delayq.client.gen.delayq_thrift.ttypes import (CallbackService, CancelResult, ReportOutcome, ResultStatus,  # noqa: F401
-                                             TaskSpec, TaskStatus)
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:

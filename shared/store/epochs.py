@@ -1,4 +1,5 @@
-"""ShardEpochs: the one writer of shard ownership in MySQL (job_shard), the fence every claim checks.
+"""ShardEpochs: the one writer of shard owners and epochs in MySQL (job_shard), the fence every
+claim checks. (`delayq db init` and `delayq reshard` create and remove the rows themselves.)
 
 Two callers, two rules: the master grants each shard to a node at the epoch it chose (`grant`: only
 ever forward, so a late write cannot undo a newer one); a standalone node, with no master, takes

@@ -5,7 +5,7 @@ What it replaces: `Connection.query(sql)`, which sends a statement and blocks un
 `_read_query_result` (read the answer), so the node prepares the next part of a large submit while
 MySQL writes the previous one. Why: a 1000-task submitBatch rose from 0.48-0.59 to 0.50-0.77 of
 MySQL's batched-insert limit in seven interleaved runs (`python -m bench --scenario submit`,
-figure batch_1000). Tested against PyMySQL 1.1 and 1.2 (1.2.4); tests/unit/test_pipeline.py fails if either
+figure batch_1000). Tested against PyMySQL 1.2.4; tests/unit/test_pipeline.py fails if either
 method disappears or changes its signature, and tests/integration/test_db.py runs it on MySQL.
 """
 from __future__ import annotations

@@ -27,7 +27,6 @@ from delayq.client import CallbackService, DelayqClient, connect
 from delayq.testing.services import AMQP_URL, MYSQL_SERVER, ZK_HOSTS, delete_queue, delete_zk_tree
 
 
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 

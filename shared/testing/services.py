@@ -54,8 +54,6 @@ def delete_zk_tree(path: str) -> None:
             pass
 
 
-
-
 def delete_queue(queue: str) -> None:
     """Delete a RabbitMQ queue if RabbitMQ answers (nothing to clean otherwise)."""
     import pika

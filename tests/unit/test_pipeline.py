@@ -9,7 +9,7 @@ import inspect
 from pymysql.connections import Connection
 from pymysql.constants import COMMAND
 
-TESTED = ("1.1.", "1.2.")
+TESTED = ("1.2.",)
 
 
 def test_pymysql_is_a_version_the_pipeline_was_tested_with():

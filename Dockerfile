@@ -16,6 +16,8 @@ RUN pip install --no-cache-dir .
 
 # Run as an unprivileged user; /app stays owned by root, so the code is read-only to the node.
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin delayq
+# Certificates and tokens (the compose stack's volume `delayq-secrets`), the node's to read only.
+RUN mkdir -p /var/lib/delayq && chown delayq /var/lib/delayq && chmod 700 /var/lib/delayq
 USER delayq
 
 # Thrift port (DELAYQ_PORT's default).

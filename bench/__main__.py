@@ -54,6 +54,7 @@ import copy
 import datetime
 import json
 import logging
+import os
 import shlex
 import shutil
 import signal
@@ -68,6 +69,7 @@ from bench.cpu import machine_speed
 from bench.machine import NODE_ENV, describe_machine, sweep_stale
 from bench.measure import Run
 from bench.scenarios import BIG, COUNTS, OPTIONAL, ORDER, PARAMS, SCENARIOS, SMOKE
+from delayq.testing import security
 from delayq.testing.services import wait_for_services
 
 
@@ -105,10 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench/RESULTS.md", help="RESULTS.md to write")
     p.add_argument("--runs", type=int, default=1, help="run everything this many times; report medians")
     p.add_argument("--profile", metavar="DIR", help="record every node with py-spy into DIR and summarise")
+    p.add_argument("--insecure", action="store_true",
+                   help="nodes and clients without TLS and client identity (DELAYQ_INSECURE): what security costs")
     p.add_argument("--keep-logs", action="store_true", help="keep node logs and records (else kept on failure only)")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be 1 or more")
+    # Secured like production: TLS and a token, for this process's clients and the producers it starts.
+    security.install()
+    if args.insecure:
+        os.environ["DELAYQ_INSECURE"] = NODE_ENV["DELAYQ_INSECURE"] = "true"
     # SIGTERM (a test's timeout) unwinds like Ctrl-C: nodes stopped, databases dropped, queues deleted.
     signal.signal(signal.SIGTERM, _interrupt)
 
@@ -169,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(figures))
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    if NODE_ENV:
-        command = f"DELAYQ_BENCH_NODE_ENV={shlex.quote(' '.join(f'{k}={v}' for k, v in NODE_ENV.items()))} {command}"
+    chosen = {k: v for k, v in NODE_ENV.items() if not (args.insecure and k == "DELAYQ_INSECURE")}
+    if chosen:
+        command = f"DELAYQ_BENCH_NODE_ENV={shlex.quote(' '.join(f'{k}={v}' for k, v in chosen.items()))} {command}"
     out = Path(args.out)
     report.write_results(out, figures, command=command.strip(), started=started.strftime("%Y-%m-%d %H:%M %Z"),
                          seconds=time.monotonic() - t0, machine=describe_machine(),

@@ -14,9 +14,10 @@ import pika
 from thrift.protocol import TBinaryProtocol
 
 from delayq import schema
+from delayq.access.tls import server_context
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.clock import Clock
-from delayq.config import Settings
+from delayq.config import Settings, check_node
 from delayq.coordination import ZkSession
 from delayq.db import make_engine, wait_until_answered
 from delayq.errors import Unavailable
@@ -31,6 +32,7 @@ from delayq.nodes.clockcheck import ClockCheck
 from delayq.nodes.deadlines import Deadlines
 from delayq.nodes.delayqueue import DelayQueue
 from delayq.nodes.dispatcher import Dispatcher
+from delayq.nodes.front.access import Access
 from delayq.nodes.front.clusterinfo import cluster_info
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
@@ -50,6 +52,7 @@ from delayq.nodes.validation import Limits
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.nodes.zk.view import read_view
+from delayq.store.clients import ClientStore
 from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
 from delayq.store.tasks import TaskStore
@@ -71,6 +74,7 @@ def amqp_parameters(url: str, timeout_ms: int) -> pika.URLParameters:
 
 class NodeRuntime:
     def __init__(self, settings: Settings, clock: Clock | None = None):
+        check_node(settings)
         s = self.settings = settings
         # Due times follow MySQL's clock, which every node shares, not this machine's.
         self.reference = ReferenceClock()
@@ -128,8 +132,11 @@ class NodeRuntime:
                                      on_fenced=self.loader.rescan)
         self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          self.metrics, cluster=s.node.cluster)
+        sec = s.security
+        self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure,
+                             poll_ms=sec.clients_poll_ms)
         self.handler = Handler(self.store, TaskWriter(self.writes), self.services, self.queue, self.ownership,
-                               clock, self.results, self.metrics,
+                               clock, self.results, self.metrics, self.access,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
@@ -147,7 +154,9 @@ class NodeRuntime:
                                    max_frame=s.limits.max_frame_bytes, idle_timeout=s.limits.idle_timeout_ms / 1000.0,
                                    frame_timeout=s.limits.frame_timeout_ms / 1000.0,
                                    first_frame_timeout=s.limits.first_frame_timeout_ms / 1000.0,
-                                   closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc())
+                                   closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
+                                   tls=None if sec.insecure else server_context(
+                                       sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
         self.zk: ZkSession | None = None
         self.standalone: Standalone | None = None
         if s.zk.enabled:
@@ -177,6 +186,9 @@ class NodeRuntime:
                 "clock_offset_ms": self.clockcheck.offset_ms, "held_topics": dict(self.dispatcher.held_topics)}
 
     def start(self, wait_s: float = 60.0) -> None:
+        if self.settings.security.insecure:
+            log.warning("DELAYQ_INSECURE is set: the Thrift port is plaintext and every call runs without a "
+                        "client identity, allowed everything. For development only.")
         self.http.start()
         wait_until_answered(self._mysql_ready, wait_s)
         if self.standalone is None:
@@ -191,7 +203,7 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         for part in (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader, self.deadletters,
-                     self.results_consumer, self.submits, self.calls, self.server):
+                     self.results_consumer, self.access, self.submits, self.calls, self.server):
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch(), self.settings.scheduling.window_ms)
@@ -200,11 +212,12 @@ class NodeRuntime:
         """Schema and shards there, services loaded; a standalone node takes its shards."""
         schema.check_ready(self.engine)
         self.services.refresh()
+        self.access.load()
         if self.standalone is not None:
             self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
-        for part in (self.server, self.submits, self.calls):
+        for part in (self.server, self.submits, self.calls, self.access):
             part.stop()
         if self.zk is not None:
             self.rebalancer.stop()
@@ -250,7 +263,7 @@ class NodeRuntime:
         threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
                    "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server,
                    "clock-check": self.clockcheck, "deadlines": self.deadlines,
-                   "hints": self.hints}
+                   "hints": self.hints, "access": self.access}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:

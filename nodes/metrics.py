@@ -40,7 +40,12 @@ class Metrics:
         self.thrift_closed = Counter("delayq_thrift_connections_closed_total",
                                      "Thrift connections the node closed, by reason (idle, first_frame_timeout, "
                                      "frame_timeout, reply_not_read, evicted, refused, frame_too_large, "
-                                     "unreadable, internal_error, error, stopping).", ["reason"], registry=r)
+                                     "unreadable, tls_handshake, internal_error, error, stopping).", ["reason"], registry=r)
+        self.refusals = Counter("delayq_refusals_total",
+                                "Calls refused for want of an identity or a permission, by reason (unauthenticated, "
+                                "bad_token, revoked, rotated, unknown_certificate, forbidden, hidden). Failed TLS "
+                                "handshakes are in delayq_thrift_connections_closed_total{reason=\"tls_handshake\"}.",
+                                ["reason"], registry=r)
         self.errors = Counter("delayq_dependency_errors_total",
                               "Failed calls to MySQL, RabbitMQ or ZooKeeper.", ["dependency"], registry=r)
         self.clock_offset = Gauge("delayq_clock_offset_seconds",

@@ -66,7 +66,10 @@ def node(config_file: str | None) -> None:
     setup_logging(settings.log.level, settings.log.format)
     # The process is this node: its threads take turns at the interpreter this often.
     sys.setswitchinterval(settings.node.switch_interval_us / 1e6)
-    runtime = NodeRuntime(settings)
+    try:
+        runtime = NodeRuntime(settings)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -136,14 +139,11 @@ def db_migrate(config_file: str | None) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -> None:
     """Show the cluster: master, nodes with their shards and DelayQueue sizes, epoch, task counts."""
+    from delayq.ops.common import run
     from delayq.ops.status import collect, render
     settings = load_settings(config_file)
     setup_logging("ERROR", settings.log.format)
-    try:
-        report = collect(settings, list(endpoints))
-    except Unavailable as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+    report = run(lambda: collect(settings, list(endpoints)), as_json)
     # Not sort_keys: shards are listed in numeric order, which sorting as strings would undo.
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
@@ -167,10 +167,14 @@ def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: floa
 
 def _register_subcommands() -> None:
     from delayq.ops import cluster as cli_cluster
+    from delayq.ops.certs import certs
+    from delayq.ops.clients import clients
     from delayq.ops.services import services
     from delayq.ops.tasks import purge_cmd, tasks
     main.add_command(tasks)
     main.add_command(services)
+    main.add_command(clients)
+    main.add_command(certs)
     db.add_command(purge_cmd)
     for command in (cli_cluster.drain, cli_cluster.undrain, cli_cluster.pin, cli_cluster.unpin,
                     cli_cluster.rebalance, cli_cluster.intents, cli_cluster.reshard):

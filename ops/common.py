@@ -56,6 +56,12 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
         fail(message, EXIT_USAGE, as_json)
     except ttypes.Conflict as e:
         fail(f"task {e.taskId!r}: {e.reason}", EXIT_USAGE, as_json)
+    except ttypes.Unauthenticated as e:
+        fail(f"not authenticated: {e.reason} (give the client's token in DELAYQ_TOKEN_FILE or DELAYQ_TOKEN)",
+             EXIT_USAGE, as_json)
+    except ttypes.Forbidden as e:
+        fail(f"forbidden: needs {e.permission}" + (f" on topic {e.topic!r}" if e.topic else ""), EXIT_FAILURE,
+             as_json)
     except (Unavailable, ttypes.Unavailable) as e:
         fail(getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE, as_json)
     except (TException, OSError) as e:

@@ -25,6 +25,8 @@ def collect(settings: Settings, endpoints: list[str]) -> dict:
     try:
         with DelayqClient(endpoints) as c:
             ci = c.cluster()
+    except (ttypes.Unauthenticated, ttypes.Forbidden):
+        raise           # every node would answer the same: the caller says so
     except (TException, OSError) as e:
         raise Unavailable(f"no node answered at {', '.join(endpoints)}: {e}") from None
     drained, pinned = _intents(settings)

@@ -2,6 +2,8 @@
 # Bring up the real stack and run delayq's main job on a fresh Debian/Ubuntu machine:
 # services (ZooKeeper, MariaDB, RabbitMQ), delayq in .venv, the schema, a 3-node cluster on
 # 127.0.0.1:9090-9092, then the demo: register a topic, submit tasks, print them as they fire.
+# Secured as in production: a development CA and node certificate (var/tls/), TLS on every node's
+# Thrift port, and a client `demo` whose token (var/demo.token) the demo calls with.
 # DELAYQ_KEEP=1 leaves the nodes running afterwards (logs in var/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +11,13 @@ scripts/services.sh
 . scripts/venv.sh
 mkdir -p var
 delayq db init
+delayq certs dev --dir var/tls >/dev/null
+export DELAYQ_TLS_CERT_FILE=var/tls/node.pem DELAYQ_TLS_KEY_FILE=var/tls/node.key DELAYQ_TLS_CA_FILE=var/tls/ca.pem
+# The demo's client: admin (it registers its topic and reads the cluster) and its own topic; its
+# token in var/demo.token (a new one if that file is gone).
+delayq clients add demo --grant 'admin:*' --grant submit:demo --grant cancel:demo --grant read:demo \
+    --grant report:demo --token-file var/demo.token --exist-ok
+export DELAYQ_TOKEN_FILE=var/demo.token
 
 pids=()
 cleanup() {

@@ -7,7 +7,9 @@ The package is the map of the system (docs/ARCHITECTURE.md draws it):
                       schema migrations, ZooKeeper paths and session, task lifecycle, RabbitMQ names
     delayq.client     the SDK for business systems and downstream apps: DelayqClient (needs only
                       `thrift`), the consumer helper, the IDL and its generated code, the demo
-    delayq.store      the SQL of tasks and shards, by role: tasks, submits, backlog, epochs, maintenance
+    delayq.access     who may call the nodes: tokens, permissions and grants, the node's TLS context
+    delayq.store      the SQL of tasks, shards and clients, by role: tasks, submits, backlog, epochs,
+                      clients, maintenance
     delayq.nodes      the scheduling runtime of a node: DelayQueue, loader, dispatcher, recorder,
                       and its doors: front (Thrift), amqp (RabbitMQ), zk (ZooKeeper)
     delayq.master     the master role a node takes when elected: election, assignment, rebalancing

@@ -86,6 +86,16 @@ class LimitSettings:
 
 
 @dataclass(frozen=True)
+class SecuritySettings:
+    insecure: bool
+    tls_cert_file: str
+    tls_key_file: str
+    tls_ca_file: str
+    tls_client_cert: str
+    clients_poll_ms: int
+
+
+@dataclass(frozen=True)
 class HttpSettings:
     host: str
     port: int
@@ -105,6 +115,7 @@ class Settings:
     zk: ZkSettings
     scheduling: SchedulingSettings
     limits: LimitSettings
+    security: SecuritySettings
     http: HttpSettings
     log: LogSettings
 
@@ -112,7 +123,7 @@ class Settings:
 _GROUPS = {f.name: f.type for f in dataclasses.fields(Settings)}
 _CLASSES = {
     "node": NodeSettings, "mysql": MySQLSettings, "amqp": AmqpSettings, "zk": ZkSettings,
-    "scheduling": SchedulingSettings, "limits": LimitSettings, "http": HttpSettings, "log": LogSettings,
+    "scheduling": SchedulingSettings, "limits": LimitSettings, "security": SecuritySettings, "http": HttpSettings, "log": LogSettings,
 }
 
 def load(environ: Mapping[str, str] | None = None, file: str | None = None,
@@ -130,6 +141,8 @@ def load(environ: Mapping[str, str] | None = None, file: str | None = None,
             raw[s.env] = overrides[s.env]
         elif s.env in environ:
             raw[s.env] = _convert(s, environ[s.env])
+        elif s.secret and f"{s.env}_FILE" in environ:
+            raw[s.env] = _convert(s, read_secret(f"{s.env}_FILE", environ[f"{s.env}_FILE"]))
         elif in_file is not None:
             raw[s.env] = _convert(s, in_file)
         elif callable(s.default):
@@ -154,7 +167,19 @@ def _convert(setting: Setting, value: Any) -> Any:
     try:
         return setting.kind(value)
     except ValueError as e:
+        if setting.secret:
+            raise ConfigError(f"{setting.env}: not a valid value") from None
         raise ConfigError(f"{setting.env}={value!r}: {e}") from None
+
+
+def read_secret(name: str, path: str) -> str:
+    """The secret held in the file `path` names (one trailing newline dropped); the error names the
+    setting and the file, never what it holds."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().removesuffix("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{name}: cannot read {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}") from None
 
 
 def _read_file(path: str) -> dict[str, Any]:
@@ -206,5 +231,23 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"DELAYQ_LOG_FORMAT must be plain or json, got {s.log.format!r}")
     if s.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"DELAYQ_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {s.log.level!r}")
+    _check_security(s.security)
     if s.limits.max_frame_bytes < s.limits.max_payload_bytes + 4096:
         raise ConfigError("DELAYQ_MAX_FRAME_BYTES must exceed DELAYQ_MAX_PAYLOAD_BYTES by 4 KiB at least")
+
+
+def _check_security(sec: SecuritySettings) -> None:
+    if sec.tls_client_cert not in ("none", "optional", "required"):
+        raise ConfigError(f"DELAYQ_TLS_CLIENT_CERT must be none, optional or required, got {sec.tls_client_cert!r}")
+    if sec.tls_client_cert != "none" and not sec.tls_ca_file:
+        raise ConfigError("DELAYQ_TLS_CLIENT_CERT needs DELAYQ_TLS_CA_FILE, the CA that signs client certificates")
+    if not 50 <= sec.clients_poll_ms <= 1000:
+        raise ConfigError("DELAYQ_CLIENTS_POLL_MS must be between 50 and 1000 (changes must hold within a second)")
+
+
+def check_node(s: Settings) -> None:
+    """What only a node needs: its certificate unless it runs insecure."""
+    sec = s.security
+    if not sec.insecure and not (sec.tls_cert_file and sec.tls_key_file):
+        raise ConfigError("security is on: set DELAYQ_TLS_CERT_FILE and DELAYQ_TLS_KEY_FILE (`delayq certs dev` "
+                          "makes a development set), or DELAYQ_INSECURE=true for development only")

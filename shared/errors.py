@@ -49,6 +49,21 @@ class NotFound(DelayqError):
         self.task_id = task_id
 
 
+class Unauthenticated(DelayqError):
+    """The call needs a client identity the connection does not have (or no longer has)."""
+    def __init__(self, reason: str, why: str = "unauthenticated"):
+        super().__init__(reason)
+        self.reason = reason
+        self.why = why          # the metrics' label: unauthenticated, bad_token, revoked, rotated, unknown_certificate
+
+
+class Forbidden(DelayqError):
+    """The client lacks `permission` on `topic` ("" when it holds it on no topic at all)."""
+    def __init__(self, permission: str, topic: str = ""):
+        super().__init__(f"needs {permission} on {topic!r}" if topic else f"needs {permission}")
+        self.permission, self.topic = permission, topic
+
+
 class Unavailable(DelayqError):
     """A dependency is down; the same call may succeed later."""
 

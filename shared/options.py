@@ -17,6 +17,7 @@ class Setting:
     kind: Callable[[str], Any]
     default: Any        # a value, or a callable taking the partly built raw dict
     help: str
+    secret: bool = False    # may hold a password: its value is never shown; <ENV>_FILE may name a file holding it
 
 
 def _bool(text: str) -> bool:
@@ -48,13 +49,14 @@ SETTINGS: tuple[Setting, ...] = (
             "(sys.setswitchinterval; Python's own default is 5000). The node's dispatching threads "
             "wait for it after every MySQL and RabbitMQ round trip, so it bounds their lateness."),
     Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
-            "SQLAlchemy URL of the MySQL/MariaDB database."),
+            "SQLAlchemy URL of the MySQL/MariaDB database (default: root on 127.0.0.1:3306, database delayq).",
+            secret=True),
     Setting("DELAYQ_MYSQL_TIMEOUT_MS", "mysql", "timeout_ms", int, 5000,
             "Connect, read and write timeout of every MySQL call."),
     Setting("DELAYQ_MYSQL_POOL_SIZE", "mysql", "pool_size", int, 16,
             "MySQL connections this node keeps open at most for its work, plus 2 for writing submits."),
     Setting("DELAYQ_AMQP_URL", "amqp", "url", str, "amqp://guest:guest@127.0.0.1:5672/%2F",
-            "AMQP URL of RabbitMQ."),
+            "AMQP URL of RabbitMQ (default: guest on 127.0.0.1:5672, vhost /).", secret=True),
     Setting("DELAYQ_AMQP_TIMEOUT_MS", "amqp", "timeout_ms", int, 5000,
             "Connect and socket timeout of RabbitMQ connections."),
     Setting("DELAYQ_EXCHANGE", "amqp", "exchange", str, "delayq",
@@ -140,6 +142,23 @@ SETTINGS: tuple[Setting, ...] = (
             "connection is closed (a frame of DELAYQ_MAX_FRAME_BYTES, 8 MiB, needs 2.24 Mbit/s)."),
     Setting("DELAYQ_FIRST_FRAME_TIMEOUT_MS", "limits", "first_frame_timeout_ms", int, 5000,
             "A new Thrift connection that sends nothing this long is closed."),
+    Setting("DELAYQ_INSECURE", "security", "insecure", _bool, False,
+            "Development only: serve Thrift in plaintext and run every call without a client identity "
+            "(the node logs a warning at start). Off, the node needs DELAYQ_TLS_CERT_FILE and DELAYQ_TLS_KEY_FILE."),
+    Setting("DELAYQ_TLS_CERT_FILE", "security", "tls_cert_file", str, "",
+            "PEM file of this node's certificate (and its chain) for the Thrift port."),
+    Setting("DELAYQ_TLS_KEY_FILE", "security", "tls_key_file", str, "",
+            "PEM file of that certificate's private key."),
+    Setting("DELAYQ_TLS_CA_FILE", "security", "tls_ca_file", str, "",
+            "PEM file of the CA(s) that sign client certificates (node) or node certificates (clients, the "
+            "consumer helper and the delayq command)."),
+    Setting("DELAYQ_TLS_CLIENT_CERT", "security", "tls_client_cert", str,
+            lambda raw: "optional" if raw["DELAYQ_TLS_CA_FILE"] else "none",
+            "none, optional or required: whether clients present certificates signed by DELAYQ_TLS_CA_FILE "
+            "(a certificate whose common name is a client's name makes the connection that client's; "
+            "default: optional when a CA is given)."),
+    Setting("DELAYQ_CLIENTS_POLL_MS", "security", "clients_poll_ms", int, 250,
+            "How often a node looks whether clients or their grants changed (`delayq clients`)."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,
@@ -153,5 +172,6 @@ ENV_NAMES = frozenset(s.env for s in SETTINGS)
 
 def reference() -> list[str]:
     """One paragraph per setting, for `--help` and the README."""
-    return [f"{s.env} = {'(derived)' if callable(s.default) else repr(s.default)}\n    {s.help}"
+    return [f"{s.env} = {'(secret)' if s.secret else '(derived)' if callable(s.default) else repr(s.default)}"
+            f"\n    {s.help}" + (f" Or {s.env}_FILE: a file holding it." if s.secret else "")
             for s in SETTINGS]

@@ -90,3 +90,19 @@ hint = Table(
     Column("task_id", String(64), primary_key=True),
     Column("due_ms", BigInteger, nullable=False),
 )
+
+client = Table(
+    "job_client", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("token_sha256", String(64)),
+    Column("revoked", SmallInteger, nullable=False, server_default="0"),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+client_grant = Table(
+    "job_client_grant", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("permission", String(16), primary_key=True),
+    Column("pattern", String(128), primary_key=True),
+)

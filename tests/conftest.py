@@ -17,7 +17,12 @@ import pytest
 
 from delayq.client import CallbackService
 from delayq.testing.cluster import Database, Node, fresh_database, free_port, node_env, now_ms, wait_for  # noqa: F401
+from delayq.testing import security
 from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
+
+# Every node runs secured (TLS, clients with tokens), and this process's clients, like the `delayq`
+# commands it starts, call them as test-admin.
+security.install()
 
 # Nodes in tests scan and time out faster than in production, so that what a test waits for
 # happens within seconds.

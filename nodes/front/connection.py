@@ -7,7 +7,11 @@ back in the order of its requests; the frames a client pipelines behind that cal
 *paused*: the I/O thread stops reading it (its bytes wait in the socket, and TCP slows the client
 down) until a reply makes room and asks the server to attend to it (`ThriftServer.attend`).
 
-States the server reads to close it (`overdue`): fresh (nothing received since it was accepted),
+Over TLS the socket is an ssl.SSLSocket: the I/O thread drives its handshake (`handshake`) before
+any frame, and every read and write of it is made under `lock`, since OpenSSL does not allow one
+TLS connection to be read and written by two threads at once.
+
+States the server reads to close it (`overdue`): handshaking (TLS not yet set up), fresh (nothing received since it was accepted),
 inside a frame (part of a frame received), idle (between calls), serving (a call of its own in
 progress, or paused), and whether reply bytes are waiting for the client to read them.
 """
@@ -15,13 +19,19 @@ from __future__ import annotations
 
 import collections
 import socket
+import ssl
 import struct
 import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from delayq.nodes.front.caller import Caller
+
 HEADER = struct.Struct("!i")
+# A send that would block. Over TLS, OpenSSL is to be asked again with the same bytes, which `out`
+# keeps at its head.
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 
 
 class Server(Protocol):
@@ -51,6 +61,10 @@ class Call:
     def __init__(self, frame: bytes, conn: Connection):
         self.frame, self._conn = frame, conn
 
+    @property
+    def caller(self) -> Caller:
+        return self._conn.caller
+
     def reply(self, message: bytes) -> None:
         """Send the reply message (framed here); the connection's next call may then be served."""
         self._conn.reply(message)
@@ -64,8 +78,13 @@ class Call:
 class Connection:
     """A client connection. The I/O thread reads it; any thread may reply on it (under `lock`)."""
 
-    def __init__(self, server: Server, sock: socket.socket, peer, limits: ConnectionLimits, now: float):
+    def __init__(self, server: Server, sock: socket.socket, peer, limits: ConnectionLimits, now: float,
+                 tls: bool = False):
         self.server, self.sock, self.peer, self.limits = server, sock, peer, limits
+        self.caller = Caller(peer)
+        self.tls = tls
+        self.handshaking = tls          # the TLS handshake is not over yet
+        self.want_write = False         # the handshake waits for room to write
         self.inbuf = bytearray()
         self.out = bytearray()          # reply bytes the socket has not taken yet; the I/O thread sends them
         self.out_since = 0.0            # when `out` last became non-empty
@@ -82,6 +101,37 @@ class Connection:
         self.lock = threading.Lock()
 
     # ---- the I/O thread -----------------------------------------------------------------------
+
+    def handshake(self) -> bool:
+        """Take the TLS handshake one step further; True once it is over. Raises ssl.SSLError or
+        OSError when it fails."""
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.want_write = False
+            return False
+        except ssl.SSLWantWriteError:
+            self.want_write = True
+            return False
+        self.handshaking = self.want_write = False
+        return True
+
+    def recv(self, size: int) -> bytes | None:
+        """What the socket has (b"": the peer closed it), or None when it has nothing now."""
+        if not self.tls:
+            try:
+                return self.sock.recv(size)
+            except BlockingIOError:
+                return None
+        with self.lock:
+            try:
+                return self.sock.recv(size)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return None
+
+    def pending(self) -> int:
+        """Bytes decrypted and not yet read: the selector does not see them."""
+        return self.sock.pending() if self.tls else 0
 
     def feed(self, data: bytes, now: float) -> tuple[str, str] | None:
         """Take what was read, and hand each whole frame to the server, until none is left or the
@@ -126,7 +176,7 @@ class Connection:
             if self.out and not self.closed:
                 try:
                     sent = self.sock.send(self.out)
-                except BlockingIOError:
+                except _WOULD_BLOCK:
                     sent = 0
                 del self.out[:sent]
                 if not self.out:
@@ -136,6 +186,11 @@ class Connection:
     def overdue(self, now: float) -> tuple[str, str] | None:
         """(why, reason) when the connection has overstayed; None while it keeps to its deadlines."""
         lim = self.limits
+        if self.handshaking:
+            limit = min(lim.first_frame_timeout, lim.idle_timeout)
+            if now - self.last > limit:
+                return f"TLS handshake not complete after {limit:g} s", "tls_handshake_timeout"
+            return None
         if self.out and now - self.out_since > lim.idle_timeout:
             return f"not reading its replies for {lim.idle_timeout:g} s", "reply_not_read"
         if self.paused:
@@ -170,7 +225,7 @@ class Connection:
             if not self.out:
                 try:
                     data = data[self.sock.send(data):]
-                except BlockingIOError:
+                except _WOULD_BLOCK:
                     pass
                 except OSError:
                     data = b""      # the peer is gone: the I/O thread reads that and closes it

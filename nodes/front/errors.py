@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 OUTCOMES = {errors.InvalidTask: "invalid", errors.InvalidService: "invalid", errors.UnknownTopic: "unknown_topic",
             errors.Conflict: "conflict", errors.NotFound: "not_found", errors.Unavailable: "unavailable",
-            errors.StoreUnavailable: "unavailable", errors.BrokerUnavailable: "unavailable"}
+            errors.StoreUnavailable: "unavailable", errors.BrokerUnavailable: "unavailable",
+            errors.Unauthenticated: "unauthenticated", errors.Forbidden: "forbidden"}
 
 
 def as_declared(e: errors.DelayqError) -> Exception:
@@ -37,6 +38,10 @@ def as_declared(e: errors.DelayqError) -> Exception:
         return ttypes.Conflict(taskId=e.task_id, reason=e.reason)
     if isinstance(e, errors.NotFound):
         return ttypes.NotFound(taskId=e.task_id)
+    if isinstance(e, errors.Unauthenticated):
+        return ttypes.Unauthenticated(reason=e.reason)
+    if isinstance(e, errors.Forbidden):
+        return ttypes.Forbidden(permission=e.permission, topic=e.topic)
     return ttypes.Unavailable(reason=str(e))     # Unavailable, or a node misconfigured: try another
 
 

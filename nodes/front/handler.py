@@ -13,10 +13,13 @@ import time
 from typing import Callable, Iterator, Sequence
 
 from delayq import errors
+from delayq.access.grants import Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
 from delayq.lifecycle import Result
 from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.caller import Caller, current
 from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.writes import SubmitWrites
 from delayq.nodes.metrics import Metrics
@@ -40,7 +43,8 @@ _CANCEL_RESULT = {CancelOutcome.CANCELLED: ttypes.CancelResult.CANCELLED,
 
 class Handler:
     def __init__(self, store: TaskStore, writer: TaskWriter, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
-                 clock: Clock, results: ResultApplier, metrics: Metrics, *, limits: Limits, max_batch: int,
+                 clock: Clock, results: ResultApplier, metrics: Metrics, access: Access, *, limits: Limits,
+                 max_batch: int,
                  window_ms: int, default_exchange: str,
                  check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo],
                  hint: Callable[[list[Entry]], None] = lambda entries: None):
@@ -48,6 +52,7 @@ class Handler:
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
         self._metrics = metrics
+        self._access = access
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._check_exchange = check_exchange
@@ -56,21 +61,45 @@ class Handler:
         self.answers = CallAnswers(metrics)
         self._writes = SubmitWrites(writer, self._prepare)
 
+    # ---- identity -----------------------------------------------------------------------------
+
+    @declared
+    def authenticate(self, token: str) -> str:
+        if not self._access.enabled:
+            return "insecure"
+        return self._access.authenticate(current(), token)
+
     # ---- tasks --------------------------------------------------------------------------------
 
-    def submit_many(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]]) -> list:
+    def submit_many(self, calls: Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool, Caller | None]]) -> list:
         """Several submit (batch False) and submitBatch (True) calls, written together (one commit
         for all; delayq.nodes.front.writes). Each call is all or nothing on its own: its result is
         its TaskRefs or its own exception, a declared one or TApplicationException (internal
-        error). Each is counted like any call."""
+        error); a call with a task its client may not submit is refused whole before anything is
+        written. Each is counted like any call."""
         started = time.perf_counter()
-        out, committed = self._writes.write(calls, self._clock.now_ms())
+        refused = [self._refusal(specs, caller) for specs, _, caller in calls]
+        allowed = [(specs, batch) for (specs, batch, _), refusal in zip(calls, refused) if refusal is None]
+        out, committed = self._writes.write(allowed, self._clock.now_ms()) if allowed else ([], [])
+        written = iter(out)
         self._accepted(committed)
         elapsed = time.perf_counter() - started
         return [self.answers.answer("submitBatch" if batch else "submit", result if isinstance(result, Exception)
                                     else [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created)
                                           for d in result], elapsed)
-                for (_, batch), result in zip(calls, out)]
+                for (_, batch, _), result in zip(calls, (r if r is not None else next(written) for r in refused))]
+
+    def _refusal(self, specs: Sequence[ttypes.TaskSpec] | None, caller: Caller | None) -> Exception | None:
+        """Why this caller may not submit these tasks, or None."""
+        if not self._access.enabled:
+            return None
+        try:
+            client = self._access.require(caller, Permission.SUBMIT)
+            self._access.topics(client, Permission.SUBMIT,
+                                dict.fromkeys(s.topic for s in specs or () if s is not None and s.topic))
+        except errors.DelayqError as e:
+            return e
+        return None
 
     def _prepare(self, specs: Sequence[ttypes.TaskSpec] | None, batch: bool, now: int,
                  ids: Iterator[str], first: int, end: int | None) -> list[NewTask]:
@@ -130,6 +159,10 @@ class Handler:
     @declared
     def cancel(self, taskId: str) -> int:
         check_task_id(taskId)
+        try:
+            self._may(Permission.CANCEL, taskId)
+        except errors.NotFound:
+            return ttypes.CancelResult.NOT_FOUND
         outcome, topic = self._store.cancel(taskId, self._clock.now_ms())
         if topic is not None:
             self._queue.remove(taskId)
@@ -139,6 +172,7 @@ class Handler:
     @declared
     def reschedule(self, taskId: str, dueAtMs: int) -> ttypes.TaskRef:
         check_task_id(taskId)
+        self._may(Permission.CANCEL, taskId)
         if dueAtMs is None:
             raise errors.InvalidTask("dueAtMs", "is required")
         now = self._clock.now_ms()
@@ -156,7 +190,9 @@ class Handler:
     @declared
     def get(self, taskId: str) -> ttypes.TaskInfo:
         check_task_id(taskId)
+        client = self._access.require(current(), Permission.READ)
         row, attempts = self._store.get(taskId)
+        self._access.task(client, Permission.READ, taskId, lambda _: row["topic"])
         return ttypes.TaskInfo(
             taskId=row["task_id"], topic=row["topic"], status=int(row["status"]), attempt=row["attempt"],
             dueAtMs=row["due_ms"], shardId=row["shard_id"], maxRetries=row["max_retries"], ttrMs=row["ttr_ms"],
@@ -169,6 +205,7 @@ class Handler:
     @declared
     def reportResult(self, taskId: str, attempt: int, status: int, message: str | None) -> int:
         check_task_id(taskId)
+        self._may(Permission.REPORT, taskId)
         result = _RESULT_OF_STATUS.get(status)
         if result is None:
             raise errors.InvalidTask("status", f"unknown result status {status}")
@@ -177,10 +214,16 @@ class Handler:
         t = self._results.apply(taskId, attempt, result, message, move_retry=True)
         return ttypes.ReportOutcome.APPLIED if t.applied else ttypes.ReportOutcome.STALE
 
+    def _may(self, permission: Permission, task_id: str) -> None:
+        """Unauthenticated, Forbidden, or NotFound for a task the caller may not touch."""
+        client = self._access.require(current(), permission)
+        self._access.task(client, permission, task_id, self._store.topic_of)
+
     # ---- services and cluster -----------------------------------------------------------------
 
     @declared
     def registerService(self, svc: ttypes.CallbackService) -> None:
+        self._access.require(current(), Permission.ADMIN)
         if svc is None or not svc.topic:
             raise errors.InvalidService("topic", "is required")
         defaults = ttypes.CallbackService()
@@ -204,13 +247,17 @@ class Handler:
 
     @declared
     def listServices(self) -> list[ttypes.CallbackService]:
+        """The services of the topics the caller may read (every one for an admin)."""
+        client = self._access.client(current())
+        admin = client.holds(Permission.ADMIN)
         return [ttypes.CallbackService(
             topic=s.topic, exchange=s.exchange, routingKey=s.routing_key, maxRetries=s.max_retries,
             backoff=s.backoff, retryBackoffMs=s.retry_backoff_ms, retryBackoffMaxMs=s.retry_backoff_max_ms,
             ttrMs=s.ttr_ms, enabled=s.enabled, deadLetterExchange=s.dead_letter_exchange,
             misfireThresholdMs=s.misfire_threshold_ms, misfirePolicy=s.misfire_policy)
-            for s in self._services.all()]
+            for s in self._services.all() if admin or client.allows(Permission.READ, s.topic)]
 
     @declared
     def cluster(self) -> ttypes.ClusterInfo:
+        self._access.require(current(), Permission.ADMIN)
         return self._cluster_info()

@@ -11,7 +11,8 @@ import struct
 from thrift.Thrift import TException
 from thrift.transport import TTransport
 
-from delayq.nodes.front.connection import Call
+from delayq.nodes.front.caller import serving
+from delayq.nodes.front.connection import HEADER, Call
 from delayq.nodes.threads import NodeThread
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class CallPool(Lane):
 
     def serve(self, call: Call) -> None:
         out = TTransport.TMemoryBuffer()
+        serving(call.caller)
         try:
             self._processor.process(self._protocol.getProtocol(TTransport.TMemoryBuffer(call.frame)),
                                     self._protocol.getProtocol(out))
@@ -86,4 +88,18 @@ class CallPool(Lane):
             log.exception("closing connection: the request failed")
             call.drop("internal error", "internal_error")
             return
+        finally:
+            serving(None)
         call.reply(out.getvalue())
+
+
+def method_of(frame: bytes) -> bytes:
+    """The method name of a TBinaryProtocol message, strict (version first) or not; b"" if none."""
+    if len(frame) < 8:
+        return b""
+    if frame[0] & 0x80:
+        (n,) = HEADER.unpack_from(frame, 4)
+        return frame[8:8 + n] if n > 0 else b""
+    (n,) = HEADER.unpack_from(frame, 0)
+    return frame[4:4 + n] if n > 0 else b""
+

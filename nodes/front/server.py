@@ -27,13 +27,15 @@ a reply makes room (delayq.nodes.front.connection). Closed, each counted by `clo
   every client on one host; who has been silent longest is what tells a stuck client from a
   working one.)
 
-Why not the thrift package's servers (read in thrift 0.25): TThreadedServer and
-TThreadPoolServer serve a connection per thread, about ten thread switches per call under the GIL
-(perf: 235k context switches for 20k single submits); TNonblockingServer hands each call to a
-worker on its own, so submits from many connections cannot share one INSERT, and it has no
-first-frame, frame or idle timeout and no connection limit: a client that connects and stalls
-holds its socket for ever. This server uses only thrift's public API (the accelerated binary
-protocol and the generated Processor, delayq.nodes.front.lanes).
+Why not the thrift package's servers: docs/ARCHITECTURE.md, "Library internals". This server uses
+only thrift's public API (the accelerated binary protocol and the generated Processor).
+
+TLS (`tls`, an ssl.SSLContext): each accepted socket is wrapped and its handshake driven by the
+I/O thread without blocking; a client that stalls in it is closed after `first_frame_timeout`
+like one that sends nothing (`tls_handshake_timeout`), one that fails it at once (`tls_handshake`:
+plaintext sent to a TLS port, a certificate from another CA, ...). The frame cap, timeouts and
+connection limit hold as without TLS. A verified client certificate's common name is noted on the
+connection's caller (delayq.nodes.front.access looks it up at its first call).
 
 `stop()` closes the listener and every connection and joins the I/O thread. The lanes belong to
 whoever made them (delayq.nodes.main), which stops them after the server.
@@ -43,12 +45,14 @@ from __future__ import annotations
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Mapping
 
-from delayq.nodes.front.connection import HEADER, Call, Connection, ConnectionLimits
-from delayq.nodes.front.lanes import Lane
+from delayq.access.tls import common_name
+from delayq.nodes.front.connection import Call, Connection, ConnectionLimits
+from delayq.nodes.front.lanes import Lane, method_of
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +64,15 @@ _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 class ThriftServer:
     def __init__(self, lanes: Mapping[str, Lane], default: Lane, host: str, port: int, *, max_connections: int,
                  max_frame: int, idle_timeout: float, frame_timeout: float, first_frame_timeout: float,
-                 max_waiting: int = 16, closed: Callable[[str], None] = lambda reason: None):
+                 max_waiting: int = 16, closed: Callable[[str], None] = lambda reason: None,
+                 tls: ssl.SSLContext | None = None):
         self._lanes = {name.encode(): lane for name, lane in lanes.items()}
         self._default = default
         self._host, self._port = host, port
         self._max_connections = max_connections
         self._limits = ConnectionLimits(max_frame, idle_timeout, frame_timeout, first_frame_timeout, max_waiting)
         self._closed = closed
+        self._tls = tls
         self._sweep_every = min(0.25, idle_timeout / 4, frame_timeout / 4, first_frame_timeout / 4)
         self._sel = selectors.DefaultSelector()
         self._conns: dict[socket.socket, Connection] = {}
@@ -117,7 +123,7 @@ class ThriftServer:
     # ---- called from the lanes' threads -------------------------------------------------------
 
     def route(self, call: Call) -> None:
-        self._lanes.get(_method(call.frame), self._default).put(call)
+        self._lanes.get(method_of(call.frame), self._default).put(call)
 
     def attend(self, conn: Connection) -> None:
         """The I/O thread is to look at conn: reply bytes left to send, reading to resume, or a
@@ -179,10 +185,12 @@ class ThriftServer:
             try:
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._tls is not None:
+                    sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             except OSError:
                 sock.close()        # reset before it was served
                 continue
-            conn = Connection(self, sock, peer, self._limits, time.monotonic())
+            conn = Connection(self, sock, peer, self._limits, time.monotonic(), tls=self._tls is not None)
             self._conns[sock] = conn
             self._watch(conn)
 
@@ -198,6 +206,9 @@ class ThriftServer:
     def _serve(self, conn: Connection, mask: int) -> None:
         """One connection's events. Whatever goes wrong with it closes it, not the server."""
         try:
+            if conn.handshaking:
+                self._handshake(conn)
+                return
             if mask & selectors.EVENT_WRITE:
                 self._flush(conn)
             if mask & selectors.EVENT_READ and conn.sock in self._conns:
@@ -208,19 +219,36 @@ class ThriftServer:
             log.exception("closing connection from %s", conn.peer)
             self._close(conn, None, "error")
 
-    def _read(self, conn: Connection) -> None:
+    def _handshake(self, conn: Connection) -> None:
         try:
-            data = conn.sock.recv(_CHUNK)
-        except BlockingIOError:
+            done = conn.handshake()
+        except (ssl.SSLError, OSError) as e:
+            self._close(conn, f"TLS handshake failed: {getattr(e, 'reason', None) or e}", "tls_handshake")
             return
-        if not data:
-            self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by a lane's drop()
-            return
-        bad = conn.feed(data, time.monotonic())
-        if bad is not None:
-            self._close(conn, *bad)
-        elif conn.paused:
-            self._watch(conn)       # not read until a reply makes room
+        self._watch(conn)
+        if done:
+            cert = conn.sock.getpeercert()
+            if cert:
+                conn.caller.certificate = common_name(cert)
+            self._read(conn)        # the client's first request may have come with its last handshake bytes
+
+    def _read(self, conn: Connection) -> None:
+        while True:
+            data = conn.recv(_CHUNK)
+            if data is None:
+                return
+            if not data:
+                self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by a lane's drop()
+                return
+            bad = conn.feed(data, time.monotonic())
+            if bad is not None:
+                self._close(conn, *bad)
+                return
+            if conn.paused:
+                self._watch(conn)       # not read until a reply makes room
+                return
+            if not conn.pending():
+                return                  # else TLS holds decrypted bytes the selector cannot see
 
     def _woken(self) -> None:
         try:
@@ -245,8 +273,10 @@ class ThriftServer:
                 continue
             if bad is not None:
                 self._close(conn, *bad)
-            else:
-                self._watch(conn)
+                continue
+            self._watch(conn)
+            if conn.pending() and not conn.paused:
+                self._serve(conn, selectors.EVENT_READ)
 
     def _flush(self, conn: Connection) -> None:
         if conn.flush(time.monotonic()):
@@ -255,7 +285,8 @@ class ThriftServer:
     def _watch(self, conn: Connection) -> None:
         """Have the selector watch what conn waits for: its requests unless it is paused, the
         socket's room for its reply bytes while some are left."""
-        events = (0 if conn.paused else selectors.EVENT_READ) | (selectors.EVENT_WRITE if conn.out else 0)
+        events = ((0 if conn.paused else selectors.EVENT_READ)
+                  | (selectors.EVENT_WRITE if conn.out or conn.want_write else 0))
         if events == conn.events:
             return
         if not conn.events:
@@ -295,13 +326,3 @@ class ThriftServer:
         for s in (self._wake_r, self._wake_w):
             s.close()
 
-
-def _method(frame: bytes) -> bytes:
-    """The method name of a TBinaryProtocol message, strict (version first) or not; b"" if none."""
-    if len(frame) < 8:
-        return b""
-    if frame[0] & 0x80:
-        (n,) = HEADER.unpack_from(frame, 4)
-        return frame[8:8 + n] if n > 0 else b""
-    (n,) = HEADER.unpack_from(frame, 0)
-    return frame[4:4 + n] if n > 0 else b""

@@ -32,6 +32,7 @@ from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
 
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.nodes.front.caller import Caller
 from delayq.nodes.front.connection import HEADER, Call
 from delayq.nodes.front.errors import exception_fields
 from delayq.nodes.front.lanes import UNREADABLE, Lane
@@ -61,7 +62,7 @@ class SubmitBatcher(Lane):
     name = "submits"
     inline = True
 
-    def __init__(self, submit_many: Callable[[list[tuple[Sequence | None, bool]]], list], protocol, *,
+    def __init__(self, submit_many: Callable[[list[tuple[Sequence | None, bool, Caller]]], list], protocol, *,
                  max_batch: int, max_rows: int = 2000, inline_budget_s: float = 0.1,
                  monotonic: Callable[[], float] = time.monotonic):
         super().__init__(protocol)
@@ -187,7 +188,7 @@ class SubmitBatcher(Lane):
         if not group:
             return
         try:
-            results = self._submit_many([(r.specs, r.batch) for r in group])
+            results = self._submit_many([(r.specs, r.batch, r.call.caller) for r in group])
         except Exception:  # noqa: BLE001 - every call of the group gets the failure as its own
             log.exception("submits failed")
             results = [TApplicationException(TApplicationException.INTERNAL_ERROR, "Internal error")] * len(group)

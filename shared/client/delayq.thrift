@@ -141,42 +141,71 @@ exception NotFound {
   1: required string taskId,
 }
 
+// The call needs a client identity this connection does not have: call authenticate with a
+// valid token first, or connect with a client certificate of a registered client. Also raised
+// when the client was revoked or its token rotated since it authenticated.
+exception Unauthenticated {
+  1: required string reason,
+}
+
+// The client lacks a permission. `topic` is the topic it named in the call itself, or "" when the
+// client holds the permission on no topic at all. (A task of a topic the client may not see is
+// NotFound, never Forbidden: no call tells a client which other topics or tasks exist.)
+exception Forbidden {
+  1: required string permission,   // submit | cancel | read | report | admin
+  2: required string topic,
+}
+
 // Retriable: MySQL, RabbitMQ or ZooKeeper is down. Retry, on this node or another.
 exception Unavailable {
   1: required string reason,
 }
 
 service DelayScheduler {
+  // Runs the rest of this connection's calls as the token's client; returns the client's name.
+  // A connection made with a client certificate is its client already (no token needed).
+  string authenticate(1: string token)
+    throws (5: Unauthenticated unauthenticated),
+
   TaskRef submit(1: TaskSpec task)
-    throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable),
+    throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   // All or nothing: one bad task refuses the whole batch.
   list<TaskRef> submitBatch(1: list<TaskSpec> tasks)
-    throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable),
+    throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   CancelResult cancel(1: string taskId)
-    throws (1: InvalidTask invalid, 4: Unavailable unavailable),
+    throws (1: InvalidTask invalid, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   // Only a task that has not fired (DELAY) can be rescheduled.
   TaskRef reschedule(1: string taskId, 2: i64 dueAtMs)
-    throws (1: InvalidTask invalid, 2: NotFound notFound, 3: Conflict conflict, 4: Unavailable unavailable),
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 3: Conflict conflict, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   TaskInfo get(1: string taskId)
-    throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable),
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   // Creates the topic's service, or REPLACES it whole: every field left unset takes its default
   // (retries, backoff, time-to-run, dead-letter exchange...), not the value registered before.
   // To change one setting, read it with listServices and send it back changed (`delayq services
   // update` does that). Refused with InvalidService when an exchange cannot be published to.
   void registerService(1: CallbackService svc)
-    throws (1: InvalidService invalid, 4: Unavailable unavailable),
+    throws (1: InvalidService invalid, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   list<CallbackService> listServices()
-    throws (4: Unavailable unavailable),
+    throws (4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   ReportOutcome reportResult(1: string taskId, 2: i32 attempt, 3: ResultStatus status, 4: string message)
-    throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable),
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   ClusterInfo cluster()
-    throws (4: Unavailable unavailable),
+    throws (4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 }

@@ -3,6 +3,11 @@
     with DelayqClient(["127.0.0.1:9090"], timeout_s=5) as dq:
         ref = dq.submit(TaskSpec(topic="order.cancel", taskId="order-42", delayMs=30_000, payload=b"42"))
 
+Security: it connects over TLS and authenticates with a token, as ClientSecurity says
+(delayq.client.security; by default read from the environment: DELAYQ_TLS_CA_FILE, DELAYQ_TOKEN
+or DELAYQ_TOKEN_FILE, ...). Unauthenticated and Forbidden are raised as the node declares them and
+never retried elsewhere: every node would answer the same.
+
 It spreads calls over the endpoints it is given (or finds them in ZooKeeper:
 `DelayqClient.from_zookeeper("127.0.0.1:2181", cluster="default")`) and retries a call that failed because a node was
 unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
@@ -20,12 +25,14 @@ import json
 import random
 import select
 import socket
+import ssl
 from typing import Any, Callable, Sequence
 
 from thrift.protocol import TBinaryProtocol
-from thrift.transport import TSocket, TTransport
+from thrift.transport import TSocket, TSSLSocket, TTransport
 
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.client.security import ClientSecurity
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -33,19 +40,38 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return (host or "127.0.0.1"), int(port)
 
 
-def connect(host: str, port: int, timeout_s: float = 5.0) -> tuple[DelayScheduler.Client, TTransport.TTransportBase]:
-    """One connection to one node: (client, transport); close the transport when done."""
-    client, transport, _ = _open(host, port, timeout_s)
+def connect(host: str, port: int, timeout_s: float = 5.0, security: ClientSecurity | None = None
+            ) -> tuple[DelayScheduler.Client, TTransport.TTransportBase]:
+    """One connection to one node, authenticated: (client, transport); close the transport when
+    done. `security`: ClientSecurity.from_env() when not given."""
+    client, transport, _ = _open(host, port, timeout_s, security or ClientSecurity.from_env())
     return client, transport
 
 
-def _open(host: str, port: int, timeout_s: float) -> tuple[DelayScheduler.Client, TTransport.TTransportBase,
-                                                          TSocket.TSocket]:
-    sock = TSocket.TSocket(host, port)
+def _open(host: str, port: int, timeout_s: float, security: ClientSecurity
+          ) -> tuple[DelayScheduler.Client, TTransport.TTransportBase, TSocket.TSocket]:
+    context = security.context()
+    sock = (TSocket.TSocket(host, port) if context is None
+            else TSSLSocket.TSSLSocket(host, port, ssl_context=context, server_hostname=host))
     sock.setTimeout(int(timeout_s * 1000))
     transport = TTransport.TFramedTransport(sock)
-    transport.open()
-    return DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport)), transport, sock
+    try:
+        transport.open()
+    except TTransport.TTransportException as e:
+        if isinstance(e.inner, ssl.SSLError):      # say why, not only "could not connect"
+            raise TTransport.TTransportException(
+                TTransport.TTransportException.NOT_OPEN,
+                f"TLS with {host}:{port} failed: {e.inner.reason or e.inner} (does DELAYQ_TLS_CA_FILE hold the CA "
+                "of the nodes' certificates, and do the nodes serve TLS?)", e.inner) from None
+        raise
+    client = DelayScheduler.Client(TBinaryProtocol.TBinaryProtocolAccelerated(transport))
+    if security.token and not security.insecure:
+        try:
+            client.authenticate(security.token)
+        except BaseException:
+            transport.close()
+            raise
+    return client, transport, sock
 
 
 def closed_by_peer(sock: TSocket.TSocket) -> bool:
@@ -56,6 +82,8 @@ def closed_by_peer(sock: TSocket.TSocket) -> bool:
         return True
     try:
         readable, _, _ = select.select([handle], [], [], 0)
+        if readable and isinstance(handle, ssl.SSLSocket):
+            return True         # a node sends no TLS bytes between calls but its close (no session tickets)
         return bool(readable) and not handle.recv(1, socket.MSG_PEEK)
     except OSError:
         return True
@@ -94,9 +122,10 @@ def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) ->
 
 class DelayqClient:
     def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0, rng: random.Random | None = None,
-                 rediscover: Callable[[], list[str]] | None = None):
+                 rediscover: Callable[[], list[str]] | None = None, security: ClientSecurity | None = None):
         if not endpoints:
             raise ValueError("no delayq endpoints given")
+        self._security = security or ClientSecurity.from_env()
         self._rng = rng or random.Random()
         self._endpoints = [parse_endpoint(e) for e in endpoints]
         self._rng.shuffle(self._endpoints)
@@ -106,12 +135,13 @@ class DelayqClient:
         self._index = 0
 
     @classmethod
-    def from_zookeeper(cls, zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> "DelayqClient":
+    def from_zookeeper(cls, zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0,
+                       security: ClientSecurity | None = None) -> "DelayqClient":
         """A client over the cluster's live nodes, found again in ZooKeeper when none answers."""
         found = discover(zk_hosts, cluster, timeout_s)
         if not found:
             raise ttypes.Unavailable(reason=f"no live delayq node in cluster {cluster!r}")
-        return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s))
+        return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s), security=security)
 
     def __enter__(self) -> "DelayqClient":
         return self
@@ -137,7 +167,7 @@ class DelayqClient:
             try:
                 if self._current is None:
                     host, port = self._endpoints[self._index % len(self._endpoints)]
-                    self._current = _open(host, port, self._timeout_s)
+                    self._current = _open(host, port, self._timeout_s, self._security)
             except (TTransport.TTransportException, OSError) as e:
                 last = e             # never reached the node: always safe to try the next one
                 self._current = None

@@ -266,6 +266,12 @@ class TaskStore:
             conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(due_ms=due_ms, shard_id=shard, updated_ms=now_ms))
             return shard, due_ms
 
+    def topic_of(self, task_id: str) -> str | None:
+        """The task's topic (live or archived; a task's topic never changes), None if no such task."""
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            return (conn.execute(select(TASK.c.topic).where(TASK.c.task_id == task_id)).scalar()
+                    or conn.execute(select(BACKLOG.c.topic).where(BACKLOG.c.task_id == task_id)).scalar())
+
     def get(self, task_id: str) -> tuple[Mapping, list[Mapping]]:
         """The task (live or archived) as a mapping, and its attempts from the execlog."""
         with unavailable_on_failure(), self._engine.connect() as conn:

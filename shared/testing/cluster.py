@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from delayq import config, db as dbm, schema
 from delayq.client import CallbackService, DelayqClient, connect
+from delayq.testing import security
 from delayq.testing.services import AMQP_URL, MYSQL_SERVER, ZK_HOSTS, delete_queue, delete_zk_tree
 
 
@@ -180,6 +181,7 @@ def fresh_database(shards: int, prefix: str = "delayq_t_") -> Iterator[Database]
         try:
             schema.migrate(engine)
             schema.init_cluster(engine, shards)
+            security.admit(engine)
         finally:
             engine.dispose()
         yield Database(settings.mysql.url, name, shards)
@@ -205,8 +207,10 @@ def _drop(server, name: str) -> None:
 
 def node_env(db: Database, node_id: str, zk: bool = False, **settings: object) -> dict[str, str]:
     """The environment of a node of db's cluster: this process's environment without its DELAYQ_
-    settings, the services, free ports, then `settings`."""
+    settings, the services, free ports, TLS and the admin's token (so that `delayq` commands run
+    with a node's environment call the nodes as test-admin; delayq.testing.security), then `settings`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
+    env.update({**security.node_environment(), **security.client_environment()})
     env.update({
         "DELAYQ_MYSQL_URL": db.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
         "DELAYQ_PORT": str(free_port()), "DELAYQ_HTTP_PORT": str(free_port()),

@@ -16,8 +16,10 @@ from thrift.transport import TTransport
 
 from delayq import config, db as dbm
 from delayq.client import CallbackService, TaskSpec, connect
+from delayq.client.security import ClientSecurity
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from conftest import now_ms, wait_until
+from delayq.testing import security
 
 pytestmark = pytest.mark.integration
 
@@ -161,13 +163,25 @@ def test_invalid_services_are_refused(node):
 
 
 def _raw(node) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", node.port), timeout=5)
+    """A connection that frames its own bytes, as a client of the node does: TLS set up and
+    authenticated as test-admin."""
+    sock = ClientSecurity.from_env().context().wrap_socket(
+        socket.create_connection(("127.0.0.1", node.port), timeout=5), server_hostname="127.0.0.1")
+    sock.sendall(_frame("authenticate", 0, DelayScheduler.authenticate_args(token=os.environ["DELAYQ_TOKEN"])))
+    reader = sock.makefile("rb")
+    (size,) = struct.unpack("!i", reader.read(4))
+    reply = DelayScheduler.authenticate_result()
+    proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(reader.read(size)))
+    proto.readMessageBegin()
+    reply.read(proto)
+    assert reply.success == security.ADMIN, reply
+    return sock
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
     try:
         return sock.recv(1) == b""
-    except ConnectionResetError:
+    except OSError:         # reset, or TLS cut short
         return True
 
 

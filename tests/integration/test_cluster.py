@@ -215,6 +215,7 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
     from conftest import ZK_HOSTS, free_port
     from delayq.nodes.main import NodeRuntime
     from delayq import config
+    from delayq.testing import security
 
     n1 = cluster()
     db = cluster.database
@@ -223,7 +224,7 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
         "DELAYQ_CLUSTER": db.name, "DELAYQ_NODE_ID": "inproc", "DELAYQ_PORT": str(free_port()),
         "DELAYQ_HTTP_PORT": "0",
         "DELAYQ_ZK_SESSION_TIMEOUT_MS": str(SESSION_MS), "DELAYQ_WINDOW_MS": "3000",
-        "DELAYQ_SCAN_INTERVAL_MS": "500"})
+        "DELAYQ_SCAN_INTERVAL_MS": "500", **security.node_environment()})
     runtime = NodeRuntime(settings)
     runtime.start()
     try:

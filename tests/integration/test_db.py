@@ -17,11 +17,13 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import SYSTEM_CLOCK
 from delayq.errors import ConfigError, StoreUnavailable, UnknownTopic
 from delayq.nodes.delayqueue import DelayQueue
+from delayq.nodes.front.access import Access
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.validation import Limits, ServiceSpec
+from delayq.store.clients import ClientStore
 from delayq.store.submits import TaskWriter
 from delayq.store.tasks import TaskStore
 from delayq.store.values import NewTask
@@ -161,8 +163,10 @@ def handler(database):
     services.upsert(ServiceSpec("g.t", "delayq", "g.t"))
     ownership = Ownership("n1")
     ownership.set({s: 1 for s in range(database.shards)}, range(database.shards))
+    metrics = Metrics()
+    access = Access(ClientStore(engine), metrics, enabled=False)       # the write path alone
     yield Handler(TaskStore(engine), TaskWriter(writes), services,
-                  DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=Metrics(),
+                  DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=metrics, access=access,
                   limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
                   check_exchange=lambda _e: None, cluster_info=lambda: None)
     engine.dispose()
@@ -181,7 +185,7 @@ def _spec(payload: bytes, **fields) -> TaskSpec:
 def test_a_group_of_many_single_submits_is_written_in_a_few_statements(engines, handler):
     _, _, other = engines
     before = _inserts(other)
-    refs = [one for one, in handler.submit_many([([_spec(b"s%d" % i)], False) for i in range(300)])]
+    refs = [one for one, in handler.submit_many([([_spec(b"s%d" % i)], False, None) for i in range(300)])]
     assert _inserts(other) - before <= 5             # 3 parts, give or take another client's
     assert all(r.created for r in refs) and len({r.taskId for r in refs}) == 300
     other.execute("SELECT COUNT(*) FROM job_delay_task WHERE topic = 'g.t' AND payload LIKE 's%'")
@@ -192,9 +196,9 @@ def test_a_refused_call_in_a_large_group_is_refused_alone(engines, handler):
     _, _, other = engines
     bad = [_spec(b"b%d" % i) for i in range(100)]
     bad[50].maxRetries = -1
-    out = handler.submit_many([([_spec(b"a%d" % i) for i in range(200)], True), (bad, True),
-                               ([TaskSpec(topic="nobody", delayMs=1)], False)]
-                              + [([_spec(b"c%d" % i)], False) for i in range(10)])
+    out = handler.submit_many([([_spec(b"a%d" % i) for i in range(200)], True, None), (bad, True, None),
+                               ([TaskSpec(topic="nobody", delayMs=1)], False, None)]
+                              + [([_spec(b"c%d" % i)], False, None) for i in range(10)])
     assert len(out[0]) == 200 and all(r.created for r in out[0])
     assert isinstance(out[1], ttypes.InvalidTask) and (out[1].index, out[1].field) == (50, "maxRetries")
     assert isinstance(out[2], ttypes.UnknownTopic)

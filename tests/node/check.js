@@ -3,8 +3,11 @@
 // transport, binary protocol, callback style) and `amqplib`. Prints one JSON object of what it saw.
 //
 //   node check.js GEN_DIR HOST PORT TOPIC AMQP_URL
+//
+// Secured nodes: TLS verified against DELAYQ_TLS_CA_FILE, then `authenticate` with DELAYQ_TOKEN.
 'use strict';
 
+const fs = require('fs');
 const path = require('path');
 const thrift = require('thrift');
 const amqp = require('amqplib');
@@ -13,15 +16,21 @@ const [genDir, host, port, topic, amqpUrl] = process.argv.slice(2);
 const DelayScheduler = require(path.resolve(genDir, 'DelayScheduler'));
 const types = require(path.resolve(genDir, 'delayq_types'));
 
-function connect() {
-  const connection = thrift.createConnection(host, Number(port), {
-    transport: thrift.TFramedTransport, protocol: thrift.TBinaryProtocol, connect_timeout: 5000,
-  });
+async function connect() {
+  const options = { transport: thrift.TFramedTransport, protocol: thrift.TBinaryProtocol, connect_timeout: 5000 };
+  const ca = process.env.DELAYQ_TLS_CA_FILE;
+  const connection = ca
+    ? thrift.createSSLConnection(host, Number(port), { ...options, ca: fs.readFileSync(ca), secureProtocol: 'TLS_method' })
+    : thrift.createConnection(host, Number(port), options);
   connection.on('error', () => {});       // a closed connection shows in the calls' callbacks
-  return new Promise((resolve, reject) => {
-    connection.once('connect', () => resolve({ connection, client: thrift.createClient(DelayScheduler, connection) }));
+  const client = await new Promise((resolve, reject) => {
+    connection.once('connect', () => resolve(thrift.createClient(DelayScheduler, connection)));
     connection.once('error', reject);
   });
+  if (process.env.DELAYQ_TOKEN) {
+    await call(client, 'authenticate', process.env.DELAYQ_TOKEN);
+  }
+  return { connection, client };
 }
 
 // Callback style: the code thrift-compiler 0.17 generates for promises needs thrift.Q, which npm

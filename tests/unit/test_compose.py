@@ -18,6 +18,7 @@ import pytest
 import yaml  # in the `test` extra: pip install -e '.[test]'
 
 from delayq import config, options
+from delayq.client.security import CLIENT_SETTINGS
 from delayq.errors import ConfigError
 from delayq.ops.cli import main as cli_main
 
@@ -27,7 +28,7 @@ DOCKERFILE_PATH = ROOT / "Dockerfile"
 DOCKERIGNORE_PATH = ROOT / ".dockerignore"
 
 NODES = ("node1", "node2", "node3")
-EXPECTED_SERVICES = {"zookeeper", "mysql", "rabbitmq", "db-init", *NODES, "demo"}
+EXPECTED_SERVICES = {"zookeeper", "mysql", "rabbitmq", "db-init", "certs", "demo-client", *NODES, "demo"}
 IMAGES = {
     "zookeeper": r"zookeeper:3\.8(\.\d+)?",
     "mysql": r"mysql:8(\.\d+)*",
@@ -158,13 +159,13 @@ def check_structure(compose: dict, dockerfile: str) -> list[str]:
     if missing:
         problems.append(f"missing services: {sorted(missing)}")
     for name, svc in services(compose).items():
-        if name in {"db-init", *NODES, "demo"} and "build" not in svc:
+        if name in {"db-init", "certs", "demo-client", *NODES, "demo"} and "build" not in svc:
             problems.append(f"{name} is not built from the Dockerfile")
     return problems
 
 
 def check_env_names(compose: dict, dockerfile: str) -> list[str]:
-    unknown = delayq_env_keys(compose) - options.ENV_NAMES
+    unknown = delayq_env_keys(compose) - options.ENV_NAMES - set(CLIENT_SETTINGS)
     return [f"{name} is not a setting of delayq.config" for name in sorted(unknown)]
 
 
@@ -190,7 +191,7 @@ def check_env_values(compose: dict, dockerfile: str) -> list[str]:
 
 def check_commands(compose: dict, dockerfile: str) -> list[str]:
     problems = []
-    expected = {**{n: "node" for n in NODES}, "db-init": "init", "demo": "demo"}
+    expected = {**{n: "node" for n in NODES}, "db-init": "init", "certs": "dev", "demo-client": "add", "demo": "demo"}
     for name, sub in expected.items():
         svc = services(compose).get(name)
         if svc is None:
@@ -253,10 +254,12 @@ def check_depends_on(compose: dict, dockerfile: str) -> list[str]:
             if condition == "service_completed_successfully" and svcs[dep].get("restart", "no") != "no":
                 problems.append(f"{name} waits for {dep} to complete, but {dep} is restarted")
     wanted = {**{n: {"zookeeper": "service_healthy", "mysql": "service_healthy",
-                     "rabbitmq": "service_healthy", "db-init": "service_completed_successfully"}
+                     "rabbitmq": "service_healthy", "db-init": "service_completed_successfully",
+                     "certs": "service_completed_successfully"}
                  for n in NODES},
               "db-init": {"mysql": "service_healthy"},
-              "demo": {n: "service_healthy" for n in NODES}}
+              "demo-client": {"db-init": "service_completed_successfully"},
+              "demo": {**{n: "service_healthy" for n in NODES}, "demo-client": "service_completed_successfully"}}
     for name, deps in wanted.items():
         have = depends_on(svcs.get(name, {}))
         for dep, condition in deps.items():
@@ -278,6 +281,10 @@ def check_nodes(compose: dict, dockerfile: str) -> list[str]:
             problems.append(f"{name} and {ids[node_id]} share the node id {node_id!r}")
         else:
             ids[node_id] = name
+        try:
+            config.check_node(config.load(environ=env))       # secured: its certificate and key
+        except ConfigError as e:
+            problems.append(f"{name}: {e}")
         if env.get("DELAYQ_HOST") != "0.0.0.0":
             problems.append(f"{name}: DELAYQ_HOST must be 0.0.0.0 to be reachable from other containers")
         if env.get("DELAYQ_ADVERTISE_HOST") not in (name, svcs.get(name, {}).get("hostname")):
@@ -429,6 +436,7 @@ BREAKAGES: list[tuple[str, str, Callable[[dict], None] | None, Callable[[str], s
     ("nodes", "duplicate node id", _env("node3", DELAYQ_NODE_ID="node1"), None),
     ("nodes", "advertise localhost", _env("node2", DELAYQ_ADVERTISE_HOST="127.0.0.1"), None),
     ("nodes", "bind loopback", _env("node1", DELAYQ_HOST="127.0.0.1"), None),
+    ("nodes", "no certificate", _env("node2", DELAYQ_TLS_CERT_FILE=""), None),
     ("nodes", "demo endpoint not a node", _set("demo", "command", ["demo", "--endpoint", "mysql:9090"]), None),
     ("images", "zookeeper 3.9", _set("zookeeper", "image", "zookeeper:3.9"), None),
     ("images", "mysql 5.7", _set("mysql", "image", "mysql:5.7"), None),

@@ -15,6 +15,7 @@ from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
 
 from delayq.client import connect
+from delayq.client.security import ClientSecurity
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.nodes.front.lanes import CallPool
 from delayq.nodes.front.server import ThriftServer
@@ -49,7 +50,7 @@ class Handler:
         self.groups.append(len(calls))
         self.threads.append(threading.current_thread().name)
         out = []
-        for specs, batch in calls:
+        for specs, batch, _caller in calls:
             if any(s.topic == "bad" for s in specs):
                 out.append(ttypes.InvalidTask(field="topic", reason="is bad", index=0 if batch else None))
             elif any(s.topic == "boom" for s in specs):
@@ -70,6 +71,8 @@ class Handler:
 
 
 class Front:
+    security = ClientSecurity(insecure=True)
+
     def __init__(self, handler, **limits):
         self.submits = SubmitBatcher(handler.submit_many, PROTOCOL, max_batch=1000, inline_budget_s=0.1,
                                      monotonic=handler.monotonic)
@@ -92,7 +95,7 @@ class Front:
         self.calls.stop()
 
     def client(self, timeout_s: float = 5.0):
-        return connect("127.0.0.1", self.server.port, timeout_s)
+        return connect("127.0.0.1", self.server.port, timeout_s, self.security)
 
     def raw(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.server.port), timeout=5)

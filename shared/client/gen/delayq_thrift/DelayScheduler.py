@@ -19,6 +19,14 @@ all_structs = []
 
 
 class Iface(object):
+    def authenticate(self, token):
+        """
+        Parameters:
+         - token
+
+        """
+        pass
+
     def submit(self, task):
         """
         Parameters:
@@ -93,6 +101,40 @@ class Client(Iface):
             self._oprot = oprot
         self._seqid = 0
 
+    def authenticate(self, token):
+        """
+        Parameters:
+         - token
+
+        """
+        self.send_authenticate(token)
+        return self.recv_authenticate()
+
+    def send_authenticate(self, token):
+        self._oprot.writeMessageBegin('authenticate', TMessageType.CALL, self._seqid)
+        args = authenticate_args()
+        args.token = token
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_authenticate(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = authenticate_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "authenticate failed: unknown result")
+
     def submit(self, task):
         """
         Parameters:
@@ -131,6 +173,10 @@ class Client(Iface):
             raise result.conflict
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "submit failed: unknown result")
 
     def submitBatch(self, tasks):
@@ -171,6 +217,10 @@ class Client(Iface):
             raise result.conflict
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "submitBatch failed: unknown result")
 
     def cancel(self, taskId):
@@ -207,6 +257,10 @@ class Client(Iface):
             raise result.invalid
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "cancel failed: unknown result")
 
     def reschedule(self, taskId, dueAtMs):
@@ -249,6 +303,10 @@ class Client(Iface):
             raise result.conflict
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "reschedule failed: unknown result")
 
     def get(self, taskId):
@@ -287,6 +345,10 @@ class Client(Iface):
             raise result.notFound
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "get failed: unknown result")
 
     def registerService(self, svc):
@@ -321,6 +383,10 @@ class Client(Iface):
             raise result.invalid
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         return
 
     def listServices(self):
@@ -349,6 +415,10 @@ class Client(Iface):
             return result.success
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "listServices failed: unknown result")
 
     def reportResult(self, taskId, attempt, status, message):
@@ -393,6 +463,10 @@ class Client(Iface):
             raise result.notFound
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "reportResult failed: unknown result")
 
     def cluster(self):
@@ -421,6 +495,10 @@ class Client(Iface):
             return result.success
         if result.unavailable is not None:
             raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "cluster failed: unknown result")
 
 
@@ -428,6 +506,7 @@ class Processor(Iface, TProcessor):
     def __init__(self, handler):
         self._handler = handler
         self._processMap = {}
+        self._processMap["authenticate"] = Processor.process_authenticate
         self._processMap["submit"] = Processor.process_submit
         self._processMap["submitBatch"] = Processor.process_submitBatch
         self._processMap["cancel"] = Processor.process_cancel
@@ -459,6 +538,32 @@ class Processor(Iface, TProcessor):
             self._processMap[name](self, seqid, iprot, oprot)
         return True
 
+    def process_authenticate(self, seqid, iprot, oprot):
+        args = authenticate_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = authenticate_result()
+        try:
+            result.success = self._handler.authenticate(args.token)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("authenticate", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
     def process_submit(self, seqid, iprot, oprot):
         args = submit_args()
         args.read(iprot)
@@ -481,6 +586,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -516,6 +627,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -545,6 +662,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -580,6 +703,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -612,6 +741,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -641,6 +776,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -667,6 +808,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -699,6 +846,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -725,6 +878,12 @@ class Processor(Iface, TProcessor):
         except Unavailable as unavailable:
             msg_type = TMessageType.REPLY
             result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -739,6 +898,145 @@ class Processor(Iface, TProcessor):
         oprot.trans.flush()
 
 # HELPER FUNCTIONS AND STRUCTURES
+
+
+class authenticate_args(object):
+    """
+    Attributes:
+     - token
+
+    """
+
+
+    def __init__(self, token=None,):
+        self.token = token
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.token = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('authenticate_args')
+        if self.token is not None:
+            oprot.writeFieldBegin('token', TType.STRING, 1)
+            oprot.writeString(self.token.encode('utf-8') if sys.version_info[0] == 2 else self.token)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(authenticate_args)
+authenticate_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'token', 'UTF8', None, ),  # 1
+)
+
+
+class authenticate_result(object):
+    """
+    Attributes:
+     - success
+     - unauthenticated
+
+    """
+
+
+    def __init__(self, success=None, unauthenticated=None,):
+        self.success = success
+        self.unauthenticated = unauthenticated
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRING:
+                    self.success = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('authenticate_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRING, 0)
+            oprot.writeString(self.success.encode('utf-8') if sys.version_info[0] == 2 else self.success)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(authenticate_result)
+authenticate_result.thrift_spec = (
+    (0, TType.STRING, 'success', 'UTF8', None, ),  # 0
+    None,  # 1
+    None,  # 2
+    None,  # 3
+    None,  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+)
 
 
 class submit_args(object):
@@ -812,16 +1110,20 @@ class submit_result(object):
      - unknownTopic
      - conflict
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None,):
+    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.invalid = invalid
         self.unknownTopic = unknownTopic
         self.conflict = conflict
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -858,6 +1160,16 @@ class submit_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -888,6 +1200,14 @@ class submit_result(object):
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
             oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -911,6 +1231,8 @@ submit_result.thrift_spec = (
     (2, TType.STRUCT, 'unknownTopic', [UnknownTopic, None], None, ),  # 2
     (3, TType.STRUCT, 'conflict', [Conflict, None], None, ),  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -993,16 +1315,20 @@ class submitBatch_result(object):
      - unknownTopic
      - conflict
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None,):
+    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.invalid = invalid
         self.unknownTopic = unknownTopic
         self.conflict = conflict
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1044,6 +1370,16 @@ class submitBatch_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1077,6 +1413,14 @@ class submitBatch_result(object):
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
             oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1100,6 +1444,8 @@ submitBatch_result.thrift_spec = (
     (2, TType.STRUCT, 'unknownTopic', [UnknownTopic, None], None, ),  # 2
     (3, TType.STRUCT, 'conflict', [Conflict, None], None, ),  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -1171,14 +1517,18 @@ class cancel_result(object):
      - success
      - invalid
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, invalid=None, unavailable=None,):
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.invalid = invalid
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1204,6 +1554,16 @@ class cancel_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1225,6 +1585,14 @@ class cancel_result(object):
         if self.unavailable is not None:
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1249,6 +1617,8 @@ cancel_result.thrift_spec = (
     None,  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -1334,16 +1704,20 @@ class reschedule_result(object):
      - notFound
      - conflict
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, invalid=None, notFound=None, conflict=None, unavailable=None,):
+    def __init__(self, success=None, invalid=None, notFound=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.invalid = invalid
         self.notFound = notFound
         self.conflict = conflict
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1380,6 +1754,16 @@ class reschedule_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1410,6 +1794,14 @@ class reschedule_result(object):
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
             oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1433,6 +1825,8 @@ reschedule_result.thrift_spec = (
     (2, TType.STRUCT, 'notFound', [NotFound, None], None, ),  # 2
     (3, TType.STRUCT, 'conflict', [Conflict, None], None, ),  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -1505,15 +1899,19 @@ class get_result(object):
      - invalid
      - notFound
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, invalid=None, notFound=None, unavailable=None,):
+    def __init__(self, success=None, invalid=None, notFound=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.invalid = invalid
         self.notFound = notFound
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1545,6 +1943,16 @@ class get_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1571,6 +1979,14 @@ class get_result(object):
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
             oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1594,6 +2010,8 @@ get_result.thrift_spec = (
     (2, TType.STRUCT, 'notFound', [NotFound, None], None, ),  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -1665,13 +2083,17 @@ class registerService_result(object):
     Attributes:
      - invalid
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, invalid=None, unavailable=None,):
+    def __init__(self, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.invalid = invalid
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1692,6 +2114,16 @@ class registerService_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1709,6 +2141,14 @@ class registerService_result(object):
         if self.unavailable is not None:
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1733,6 +2173,8 @@ registerService_result.thrift_spec = (
     None,  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -1784,13 +2226,17 @@ class listServices_result(object):
     Attributes:
      - success
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, unavailable=None,):
+    def __init__(self, success=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1817,6 +2263,16 @@ class listServices_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1837,6 +2293,14 @@ class listServices_result(object):
         if self.unavailable is not None:
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1861,6 +2325,8 @@ listServices_result.thrift_spec = (
     None,  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -1969,15 +2435,19 @@ class reportResult_result(object):
      - invalid
      - notFound
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, invalid=None, notFound=None, unavailable=None,):
+    def __init__(self, success=None, invalid=None, notFound=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.invalid = invalid
         self.notFound = notFound
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2008,6 +2478,16 @@ class reportResult_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2034,6 +2514,14 @@ class reportResult_result(object):
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
             oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -2057,6 +2545,8 @@ reportResult_result.thrift_spec = (
     (2, TType.STRUCT, 'notFound', [NotFound, None], None, ),  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 
 
@@ -2108,13 +2598,17 @@ class cluster_result(object):
     Attributes:
      - success
      - unavailable
+     - unauthenticated
+     - forbidden
 
     """
 
 
-    def __init__(self, success=None, unavailable=None,):
+    def __init__(self, success=None, unavailable=None, unauthenticated=None, forbidden=None,):
         self.success = success
         self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2136,6 +2630,16 @@ class cluster_result(object):
                     self.unavailable = Unavailable.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2153,6 +2657,14 @@ class cluster_result(object):
         if self.unavailable is not None:
             oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
             self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2177,6 +2689,8 @@ cluster_result.thrift_spec = (
     None,  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
 )
 fix_spec(all_structs)
 del all_structs

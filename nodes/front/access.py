@@ -1,0 +1,165 @@
+"""Access: who each Thrift call runs as, and whether it may do what it asks.
+
+Every connection has a Caller (delayq.nodes.front.caller): nobody when it is accepted; the client
+named by a client certificate's common name once the TLS handshake proves it; the token's client
+after a successful `authenticate`.
+
+Before each call the caller's client is looked up again, so a revocation or a rotated token also
+ends connections authenticated before it: the node re-reads the clients whenever their version in
+MySQL moves (delayq.store.clients), polled every `poll_ms` by this thread.
+
+Refusals, each counted in delayq_refusals_total by reason:
+- Unauthenticated: no identity (`unauthenticated`), a token that is not a client's current one
+  (`bad_token`), a client revoked (`revoked`) or whose token was rotated since this connection
+  authenticated (`rotated`), a certificate naming no client (`unknown_certificate`);
+- Forbidden(permission, topic): a topic the call names itself, or "" when the client holds the
+  permission on no topic (`forbidden`);
+- NotFound for a task of a topic the client may not touch (`hidden`): the client learns nothing
+  about tasks and topics it cannot see.
+
+With security off (DELAYQ_INSECURE) every call runs as the built-in client `insecure`, allowed
+everything.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from delayq import errors
+from delayq.access import tokens
+from delayq.access.grants import Client, Permission
+from delayq.nodes.front.caller import CERTIFICATE, Caller
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.threads import NodeThread
+from delayq.store.clients import ClientStore
+
+log = logging.getLogger(__name__)
+
+LOOKS_PER_S, LOOKS_BURST = 10, 5
+EVERYONE = Client("insecure", None, grants=frozenset((p, "*") for p in Permission))
+
+
+class Access(NodeThread):
+    name = "access"
+
+    def __init__(self, clients: ClientStore, metrics: Metrics, *, enabled: bool, poll_ms: int = 250):
+        super().__init__()
+        self._store, self._metrics = clients, metrics
+        self.enabled = enabled
+        self._poll_s = poll_ms / 1000.0
+        self._version: str | None = None
+        self._clients: dict[str, Client] = {}
+        self._lock = threading.Lock()
+        self._looks, self._looked_at = float(LOOKS_BURST), time.monotonic()
+
+    def load(self) -> None:
+        """Read the clients now (at start, inside the node's wait for MySQL)."""
+        self._version, self._clients = self._store.load()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            try:
+                self._refresh()
+            except errors.DelayqError as e:
+                log.warning("could not re-read the clients (%s): keeping the ones read before", e)
+
+    def _refresh(self) -> None:
+        with self._lock:
+            if self._store.version() != self._version:
+                self.load()
+                log.info("clients re-read: %d known", len(self._clients))
+
+    def _fresh_look(self) -> bool:
+        """Re-read the clients now if they changed: a client added a moment ago can authenticate
+        at once. At most LOOKS_PER_S a second (bursts of LOOKS_BURST), so a flood of bad tokens
+        costs MySQL little; during one, a new client may wait for the next poll. True when it
+        looked."""
+        now = time.monotonic()
+        with self._lock:
+            self._looks = min(LOOKS_BURST, self._looks + (now - self._looked_at) * LOOKS_PER_S)
+            self._looked_at = now
+            if self._looks < 1:
+                return False
+            self._looks -= 1
+        try:
+            self._refresh()
+        except errors.DelayqError:
+            return False
+        return True
+
+    # ---- identity -----------------------------------------------------------------------------
+
+    def authenticate(self, caller: Caller | None, token: str | None) -> str:
+        parsed = tokens.parse(token) if token else None
+        client = self._valid(parsed)
+        if client is None and parsed is not None and self._fresh_look():
+            client = self._valid(parsed)
+        if caller is None or client is None:
+            raise self._refused(errors.Unauthenticated("the token is not valid", "bad_token"))
+        caller.name, caller.credential = client.name, client.token
+        return client.name
+
+    def _valid(self, parsed: tuple[str, str] | None) -> Client | None:
+        client = self._clients.get(parsed[0]) if parsed else None
+        return client if client is not None and not client.revoked and tokens.same(client.token, parsed[1]) else None
+
+    def client(self, caller: Caller | None) -> Client:
+        """The caller's client as it stands now, or Unauthenticated."""
+        if not self.enabled:
+            return EVERYONE
+        if caller is not None and caller.name is None and caller.certificate is not None:
+            self._certified(caller)
+        if caller is None or caller.name is None:
+            raise self._refused(errors.Unauthenticated(
+                "call authenticate with a token first, or connect with a client certificate"))
+        client = self._clients.get(caller.name)
+        if client is None or client.revoked:
+            raise self._refused(errors.Unauthenticated("the client was revoked", "revoked"))
+        if caller.credential != CERTIFICATE and not tokens.same(client.token, caller.credential):
+            raise self._refused(errors.Unauthenticated("the token was rotated: authenticate again", "rotated"))
+        return client
+
+    def _certified(self, caller: Caller) -> None:
+        """The connection's verified certificate names a client: its calls are that client's."""
+        name, caller.certificate = caller.certificate, None      # looked up once per connection
+        client = self._clients.get(name)
+        if client is None and self._fresh_look():
+            client = self._clients.get(name)
+        if client is None or client.revoked:
+            raise self._refused(errors.Unauthenticated(f"no client is named {name!r} as the certificate is",
+                                                       "unknown_certificate"))
+        caller.name, caller.credential = client.name, CERTIFICATE
+
+    # ---- permissions --------------------------------------------------------------------------
+
+    def require(self, caller: Caller | None, permission: Permission) -> Client:
+        """The caller's client when it holds `permission` on some topic; else Forbidden."""
+        client = self.client(caller)
+        if not client.holds(permission):
+            raise self._refused(errors.Forbidden(permission.value), "forbidden")
+        return client
+
+    def topics(self, client: Client, permission: Permission, topics) -> None:
+        """Forbidden for the first topic, of those the call names, outside the client's grants."""
+        for topic in topics:
+            if not client.allows(permission, topic):
+                raise self._refused(errors.Forbidden(permission.value, topic), "forbidden")
+
+    def task(self, client: Client, permission: Permission, task_id: str,
+             topic_of: Callable[[str], str | None]) -> None:
+        """NotFound when the task's topic (looked up only when the client's grant is narrower than
+        every topic) is outside the client's grants."""
+        if client.everywhere(permission):
+            return
+        topic = topic_of(task_id)
+        if topic is not None and not client.allows(permission, topic):
+            raise self._refused(errors.NotFound(task_id), "hidden")
+
+    def _refused(self, error: errors.DelayqError, reason: str | None = None) -> errors.DelayqError:
+        self._tally(reason or getattr(error, "why", "refused"))
+        return error
+
+    def _tally(self, reason: str) -> None:
+        self._metrics.refusals.labels(reason).inc()

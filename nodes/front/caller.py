@@ -1,0 +1,34 @@
+"""Caller: who a connection's calls run as (delayq.nodes.front.access decides what they may do).
+
+The thread serving a call finds its caller with `current()`: the CallPool sets it before each
+call; submits carry theirs through the SubmitBatcher.
+"""
+from __future__ import annotations
+
+import threading
+
+CERTIFICATE = "certificate"         # Caller.credential of a client known by its certificate
+
+
+class Caller:
+    """Who a connection's calls run as. The I/O thread notes its certificate; the thread serving
+    a call sets the rest (one call per connection is served at a time)."""
+    __slots__ = ("peer", "name", "credential", "certificate")
+
+    def __init__(self, peer):
+        self.peer = peer
+        self.name: str | None = None
+        self.credential: str | None = None      # the token digest it authenticated with, or CERTIFICATE
+        self.certificate: str | None = None     # the common name of its verified client certificate, not yet looked up
+
+
+_serving = threading.local()
+
+
+def serving(caller: Caller | None) -> None:
+    """The thread now serves a call of this caller (CallPool, before each call)."""
+    _serving.caller = caller
+
+
+def current() -> Caller | None:
+    return getattr(_serving, "caller", None)

@@ -1,0 +1,135 @@
+"""`delayq clients ...`: the clients that may call the nodes, their tokens and grants.
+
+Written straight to MySQL with the operator's database account (delayq.store.clients); every node
+applies a change within DELAYQ_CLIENTS_POLL_MS (250 ms), without a restart. A token is printed
+once, when it is made (or written to --token-file, readable by its owner only), and never again.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from delayq.db import make_engine
+from delayq.ops.common import EXIT_USAGE, fail, load_settings, run
+from delayq.store.clients import ClientStore, NoSuchClient
+
+GRANT_HELP = ("PERMISSION:PATTERN, e.g. submit:orders.* (permissions: submit, cancel, read, report on "
+              "topics matching the pattern; admin:* cluster-wide).")
+
+
+def _store(config_file: str | None) -> ClientStore:
+    return ClientStore(make_engine(load_settings(config_file).mysql))
+
+
+def _grant(text: str) -> tuple[str, str]:
+    permission, colon, pattern = text.partition(":")
+    if not colon:
+        raise click.BadParameter(f"{text!r}: expected {GRANT_HELP}")
+    return permission, pattern
+
+
+def _checked(fn):
+    """Run fn: a bad name, grant or unknown client is a usage error (exit 2)."""
+    try:
+        return run(fn)
+    except (ValueError, NoSuchClient) as e:
+        fail(str(e).strip('"'), EXIT_USAGE)
+
+
+def _hand_out(token: str, token_file: str | None) -> None:
+    if token_file is None:
+        click.echo(token)
+        return
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    click.echo(f"token written to {token_file}", err=True)
+
+
+config_option = click.option("--config", "config_file", type=click.Path(dir_okay=False))
+token_file_option = click.option("--token-file", type=click.Path(dir_okay=False),
+                                 help="Write the token to this file (mode 0600) instead of printing it.")
+
+
+@click.group()
+def clients() -> None:
+    """Add clients, grant and revoke their permissions, rotate their tokens."""
+
+
+@clients.command("add")
+@click.argument("name")
+@click.option("--grant", "grants", multiple=True, help=GRANT_HELP + " Repeat for several.")
+@click.option("--certificate-only", is_flag=True,
+              help="No token: the client connects with a certificate whose common name is NAME.")
+@click.option("--exist-ok", is_flag=True,
+              help="For scripts: a client NAME that exists is kept and given the grants; with --token-file, "
+                   "it gets a new token only when that file is missing.")
+@token_file_option
+@config_option
+def add(name: str, grants: tuple[str, ...], certificate_only: bool, exist_ok: bool, token_file: str | None,
+        config_file: str | None) -> None:
+    """Add a client; print its token (shown this once)."""
+    store = _store(config_file)
+    parsed = tuple(_grant(g) for g in grants)
+    if exist_ok and _checked(lambda: any(c.name == name for c in store.list())):
+        for g in parsed:
+            _checked(lambda: store.grant(name, *g))
+        if token_file is not None and not os.path.exists(token_file) and not certificate_only:
+            _hand_out(_checked(lambda: store.rotate(name)), token_file)
+        return
+    token = _checked(lambda: store.add(name, token=not certificate_only, grants=parsed))
+    if token is not None:
+        _hand_out(token, token_file)
+
+
+@clients.command("grant")
+@click.argument("name")
+@click.argument("grant")
+@config_option
+def grant(name: str, grant: str, config_file: str | None) -> None:
+    """Give client NAME a permission on a topic pattern (PERMISSION:PATTERN)."""
+    store = _store(config_file)
+    _checked(lambda: store.grant(name, *_grant(grant)))
+
+
+@clients.command("revoke")
+@click.argument("name")
+@click.argument("grant", required=False)
+@config_option
+def revoke(name: str, grant: str | None, config_file: str | None) -> None:
+    """Take one grant (PERMISSION:PATTERN) from client NAME, or, with no grant, revoke the client
+    itself: its token and certificate stop working on every node (`rotate` reinstates it)."""
+    store = _store(config_file)
+    if grant is None:
+        _checked(lambda: store.revoke(name))
+        return
+    if not _checked(lambda: store.ungrant(name, *_grant(grant))):
+        fail(f"client {name!r} does not hold {grant}", EXIT_USAGE)
+
+
+@clients.command("rotate")
+@click.argument("name")
+@token_file_option
+@config_option
+def rotate(name: str, token_file: str | None, config_file: str | None) -> None:
+    """Give client NAME a new token; its old one stops working on every node."""
+    store = _store(config_file)
+    _hand_out(_checked(lambda: store.rotate(name)), token_file)
+
+
+@clients.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@config_option
+def list_clients(as_json: bool, config_file: str | None) -> None:
+    """List the clients and their grants (never their tokens)."""
+    store = _store(config_file)
+    listed = run(store.list, as_json)
+    if as_json:
+        click.echo(json.dumps([{"name": c.name, "token": c.token, "revoked": c.revoked,
+                                "grants": [f"{p}:{pat}" for p, pat in c.grants]} for c in listed], indent=2))
+        return
+    for c in listed:
+        state = "revoked" if c.revoked else ("token" if c.token else "certificate only")
+        click.echo(f"{c.name:24} {state:17} {' '.join(f'{p}:{pat}' for p, pat in c.grants) or '-'}")

@@ -1,0 +1,145 @@
+"""ClientStore: the clients that may call the nodes and their grants (job_client,
+job_client_grant), written by `delayq clients` and read by every node.
+
+Every change bumps the `clients_version` row of delayq_meta in its own transaction; a node reads
+that one row every few hundred milliseconds and re-reads the clients only when it moved
+(delayq.nodes.front.access), so a grant, a revocation or a rotated token holds on every node
+within a second, without a restart.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+from sqlalchemy import Connection, Engine, delete, select, text, update
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+from delayq import tables
+from delayq.access.grants import Client, Permission, check_grant
+from delayq.access.tokens import check_name, new_token
+from delayq.clock import SYSTEM_CLOCK, Clock
+from delayq.db import unavailable_on_failure
+
+CLIENT, GRANT, META = tables.client, tables.client_grant, tables.meta
+VERSION = "clients_version"
+
+
+class NoSuchClient(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Listed:
+    name: str
+    token: bool             # has a token (else: certificate only)
+    revoked: bool
+    grants: tuple[tuple[str, str], ...]
+    updated_ms: int
+
+
+class ClientStore:
+    def __init__(self, engine: Engine, clock: Clock = SYSTEM_CLOCK):
+        self._engine, self._clock = engine, clock
+
+    # ---- read by the nodes --------------------------------------------------------------------
+
+    def version(self) -> str:
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            return conn.execute(select(META.c.value).where(META.c.name == VERSION)).scalar() or "0"
+
+    def load(self) -> tuple[str, dict[str, Client]]:
+        """(version, every client by name), read in one transaction so they agree."""
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            version = conn.execute(select(META.c.value).where(META.c.name == VERSION)).scalar() or "0"
+            grants: dict[str, set] = {}
+            for row in conn.execute(select(GRANT.c.name, GRANT.c.permission, GRANT.c.pattern)):
+                try:
+                    grants.setdefault(row.name, set()).add(check_grant(row.permission, row.pattern))
+                except ValueError:
+                    continue        # written by hand and not valid: grants nothing
+            clients = {row.name: Client(row.name, row.token_sha256, bool(row.revoked),
+                                        frozenset(grants.get(row.name, ())))
+                       for row in conn.execute(select(CLIENT))}
+        return version, clients
+
+    # ---- written by operators -----------------------------------------------------------------
+
+    def add(self, name: str, token: bool = True, grants: tuple[tuple[str, str], ...] = ()) -> str | None:
+        """A new client (ValueError if it exists); its token, shown to the operator once."""
+        check_name(name)
+        checked = [check_grant(p, pat) for p, pat in grants]
+        issued, digest = new_token(name) if token else (None, None)
+        now = self._clock.now_ms()
+        with self._change() as conn:
+            if conn.execute(select(CLIENT.c.name).where(CLIENT.c.name == name)).first() is not None:
+                raise ValueError(f"client {name!r} exists already (rotate its token, or grant it more)")
+            conn.execute(CLIENT.insert().values(name=name, token_sha256=digest, revoked=0, created_ms=now,
+                                                updated_ms=now))
+            self._grant(conn, name, checked)
+        return issued
+
+    def grant(self, name: str, permission: str, pattern: str) -> None:
+        checked = check_grant(permission, pattern)
+        with self._change() as conn:
+            self._existing(conn, name)
+            self._grant(conn, name, [checked])
+
+    def ungrant(self, name: str, permission: str, pattern: str) -> bool:
+        """Remove one grant; False when the client did not hold it."""
+        perm, pattern = check_grant(permission, pattern)
+        with self._change() as conn:
+            self._existing(conn, name)
+            gone = conn.execute(delete(GRANT).where(GRANT.c.name == name, GRANT.c.permission == perm.value,
+                                                    GRANT.c.pattern == pattern)).rowcount
+            self._touch(conn, name)
+        return bool(gone)
+
+    def revoke(self, name: str) -> None:
+        """The client can no longer call anything: its token and its certificate stop working."""
+        with self._change() as conn:
+            self._existing(conn, name)
+            conn.execute(update(CLIENT).where(CLIENT.c.name == name)
+                         .values(revoked=1, token_sha256=None, updated_ms=self._clock.now_ms()))
+
+    def rotate(self, name: str) -> str:
+        """A new token for the client (revoked or not: rotating reinstates it); the old one stops working."""
+        issued, digest = new_token(name)
+        with self._change() as conn:
+            self._existing(conn, name)
+            conn.execute(update(CLIENT).where(CLIENT.c.name == name)
+                         .values(revoked=0, token_sha256=digest, updated_ms=self._clock.now_ms()))
+        return issued
+
+    def list(self) -> list[Listed]:
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            grants: dict[str, list] = {}
+            for row in conn.execute(select(GRANT).order_by(GRANT.c.name, GRANT.c.permission, GRANT.c.pattern)):
+                grants.setdefault(row.name, []).append((row.permission, row.pattern))
+            return [Listed(r.name, r.token_sha256 is not None, bool(r.revoked), tuple(grants.get(r.name, ())),
+                           r.updated_ms)
+                    for r in conn.execute(select(CLIENT).order_by(CLIENT.c.name))]
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _change(self) -> Iterator[Connection]:
+        """A transaction that bumps the clients' version when it commits."""
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            conn.execute(text("INSERT INTO delayq_meta (name, value) VALUES (:n, '1') ON DUPLICATE KEY "
+                              "UPDATE value = CAST(value AS UNSIGNED) + 1"), {"n": VERSION})
+            yield conn
+
+    @staticmethod
+    def _existing(conn: Connection, name: str) -> None:
+        if conn.execute(select(CLIENT.c.name).where(CLIENT.c.name == name).with_for_update()).first() is None:
+            raise NoSuchClient(f"no client {name!r}")
+
+    def _grant(self, conn: Connection, name: str, grants: list[tuple[Permission, str]]) -> None:
+        for perm, pattern in grants:
+            conn.execute(mysql_insert(GRANT).values(name=name, permission=perm.value, pattern=pattern)
+                         .prefix_with("IGNORE"))
+        self._touch(conn, name)
+
+    def _touch(self, conn: Connection, name: str) -> None:
+        conn.execute(update(CLIENT).where(CLIENT.c.name == name).values(updated_ms=self._clock.now_ms()))

@@ -1,0 +1,70 @@
+"""The security test and benchmark clusters run with, as production does: TLS on every node's
+Thrift port (a development CA and node certificate, `delayq certs dev`) and an admin client,
+`test-admin`, whose token every fresh database knows.
+
+    security.install()          # this process's clients: CA and token in os.environ
+    node_env(...)               # a node's: its certificate (delayq.testing.cluster)
+
+The set lives in DELAYQ_TEST_TLS (default: delayq-test-tls-<uid> in the temporary folder), made
+once and shared by every process of a run, under a file lock.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from delayq.access import tokens
+from delayq.access.grants import Permission
+
+ADMIN = "test-admin"
+FOLDER = Path(os.environ.get("DELAYQ_TEST_TLS") or Path(tempfile.gettempdir()) / f"delayq-test-tls-{os.getuid()}")
+
+
+def ensure() -> Path:
+    """The folder, with ca.pem, node.pem/.key, a client certificate for `test-admin`, and the
+    admin's token (admin.token)."""
+    from delayq.ops.certs import dev_set
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    with open(FOLDER / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        dev_set(FOLDER, clients=(ADMIN,))
+        token_file = FOLDER / "admin.token"
+        if not token_file.exists():
+            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(tokens.new_token(ADMIN)[0] + "\n")
+    return FOLDER
+
+
+def admin_token() -> str:
+    return (ensure() / "admin.token").read_text().strip()
+
+
+def node_environment() -> dict[str, str]:
+    folder = ensure()
+    return {"DELAYQ_TLS_CERT_FILE": str(folder / "node.pem"), "DELAYQ_TLS_KEY_FILE": str(folder / "node.key"),
+            "DELAYQ_TLS_CA_FILE": str(folder / "ca.pem")}
+
+
+def client_environment() -> dict[str, str]:
+    return {"DELAYQ_TLS_CA_FILE": str(ensure() / "ca.pem"), "DELAYQ_TOKEN": admin_token()}
+
+
+def install() -> None:
+    """This process's clients (and the `delayq` commands it runs) reach nodes as test-admin."""
+    os.environ.update(client_environment())
+
+
+def admit(engine: Engine) -> None:
+    """Make test-admin a client of this database, with every permission on every topic."""
+    name, digest = tokens.parse(admin_token())
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO job_client (name, token_sha256, revoked, created_ms, updated_ms) "
+                             "VALUES (%s, %s, 0, 0, 0)", (name, digest))
+        for perm in Permission:
+            conn.exec_driver_sql("INSERT INTO job_client_grant (name, permission, pattern) VALUES (%s, %s, '*')",
+                                 (name, perm.value))

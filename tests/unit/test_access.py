@@ -1,0 +1,81 @@
+"""Tokens, grants and settings of security: what an operator and a client can rely on."""
+from __future__ import annotations
+
+import pytest
+
+from delayq import config
+from delayq.access import tokens
+from delayq.access.grants import Client, Permission, check_grant
+from delayq.errors import ConfigError
+
+
+def test_a_token_names_its_client_and_only_its_digest_is_kept():
+    token, digest = tokens.new_token("billing")
+    name, secret = token.split(".", 1)
+    assert name == "billing" and len(secret) >= 40
+    assert tokens.parse(token) == ("billing", digest)
+    assert secret not in digest
+    assert tokens.new_token("billing")[0] != token
+
+
+@pytest.mark.parametrize("text", ["", "no-dot", ".secret", "Upper.secret", "a b.secret", "x" * 201])
+def test_text_that_is_not_a_token_parses_to_nothing(text):
+    assert tokens.parse(text) is None
+
+
+def test_digests_compare_only_when_both_exist():
+    assert tokens.same("ab", "ab") and not tokens.same("ab", "ac")
+    assert not tokens.same(None, None) and not tokens.same("ab", None)
+
+
+def test_grants_match_topics_by_pattern():
+    c = Client("orders-svc", None, grants=frozenset({(Permission.SUBMIT, "orders.*"), (Permission.READ, "*"),
+                                                     (Permission.CANCEL, "orders.cancel")}))
+    assert c.allows(Permission.SUBMIT, "orders.cancel") and c.allows(Permission.SUBMIT, "orders.")
+    assert not c.allows(Permission.SUBMIT, "ordersX") and not c.allows(Permission.SUBMIT, "billing.orders.x")
+    assert c.allows(Permission.CANCEL, "orders.cancel") and not c.allows(Permission.CANCEL, "orders.cancelled")
+    assert c.allows(Permission.READ, "anything") and c.everywhere(Permission.READ)
+    assert not c.everywhere(Permission.SUBMIT) and c.holds(Permission.SUBMIT)
+    assert not c.holds(Permission.ADMIN) and not c.allows(Permission.REPORT, "orders.cancel")
+
+
+def test_a_dot_in_a_pattern_is_a_dot():
+    c = Client("x", None, grants=frozenset({(Permission.SUBMIT, "a.b")}))
+    assert c.allows(Permission.SUBMIT, "a.b") and not c.allows(Permission.SUBMIT, "aXb")
+
+
+@pytest.mark.parametrize("permission, pattern, says", [
+    ("fly", "*", "unknown permission"), ("admin", "orders.*", "cluster-wide"),
+    ("submit", "orders/x", "topic pattern"), ("submit", "", "topic pattern"), ("read", "a[b]", "topic pattern")])
+def test_bad_grants_are_refused_with_the_reason(permission, pattern, says):
+    with pytest.raises(ValueError, match=says):
+        check_grant(permission, pattern)
+
+
+def test_a_node_needs_its_certificate_unless_it_runs_insecure():
+    with pytest.raises(ConfigError, match="DELAYQ_TLS_CERT_FILE"):
+        config.check_node(config.load({}))
+    config.check_node(config.load({"DELAYQ_INSECURE": "true"}))
+    config.check_node(config.load({"DELAYQ_TLS_CERT_FILE": "n.pem", "DELAYQ_TLS_KEY_FILE": "n.key"}))
+
+
+def test_client_certificates_need_a_ca():
+    with pytest.raises(ConfigError, match="DELAYQ_TLS_CA_FILE"):
+        config.load({"DELAYQ_TLS_CLIENT_CERT": "required"})
+    assert config.load({"DELAYQ_TLS_CA_FILE": "ca.pem"}).security.tls_client_cert == "optional"
+    assert config.load({}).security.tls_client_cert == "none"
+
+
+def test_secrets_come_from_files_and_errors_never_show_them(tmp_path):
+    secret = tmp_path / "mysql-url"
+    secret.write_text("mysql+pymysql://delayq:s3cret@db:3306/delayq\n")
+    assert config.load({"DELAYQ_MYSQL_URL_FILE": str(secret)}).mysql.url == "mysql+pymysql://delayq:s3cret@db:3306/delayq"
+    with pytest.raises(ConfigError) as e:
+        config.load({"DELAYQ_AMQP_URL_FILE": str(tmp_path / "missing")})
+    assert "DELAYQ_AMQP_URL_FILE" in str(e.value)
+
+
+def test_help_never_shows_a_secret_default():
+    from delayq.options import reference
+    text = "\n".join(reference())
+    assert "guest:guest" not in text and "DELAYQ_MYSQL_URL = (secret)" in text

@@ -27,7 +27,7 @@ def load_settings(config_file: str | None) -> config_mod.Settings:
 
 def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
     """A client over the given endpoints, or the cluster's live nodes found in ZooKeeper."""
-    found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster)
+    found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster, zk_auth=settings.zk.auth)
     if not found:
         raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
     return DelayqClient(found)

@@ -12,6 +12,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from thrift.Thrift import TException
 
+from delayq import zkauth
 from delayq.client import DelayqClient, discover
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.config import Settings
@@ -22,7 +23,7 @@ from delayq.zkpaths import AssignmentDoc, Intents, ZkPaths
 @contextlib.contextmanager
 def zk_session(settings: Settings) -> Iterator[KazooClient]:
     timeout = settings.zk.session_timeout_ms / 1000.0
-    zk = KazooClient(hosts=settings.zk.hosts, timeout=timeout)
+    zk = KazooClient(hosts=settings.zk.hosts, timeout=timeout, **zkauth.kazoo_args(settings.zk.auth))
     try:
         zk.start(timeout=timeout)
     except KazooTimeoutError:
@@ -76,7 +77,8 @@ def wait_applied(zk: KazooClient, paths: ZkPaths, zxid: int, timeout_s: float) -
 
 
 def cluster_info(settings: Settings, endpoints: list[str]) -> ttypes.ClusterInfo:
-    found = endpoints or discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000)
+    found = endpoints or discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000,
+                                  settings.zk.auth)
     if not found:
         raise Unavailable(f"no live node in cluster {settings.node.cluster!r}")
     try:

@@ -17,7 +17,8 @@ from delayq.lifecycle import Status
 def collect(settings: Settings, endpoints: list[str]) -> dict:
     if not endpoints:
         try:
-            endpoints = discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000)
+            endpoints = discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000,
+                                 settings.zk.auth)
         except ttypes.Unavailable as e:
             raise Unavailable(e.reason) from None
         if not endpoints:

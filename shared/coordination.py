@@ -29,6 +29,7 @@ from kazoo.exceptions import ConnectionLoss
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from delayq import zkauth
 from delayq.config import ZkSettings
 from delayq.errors import Unavailable
 
@@ -40,7 +41,7 @@ Listener = Callable[[str, int | None], None]
 class ZkSession:
     def __init__(self, settings: ZkSettings):
         self.client = KazooClient(
-            hosts=settings.hosts, timeout=settings.session_timeout_ms / 1000.0,
+            hosts=settings.hosts, timeout=settings.session_timeout_ms / 1000.0, **zkauth.kazoo_args(settings.auth),
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self._call_timeout = max(2.0, settings.session_timeout_ms / 1000.0)

@@ -1,0 +1,28 @@
+"""delayq's ZooKeeper identity (DELAYQ_ZK_AUTH, `user:password`, ZooKeeper's digest scheme).
+
+Every session delayq opens (nodes, the `delayq` command, client discovery) authenticates as it,
+and every znode delayq creates carries one ACL entry: that identity, with every permission. No
+one else can read the members, write the assignment or change the intents. With no identity
+given (DELAYQ_INSECURE development setups) znodes are created open, as ZooKeeper's default is.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from kazoo.security import make_digest_acl
+
+
+def check(auth: str) -> None:
+    """ValueError (naming the form, never the value) unless auth is `user:password`."""
+    user, colon, password = auth.partition(":")
+    if not (user and colon and password):
+        raise ValueError("DELAYQ_ZK_AUTH must be user:password")
+
+
+def kazoo_args(auth: str) -> dict[str, Any]:
+    """The KazooClient arguments that authenticate a session and protect what it creates."""
+    if not auth:
+        return {}
+    check(auth)
+    user, _, password = auth.partition(":")
+    return {"auth_data": [("digest", auth)], "default_acl": [make_digest_acl(user, password, all=True)]}

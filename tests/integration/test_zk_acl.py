@@ -1,0 +1,70 @@
+"""ZooKeeper: delayq's znodes are readable and writable by delayq's identity alone
+(DELAYQ_ZK_AUTH): no other session, anonymous or with another identity, can read the members or
+change the assignment and the intents."""
+from __future__ import annotations
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from conftest import ZK_HOSTS, wait_until
+from delayq import zkauth
+from delayq.testing import security
+from delayq.zkpaths import Intents, ZkPaths
+
+pytestmark = pytest.mark.integration
+
+
+def session(**args) -> KazooClient:
+    zk = KazooClient(hosts=ZK_HOSTS, timeout=5, **args)
+    zk.start(timeout=5)
+    return zk
+
+
+@pytest.fixture(scope="module")
+def paths(node_factory, database) -> ZkPaths:
+    node_factory(DELAYQ_ZK_ENABLED="true")
+    paths = ZkPaths(database.name)
+    ours = session(**zkauth.kazoo_args(security.zk_auth()))
+    try:
+        wait_until(lambda: ours.exists(paths.assignment), 20, what="the master's first assignment")
+        if not ours.exists(paths.intents):
+            ours.create(paths.intents, Intents().encode())
+    finally:
+        ours.stop()
+        ours.close()
+    return paths
+
+
+def test_every_znode_carries_delayqs_identity_alone(paths):
+    ours = session(**zkauth.kazoo_args(security.zk_auth()))
+    try:
+        user = security.zk_auth().split(":", 1)[0]
+        for path in (paths.root, paths.nodes, paths.assignment, paths.intents,
+                     *(paths.member(m) for m in ours.get_children(paths.nodes))):
+            acls, _ = ours.get_acls(path)
+            assert [(a.id.scheme, a.id.id.split(":")[0], a.perms) for a in acls] == [("digest", user, 31)], path
+    finally:
+        ours.stop()
+        ours.close()
+
+
+@pytest.mark.parametrize("who", ["anonymous", "another identity"])
+def test_no_other_session_can_read_the_members_or_change_the_assignment_or_intents(paths, who):
+    zk = session(**({} if who == "anonymous" else {"auth_data": [("digest", "intruder:guess")]}))
+    try:
+        with pytest.raises(NoAuthError):
+            zk.get_children(paths.nodes)
+        with pytest.raises(NoAuthError):
+            zk.get(paths.assignment)
+        with pytest.raises(NoAuthError):
+            zk.set(paths.assignment, b'{"epoch": 999999, "shards": {}}')
+        with pytest.raises(NoAuthError):
+            zk.set(paths.intents, Intents(drained=frozenset({"n1"})).encode())
+        with pytest.raises(NoAuthError):
+            zk.delete(paths.intents)
+        with pytest.raises(NoAuthError):
+            zk.create(f"{paths.election}/intruder__", b"", ephemeral=True, sequence=True)
+    finally:
+        zk.stop()
+        zk.close()

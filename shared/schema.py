@@ -130,11 +130,23 @@ def create_database(server_engine: Engine, name: str) -> None:
         conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"))
 
 
+def applied_version(conn: Connection) -> int:
+    """The schema version recorded, read only (a node's account may not create tables): 0 when
+    no migration ever ran."""
+    try:
+        return conn.execute(text("SELECT COALESCE(MAX(version), 0) FROM delayq_schema_version")).scalar_one()
+    except sqlalchemy.exc.ProgrammingError as e:
+        if getattr(e.orig, "args", (None,))[0] == 1146:     # no such table
+            conn.rollback()
+            return 0
+        raise
+
+
 def check_ready(engine: Engine) -> None:
     """Refuse to run a node on a database behind this code or with no shards (ConfigError);
     StoreUnavailable while MySQL does not answer."""
     with unavailable_on_failure(), engine.connect() as conn:
-        have, want = current_version(conn), len(migrations())
+        have, want = applied_version(conn), len(migrations())
         if have < want:
             raise ConfigError(f"the database schema is at version {have}, this node needs {want}: "
                               "run `delayq db migrate`")

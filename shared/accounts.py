@@ -1,0 +1,60 @@
+"""The MySQL account nodes run as: it reads and writes delayq's tables, and nothing else.
+
+`delayq db init --node-account NAME --node-url-file PATH`, run with an admin account, creates the
+account (or, run again, resets its grants to these and keeps its password) and writes the URL
+nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema, and only reads of the
+clients and the schema version: a node cannot grant itself a client's permissions. Operators'
+commands that change clients or the schema keep using an admin account.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+ACCOUNT = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_RW = "SELECT, INSERT, UPDATE, DELETE"
+# Table -> what nodes (and the operators' everyday commands: drain, redrive, purge, reshard) do to it.
+NODE_GRANTS = {
+    "job_delay_task": _RW, "job_delay_task_execlog": _RW, "job_delay_task_backlog": _RW,
+    "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
+    "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
+    "job_client": "SELECT", "job_client_grant": "SELECT", "job_audit": "SELECT, INSERT",
+}
+
+
+def check_account(name: str) -> str:
+    if not ACCOUNT.fullmatch(name or ""):
+        raise ValueError(f"account name must be 1-32 of a-z, 0-9 and '_', starting with a letter: {name!r}")
+    return name
+
+
+def ensure_node_account(admin: Engine, database: str, name: str, password: str | None = None,
+                        host: str = "%") -> str:
+    """Create or update the node account; returns its password (the given one, or a new one)."""
+    check_account(name)
+    password = password or secrets.token_urlsafe(24)
+    who = {"u": name, "h": host, "p": password}
+    with admin.begin() as conn:
+        conn.execute(text("CREATE USER IF NOT EXISTS :u@:h IDENTIFIED BY :p"), who)
+        conn.execute(text("ALTER USER :u@:h IDENTIFIED BY :p"), who)
+        conn.execute(text("REVOKE ALL PRIVILEGES, GRANT OPTION FROM :u@:h"), who)
+        for table, privileges in NODE_GRANTS.items():
+            conn.execute(text(f"GRANT {privileges} ON `{database}`.`{table}` TO :u@:h"), who)
+    return password
+
+
+def node_url(admin_url: str, name: str, password: str) -> str:
+    """The admin's URL with the node account in place of the admin."""
+    return make_url(admin_url).set(username=name, password=password).render_as_string(hide_password=False)
+
+
+def password_in(url: str) -> str | None:
+    """The password of a URL (ValueError when the text is not one)."""
+    try:
+        return make_url(url).password
+    except ArgumentError:
+        raise ValueError("not a database URL") from None

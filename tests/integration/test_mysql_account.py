@@ -1,0 +1,137 @@
+"""The nodes' own MySQL account (`delayq db init --node-account`): a node runs a task's whole life
+with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the clients."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pymysql
+import pytest
+from sqlalchemy.engine import make_url
+
+from conftest import Collector, wait_until
+from delayq import config, db as dbm
+from delayq.client import CallbackService, CancelResult, TaskSpec, TaskStatus
+
+pytestmark = pytest.mark.integration
+
+
+def db_init(database, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "delayq", "db", "init", *args],
+                          env={**os.environ, "DELAYQ_MYSQL_URL": database.url}, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.fixture(scope="module")
+def node_url(database, tmp_path_factory):
+    account = f"n_{database.name[-10:]}"
+    url_file = tmp_path_factory.mktemp("account") / "node-url"
+    out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))
+    assert out.returncode == 0, out.stderr
+    assert url_file.stat().st_mode & 0o077 == 0
+    yield url_file.read_text().strip()
+    admin = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP USER IF EXISTS '{account}'@'%%'")
+    admin.dispose()
+
+
+def connect(url: str, database: str | None = "from-url") -> pymysql.Connection:
+    u = make_url(url)
+    return pymysql.connect(host=u.host, port=u.port or 3306, user=u.username, password=u.password or "",
+                           database=u.database if database == "from-url" else database, connect_timeout=5)
+
+
+def test_a_node_runs_tasks_with_its_own_account(node_factory, node_url):
+    node = node_factory(DELAYQ_MYSQL_URL=node_url)
+    topic = f"acct-{uuid.uuid4().hex[:6]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=0))
+    collector = Collector("delayq", topic)       # a queue bound to the topic, so the task is delivered
+    try:
+        _life(node, topic)
+    finally:
+        collector.close()
+
+
+def _life(node, topic: str) -> None:
+    with node.client() as c:
+        fired = c.submit(TaskSpec(topic=topic, delayMs=200, payload=b"x")).taskId
+        kept = c.submit(TaskSpec(topic=topic, delayMs=600_000)).taskId
+        c.reschedule(kept, c.get(kept).dueAtMs + 1000)
+        assert c.cancel(kept) == CancelResult.CANCELLED
+        wait_until(lambda: c.get(fired).status == TaskStatus.FINISHED, 15, what="the task to fire and finish")
+
+
+@pytest.mark.parametrize("statement", [
+    "DROP TABLE job_delay_task",
+    "CREATE TABLE sneaky (id INT)",
+    "ALTER TABLE job_delay_task ADD COLUMN x INT",
+    "INSERT INTO job_client (name, token_sha256, revoked, created_ms, updated_ms) VALUES ('me', NULL, 0, 0, 0)",
+    "UPDATE job_client_grant SET pattern = '*'",
+    "DELETE FROM delayq_schema_version",
+    "SELECT user FROM mysql.user",
+])
+def test_the_node_account_is_refused_everything_else(node_url, statement):
+    conn = connect(node_url)
+    try:
+        with pytest.raises(pymysql.err.MySQLError) as e:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+        assert e.value.args[0] in (1142, 1143, 1044), e.value      # command denied (table, column, database)
+    finally:
+        conn.close()
+
+
+def test_the_node_account_cannot_read_another_schema(database, node_url):
+    other = f"delayq_other_{uuid.uuid4().hex[:8]}"
+    admin = connect(database.url, database=None)
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{other}`")
+            cur.execute(f"CREATE TABLE `{other}`.secrets (v INT)")
+        conn = connect(node_url)
+        try:
+            with pytest.raises(pymysql.err.MySQLError) as e:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT * FROM `{other}`.secrets")
+            assert e.value.args[0] in (1142, 1044)
+        finally:
+            conn.close()
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{other}`")
+        admin.close()
+
+
+def test_db_init_again_keeps_the_password_and_resets_the_grants(database, node_url, tmp_path):
+    account = make_url(node_url).username
+    url_file = tmp_path / "node-url"
+    url_file.write_text(node_url + "\n")
+    admin = connect(database.url, database=None)
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"GRANT DROP ON `{database.name}`.* TO '{account}'@'%'")      # drift, by hand
+    finally:
+        admin.close()
+    out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))
+    assert out.returncode == 0, out.stderr
+    assert url_file.read_text().strip() == node_url
+    conn = connect(node_url)
+    try:
+        with pytest.raises(pymysql.err.MySQLError):
+            with conn.cursor() as cur:
+                cur.execute("DROP TABLE job_delay_hint")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--node-account", "Bad-Name", "--node-url-file", "/tmp/x"), "account name"),
+    (("--node-account", "ok_name"), "go together"),
+])
+def test_db_init_refuses_a_bad_account_with_exit_2(database, args, says):
+    out = db_init(database, *args)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr

@@ -6,12 +6,15 @@ once, when it is made (or written to --token-file, readable by its owner only), 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from typing import Iterator
 
 import click
 
 from delayq.db import make_engine
+from delayq.ops.audit import recorded
 from delayq.ops.common import EXIT_USAGE, fail, load_settings, run
 from delayq.store.clients import ClientStore, NoSuchClient
 
@@ -19,8 +22,12 @@ GRANT_HELP = ("PERMISSION:PATTERN, e.g. submit:orders.* (permissions: submit, ca
               "topics matching the pattern; admin:* cluster-wide).")
 
 
-def _store(config_file: str | None) -> ClientStore:
-    return ClientStore(make_engine(load_settings(config_file).mysql))
+@contextlib.contextmanager
+def _store(config_file: str | None, action: str, target: str) -> Iterator[ClientStore]:
+    """The store, inside the audit record of this action (`delayq audit`)."""
+    settings = load_settings(config_file)
+    with recorded(settings, f"clients.{action}", target):
+        yield ClientStore(make_engine(settings.mysql))
 
 
 def _grant(text: str) -> tuple[str, str]:
@@ -71,8 +78,12 @@ def clients() -> None:
 def add(name: str, grants: tuple[str, ...], certificate_only: bool, exist_ok: bool, token_file: str | None,
         config_file: str | None) -> None:
     """Add a client; print its token (shown this once)."""
-    store = _store(config_file)
     parsed = tuple(_grant(g) for g in grants)
+    with _store(config_file, "add", " ".join([name, *grants])) as store:
+        _add(store, name, parsed, certificate_only, exist_ok, token_file)
+
+
+def _add(store: ClientStore, name: str, parsed, certificate_only: bool, exist_ok: bool, token_file: str | None) -> None:
     if exist_ok and _checked(lambda: any(c.name == name for c in store.list())):
         for g in parsed:
             _checked(lambda: store.grant(name, *g))
@@ -90,8 +101,8 @@ def add(name: str, grants: tuple[str, ...], certificate_only: bool, exist_ok: bo
 @config_option
 def grant(name: str, grant: str, config_file: str | None) -> None:
     """Give client NAME a permission on a topic pattern (PERMISSION:PATTERN)."""
-    store = _store(config_file)
-    _checked(lambda: store.grant(name, *_grant(grant)))
+    with _store(config_file, "grant", f"{name} {grant}") as store:
+        _checked(lambda: store.grant(name, *_grant(grant)))
 
 
 @clients.command("revoke")
@@ -101,12 +112,12 @@ def grant(name: str, grant: str, config_file: str | None) -> None:
 def revoke(name: str, grant: str | None, config_file: str | None) -> None:
     """Take one grant (PERMISSION:PATTERN) from client NAME, or, with no grant, revoke the client
     itself: its token and certificate stop working on every node (`rotate` reinstates it)."""
-    store = _store(config_file)
-    if grant is None:
-        _checked(lambda: store.revoke(name))
-        return
-    if not _checked(lambda: store.ungrant(name, *_grant(grant))):
-        fail(f"client {name!r} does not hold {grant}", EXIT_USAGE)
+    with _store(config_file, "revoke", f"{name} {grant or ''}".strip()) as store:
+        if grant is None:
+            _checked(lambda: store.revoke(name))
+            return
+        if not _checked(lambda: store.ungrant(name, *_grant(grant))):
+            fail(f"client {name!r} does not hold {grant}", EXIT_USAGE)
 
 
 @clients.command("rotate")
@@ -115,8 +126,8 @@ def revoke(name: str, grant: str | None, config_file: str | None) -> None:
 @config_option
 def rotate(name: str, token_file: str | None, config_file: str | None) -> None:
     """Give client NAME a new token; its old one stops working on every node."""
-    store = _store(config_file)
-    _hand_out(_checked(lambda: store.rotate(name)), token_file)
+    with _store(config_file, "rotate", name) as store:
+        _hand_out(_checked(lambda: store.rotate(name)), token_file)
 
 
 @clients.command("list")
@@ -124,8 +135,7 @@ def rotate(name: str, token_file: str | None, config_file: str | None) -> None:
 @config_option
 def list_clients(as_json: bool, config_file: str | None) -> None:
     """List the clients and their grants (never their tokens)."""
-    store = _store(config_file)
-    listed = run(store.list, as_json)
+    listed = run(ClientStore(make_engine(load_settings(config_file).mysql)).list, as_json)
     if as_json:
         click.echo(json.dumps([{"name": c.name, "token": c.token, "revoked": c.revoked,
                                 "grants": [f"{p}:{pat}" for p, pat in c.grants]} for c in listed], indent=2))

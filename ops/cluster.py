@@ -16,6 +16,7 @@ import click
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import Unavailable
+from delayq.ops.audit import Outcome, recorded
 from delayq.ops.common import EXIT_USAGE, fail, load_settings
 from delayq.ops.intents import cluster_info, read_intents, update_intents, wait_applied, wait_for, zk_session
 from delayq.zkpaths import Intents, ZkPaths
@@ -42,6 +43,12 @@ def _change(config_file, endpoints, timeout_s, as_json, what: str, change: Calla
     """Check the request against the cluster (exit 2 naming what is wrong), record the intent, and
     wait, all within one --timeout, until the master applied it and the nodes report it."""
     settings = load_settings(config_file)
+    action, _, target = what.partition(" ")
+    with recorded(settings, action, target) as outcome:
+        _apply(settings, endpoints, timeout_s, as_json, what, change, done, check, outcome)
+
+
+def _apply(settings, endpoints, timeout_s, as_json, what, change, done, check, outcome: Outcome) -> None:
     deadline = time.monotonic() + timeout_s
     try:
         with zk_session(settings) as zk:
@@ -71,6 +78,7 @@ def _change(config_file, endpoints, timeout_s, as_json, what: str, change: Calla
         master = f"the master is {before.master}" if before.master else "no master is running"
         click.echo(f"{what}: recorded, but not applied within --timeout {timeout_s:g} s (waited for {waited}; "
                    f"{master}); it stays recorded: see `delayq intents`", err=True)
+    outcome.value = "applied" if info is not None else "recorded, not applied in time"
     if info is None:
         sys.exit(EXIT_TIMEOUT)
 
@@ -190,12 +198,20 @@ def reshard(target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, t
 
     Give --timeout room for large tables and, when shrinking, for the look-ahead window (tasks due
     soon on the shards going away are left to fire first)."""
+    settings = load_settings(config_file)
+    if dry_run:
+        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json)
+        return
+    with recorded(settings, "reshard", str(target)):
+        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json)
+
+
+def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, timeout_s, as_json) -> None:
     from delayq.master.assignment import AssignmentInput, assign
     from delayq.clock import SYSTEM_CLOCK
     from delayq.db import make_engine
     from delayq.ops.reshard import Resharder, plan
 
-    settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
     try:
         p = plan(engine, target)

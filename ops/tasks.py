@@ -11,6 +11,7 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import SYSTEM_CLOCK
 from delayq.db import make_engine
 from delayq.lifecycle import Status
+from delayq.ops.audit import recorded
 from delayq.ops.common import EXIT_FAILURE, client, fail, load_settings, run
 from delayq.store.maintenance import TaskFilter, list_tasks, purge, redrive
 
@@ -183,7 +184,11 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
         click.echo(json.dumps({"wouldRedrive": count}) if as_json else
                    f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
         return
-    moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())), as_json)
+    target = " ".join([*(f"id={i}" for i in ids), *(f"{k}={v}" for k, v in
+                                                    (("topic", topic), ("since", since), ("until", until)) if v)])
+    with recorded(settings, "redrive", target) as outcome:
+        moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())), as_json)
+        outcome.value = f"redriven {moved}"
     # Written straight to MySQL: the nodes find them when they re-read their shards' windows.
     within_s = settings.scheduling.full_scan_ms / 1000
     click.echo(json.dumps({"redriven": moved, "dispatchedWithinS": within_s}) if as_json else
@@ -206,7 +211,9 @@ def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> 
         for b, x in purge(engine, before, batch):
             backlog, execlog = backlog + b, execlog + x
         return backlog, execlog
-    backlog, execlog = run(go, as_json)
+    with recorded(settings, "purge", f"older than {days} days") as outcome:
+        backlog, execlog = run(go, as_json)
+        outcome.value = f"purged {backlog} tasks, {execlog} attempts"
     click.echo(json.dumps({"backlog": backlog, "execlog": execlog}) if as_json else
                f"purged {backlog} archived tasks and {execlog} attempts older than {days} days")
 

@@ -30,7 +30,7 @@ from typing import Callable
 from delayq import errors
 from delayq.access import tokens
 from delayq.access.grants import Client, Permission
-from delayq.nodes.front.caller import CERTIFICATE, Caller
+from delayq.nodes.front.caller import CERTIFICATE, Caller, current
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
 from delayq.store.clients import ClientStore
@@ -158,7 +158,11 @@ class Access(NodeThread):
             raise self._refused(errors.NotFound(task_id), "hidden")
 
     def _refused(self, error: errors.DelayqError, reason: str | None = None) -> errors.DelayqError:
-        self._tally(reason or getattr(error, "why", "refused"))
+        reason = reason or getattr(error, "why", "refused")
+        self._tally(reason)
+        caller = current()
+        if caller is not None:
+            caller.refusal = reason         # the audit log says so, even where the answer is NOT_FOUND
         return error
 
     def _tally(self, reason: str) -> None:

@@ -13,13 +13,14 @@ CERTIFICATE = "certificate"         # Caller.credential of a client known by its
 class Caller:
     """Who a connection's calls run as. The I/O thread notes its certificate; the thread serving
     a call sets the rest (one call per connection is served at a time)."""
-    __slots__ = ("peer", "name", "credential", "certificate")
+    __slots__ = ("peer", "name", "credential", "certificate", "refusal")
 
     def __init__(self, peer):
         self.peer = peer
         self.name: str | None = None
         self.credential: str | None = None      # the token digest it authenticated with, or CERTIFICATE
         self.certificate: str | None = None     # the common name of its verified client certificate, not yet looked up
+        self.refusal: str | None = None         # why the call being served was refused, if it was (for the audit log)
 
 
 _serving = threading.local()
@@ -28,6 +29,8 @@ _serving = threading.local()
 def serving(caller: Caller | None) -> None:
     """The thread now serves a call of this caller (CallPool, before each call)."""
     _serving.caller = caller
+    if caller is not None:
+        caller.refusal = None
 
 
 def current() -> Caller | None:

@@ -55,8 +55,10 @@ class CallAnswers:
     """Counts every call by method and outcome (delayq_thrift_requests_total, _seconds) and turns
     its result into what the client sees."""
 
-    def __init__(self, metrics: Metrics):
+    def __init__(self, metrics: Metrics, observe: Callable[[str, tuple, object, Exception | None], None]
+                 = lambda method, args, result, error: None):
         self._metrics = metrics
+        self.observe = observe          # every call but submits, once answered (the audit log)
         self._pairs: dict[tuple[str, str], tuple] = {}
 
     def answer(self, method: str, result, elapsed: float):
@@ -89,13 +91,14 @@ class CallAnswers:
 
 def declared(fn: Callable) -> Callable:
     """For a handler method (its object has `answers`, a CallAnswers): raise delayq errors as the
-    IDL's exceptions (anything else reaches the Processor, which answers an internal error), and
-    count the call."""
+    IDL's exceptions (anything else reaches the Processor, which answers an internal error), count
+    the call, and let `answers.observe` see it."""
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
-        started, error = time.perf_counter(), None
+        started, error, result = time.perf_counter(), None, None
         try:
-            return fn(self, *args, **kwargs)
+            result = fn(self, *args, **kwargs)
+            return result
         except errors.DelayqError as e:
             error = e
             raise as_declared(e) from None
@@ -104,4 +107,5 @@ def declared(fn: Callable) -> Callable:
             raise
         finally:
             self.answers.count(fn.__name__, error, time.perf_counter() - started)
+            self.answers.observe(fn.__name__, args, result, error)
     return wrapper

@@ -19,6 +19,7 @@ from delayq.clock import Clock
 from delayq.lifecycle import Result
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.front.access import Access
+from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.caller import Caller, current
 from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.writes import SubmitWrites
@@ -47,7 +48,7 @@ class Handler:
                  max_batch: int,
                  window_ms: int, default_exchange: str,
                  check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo],
-                 hint: Callable[[list[Entry]], None] = lambda entries: None):
+                 hint: Callable[[list[Entry]], None] = lambda entries: None, audit: Audit | None = None):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
@@ -58,7 +59,7 @@ class Handler:
         self._check_exchange = check_exchange
         self._hint = hint
         self._cluster_info = cluster_info
-        self.answers = CallAnswers(metrics)
+        self.answers = CallAnswers(metrics, audit.call) if audit is not None else CallAnswers(metrics)
         self._writes = SubmitWrites(writer, self._prepare)
 
     # ---- identity -----------------------------------------------------------------------------

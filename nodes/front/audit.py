@@ -1,0 +1,52 @@
+"""Audit: the node's side of the audit log. Every registerService, cancel and reschedule call is
+recorded once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
+client, its address, the call, its topic or task id, and how it ended (the answer, or the
+refusal or error it got).
+
+Written on the thread that served the call, after its answer was decided, in a transaction of its
+own: a MySQL failure here is logged and leaves the call's answer as it was (the action happened).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+from delayq import errors
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.clock import Clock
+from delayq.nodes.front.caller import current
+from delayq.store.audit import AuditLog, Entry
+
+log = logging.getLogger(__name__)
+
+# Call -> what it acts on, from its arguments.
+AUDITED: dict[str, Callable[[Sequence], str]] = {
+    "registerService": lambda args: getattr(args[0], "topic", None) or "" if args else "",
+    "cancel": lambda args: str(args[0]) if args else "",
+    "reschedule": lambda args: str(args[0]) if args else "",
+}
+
+
+class Audit:
+    def __init__(self, log_: AuditLog, clock: Clock):
+        self._log, self._clock = log_, clock
+
+    def call(self, method: str, args: Sequence, result, error: Exception | None) -> None:
+        target = AUDITED.get(method)
+        if target is None:
+            return
+        caller = current()
+        actor = caller.name if caller is not None and caller.name else "(unauthenticated)"
+        address = caller.peer[0] if caller is not None and caller.peer else ""
+        try:
+            outcome = (f"refused: {caller.refusal}" if caller is not None and caller.refusal
+                       else _outcome(method, result, error))
+            self._log.record(Entry(self._clock.now_ms(), actor, str(address), method, target(args), outcome))
+        except errors.DelayqError as e:
+            log.error("could not record %s of %s by %s in the audit log: %s", method, target(args), actor, e)
+
+
+def _outcome(method: str, result, error: Exception | None) -> str:
+    if error is None:
+        return ttypes.CancelResult._VALUES_TO_NAMES.get(result, "ok") if method == "cancel" else "ok"
+    return type(error).__name__ if isinstance(error, errors.DelayqError) else "internal error"

@@ -13,6 +13,8 @@ ZK_PORT="${DELAYQ_ZK_PORT:-2181}"
 MYSQL_PORT="${DELAYQ_MYSQL_PORT:-3306}"
 MYSQL_DB="${DELAYQ_MYSQL_DB:-delayq}"
 AMQP_PORT="${DELAYQ_RABBITMQ_PORT:-5672}"
+AMQPS_PORT="${DELAYQ_RABBITMQ_TLS_PORT:-5671}"
+RABBIT_TLS_DIR="$STATE_DIR/rabbitmq-tls"
 WAIT_SECONDS="${DELAYQ_SERVICE_TIMEOUT:-90}"
 ALL_SERVICES=(zookeeper mysql rabbitmq)
 
@@ -22,7 +24,10 @@ Usage: $0 [--only zookeeper|mysql|rabbitmq]...   bring the services up (default:
        $0 stop-zookeeper                         stop the ZooKeeper started by this script
 Env: DELAYQ_STATE_DIR (${STATE_DIR}), DELAYQ_ZK_PORT (${ZK_PORT}),
      DELAYQ_MYSQL_PORT (${MYSQL_PORT}), DELAYQ_MYSQL_DB (${MYSQL_DB}),
-     DELAYQ_RABBITMQ_PORT (${AMQP_PORT}), DELAYQ_SERVICE_TIMEOUT (${WAIT_SECONDS}s)
+     DELAYQ_RABBITMQ_PORT (${AMQP_PORT}), DELAYQ_RABBITMQ_TLS_PORT (${AMQPS_PORT}),
+     DELAYQ_SERVICE_TIMEOUT (${WAIT_SECONDS}s)
+RabbitMQ also gets a TLS listener (certificates and CA in $RABBIT_TLS_DIR) and a vhost and user
+"delayq" allowed only delayq's exchanges and queues (password in $RABBIT_TLS_DIR/delayq.password).
 EOF
 }
 
@@ -219,7 +224,9 @@ rabbitmq_fail() {
 
 rabbitmq_up() {
     if port_open "$AMQP_PORT"; then
-        echo "rabbitmq: already running on 127.0.0.1:$AMQP_PORT"; return 0
+        echo "rabbitmq: already running on 127.0.0.1:$AMQP_PORT"
+        rabbitmq_secure
+        return 0
     fi
     local how="started"
     if ! command -v rabbitmq-server >/dev/null 2>&1 && [ ! -x /usr/sbin/rabbitmq-server ]; then
@@ -233,6 +240,65 @@ rabbitmq_up() {
     timeout 60 $SUDO env PATH="/usr/sbin:$PATH" rabbitmqctl -q await_startup --timeout 50 >/dev/null 2>&1 \
         || rabbitmq_fail
     echo "rabbitmq: $how on 127.0.0.1:$AMQP_PORT (guest/guest)"
+    rabbitmq_secure
+}
+
+rabbitmqctl_() { timeout 60 $SUDO env PATH="/usr/sbin:$PATH" rabbitmqctl -q "$@"; }
+
+# rabbitmq_secure: a TLS listener on $AMQPS_PORT with a certificate for localhost/127.0.0.1 signed
+# by a local CA, and the vhost and user "delayq" (configure, write and read only on names that
+# start with "delayq", and write on the default exchange). Each step is skipped when already done; RabbitMQ restarts only when the
+# listener is first added to its config.
+rabbitmq_secure() {
+    local conf=/etc/rabbitmq/rabbitmq.conf d="$RABBIT_TLS_DIR"
+    if ! $SUDO test -s "$d/server.pem"; then
+        command -v openssl >/dev/null 2>&1 || apt_install openssl
+        $SUDO mkdir -p "$d"
+        $SUDO openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 825 \
+            -subj "/CN=delayq local RabbitMQ CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+        $SUDO openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+            -keyout "$d/server.key" -out "$d/server.csr" 2>/dev/null
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' | $SUDO tee "$d/san.ext" >/dev/null
+        $SUDO openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+            -days 825 -extfile "$d/san.ext" -out "$d/server.pem" 2>/dev/null
+        if id rabbitmq >/dev/null 2>&1; then $SUDO chown rabbitmq "$d/server.key"; fi
+        $SUDO chmod 600 "$d/server.key" "$d/ca.key"
+        $SUDO chmod 644 "$d/ca.pem" "$d/server.pem"
+    fi
+    if ! $SUDO grep -q '^listeners.ssl.default' "$conf" 2>/dev/null; then
+        $SUDO tee -a "$conf" >/dev/null <<CONF
+# delayq (scripts/services.sh): TLS listener for amqps://
+listeners.ssl.default = 127.0.0.1:$AMQPS_PORT
+ssl_options.cacertfile = $d/ca.pem
+ssl_options.certfile = $d/server.pem
+ssl_options.keyfile = $d/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+CONF
+        echo "rabbitmq: restarting to add the TLS listener on 127.0.0.1:$AMQPS_PORT"
+        rabbitmqctl_ stop >/dev/null 2>&1 || true
+        wait_until "$WAIT_SECONDS" sh -c "! timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$AMQP_PORT' 2>/dev/null" \
+            || die "rabbitmq: did not stop"
+        $SUDO env PATH="/usr/sbin:$PATH" rabbitmq-server -detached >/dev/null 2>&1 || true
+        wait_until "$WAIT_SECONDS" port_open "$AMQP_PORT" || rabbitmq_fail
+        rabbitmqctl_ await_startup --timeout 50 >/dev/null 2>&1 || rabbitmq_fail
+    fi
+    wait_until "$WAIT_SECONDS" port_open "$AMQPS_PORT" || rabbitmq_fail
+    if ! $SUDO test -s "$d/delayq.password"; then
+        (umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=\n' | $SUDO tee "$d/delayq.password" >/dev/null)
+        $SUDO chown "$(id -u)" "$d/delayq.password"      # the user who runs delayq reads it
+    fi
+    local pw; pw=$($SUDO cat "$d/delayq.password")
+    rabbitmqctl_ list_vhosts --no-table-headers name | grep -qx delayq || rabbitmqctl_ add_vhost delayq >/dev/null
+    if rabbitmqctl_ list_users --no-table-headers | awk '{print $1}' | grep -qx delayq; then
+        rabbitmqctl_ change_password delayq "$pw" >/dev/null
+    else
+        rabbitmqctl_ add_user delayq "$pw" >/dev/null
+    fi
+    # configure, write, read; writing to amq.default is how results reach delayq.results.<cluster>.
+    rabbitmqctl_ set_permissions -p delayq delayq '^delayq(\..*)?$' '^(delayq(\..*)?|amq\.default)$' \
+        '^delayq(\..*)?$' >/dev/null
+    echo "rabbitmq: TLS on 127.0.0.1:$AMQPS_PORT (CA $d/ca.pem); vhost and user delayq ($d/delayq.password)"
 }
 
 # ---------------------------------------------------------------- main

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -28,6 +29,7 @@ import pika
 from thrift.Thrift import TException
 
 from delayq import topology
+from delayq.client import amqp
 from delayq.client.gen.delayq_thrift.ttypes import ResultStatus
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
 class TaskConsumer:
     def __init__(self, topic: str, handler: Callable[[Delivery], None], *, results=None,
                  amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F", exchange: str = topology.DEFAULT_EXCHANGE,
+                 amqp_ca_file: str | None = None,
                  routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000,
                  report_timeout_s: float = 5.0, cluster: str | None = None):
         self.topic = topic
@@ -66,7 +69,8 @@ class TaskConsumer:
         # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
         # for consumers that speak only RabbitMQ), or None to only ack.
         self._results = results
-        self._params = pika.URLParameters(amqp_url)
+        self._params = amqp.parameters(amqp_url, amqp_ca_file if amqp_ca_file is not None
+                                       else os.environ.get("DELAYQ_AMQP_CA_FILE", ""))
         self._params.socket_timeout = 5
         self._params.heartbeat = 30
         self._exchange = exchange

@@ -1,0 +1,70 @@
+"""A node and a consumer on RabbitMQ over TLS (amqps://), as delayq's own user in its own vhost,
+whose permissions reach only delayq's exchanges and queues (scripts/services.sh sets them up)."""
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+import uuid
+
+import pika
+import pytest
+
+from conftest import wait_until
+from delayq.client import CallbackService, TaskSpec, TaskStatus
+from delayq.client import amqp
+from delayq.client.consumer import TaskConsumer
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.testing import security
+from delayq.testing.services import RABBITMQ_TLS_DIR, amqps_url
+
+pytestmark = pytest.mark.integration
+
+CA = os.path.join(RABBITMQ_TLS_DIR, "ca.pem")
+
+
+@pytest.fixture(scope="module")
+def tls_node(node_factory, database):
+    node = node_factory(DELAYQ_AMQP_URL=amqps_url(), DELAYQ_AMQP_CA_FILE=CA)
+    yield node
+    conn = pika.BlockingConnection(amqp.parameters(amqps_url(), CA))
+    try:
+        conn.channel().queue_delete(f"delayq.results.{database.name}")
+    finally:
+        conn.close()
+
+
+def test_tasks_fire_and_results_return_over_amqps(tls_node):
+    topic = f"tls-{uuid.uuid4().hex[:6]}"
+    with tls_node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=10_000))
+    seen = []
+    consumer = TaskConsumer(topic, lambda task: seen.append(task.task_id), results="amqp",
+                            amqp_url=amqps_url(), amqp_ca_file=CA, cluster=tls_node.env["DELAYQ_CLUSTER"])
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    try:
+        assert consumer.wait_ready(10)
+        with tls_node.client() as c:
+            task_id = c.submit(TaskSpec(topic=topic, delayMs=300, payload=b"over tls")).taskId
+            wait_until(lambda: c.get(task_id).status == TaskStatus.FINISHED, 15, what="the task to finish")
+        assert seen == [task_id]
+    finally:
+        consumer.stop()
+        thread.join(5)
+        conn = pika.BlockingConnection(amqp.parameters(amqps_url(), CA))
+        try:
+            conn.channel().queue_delete(f"delayq.{topic}")
+        finally:
+            conn.close()
+
+
+def test_an_exchange_outside_delayqs_permissions_is_refused_at_registration(tls_node):
+    with tls_node.client() as c, pytest.raises(ttypes.InvalidService) as e:
+        c.registerService(CallbackService(topic=f"tls-{uuid.uuid4().hex[:6]}", exchange="billing.events"))
+    assert e.value.field == "exchange"
+
+
+def test_a_broker_certificate_from_another_ca_is_refused():
+    with pytest.raises((pika.exceptions.AMQPConnectionError, ssl.SSLError)):
+        pika.BlockingConnection(amqp.parameters(amqps_url(), str(security.ensure() / "ca.pem")))

@@ -15,6 +15,7 @@ from thrift.protocol import TBinaryProtocol
 
 from delayq import schema
 from delayq.access.tls import server_context
+from delayq.client.amqp import parameters as amqp_url_parameters
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.clock import Clock
 from delayq.config import Settings, check_node
@@ -33,6 +34,7 @@ from delayq.nodes.deadlines import Deadlines
 from delayq.nodes.delayqueue import DelayQueue
 from delayq.nodes.dispatcher import Dispatcher
 from delayq.nodes.front.access import Access
+from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.clusterinfo import cluster_info
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
@@ -52,6 +54,7 @@ from delayq.nodes.validation import Limits
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.nodes.zk.view import read_view
+from delayq.store.audit import AuditLog
 from delayq.store.clients import ClientStore
 from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
@@ -61,8 +64,8 @@ from delayq.zkpaths import ZkPaths
 log = logging.getLogger(__name__)
 
 
-def amqp_parameters(url: str, timeout_ms: int) -> pika.URLParameters:
-    params = pika.URLParameters(url)
+def amqp_parameters(url: str, timeout_ms: int, ca_file: str = "") -> pika.URLParameters:
+    params = amqp_url_parameters(url, ca_file)
     timeout = max(1.0, timeout_ms / 1000.0)
     params.socket_timeout = timeout
     params.stack_timeout = timeout * 2
@@ -100,7 +103,7 @@ class NodeRuntime:
                                  publish_retry_ms=s.scheduling.publish_retry_ms,
                                  gather_ms=s.scheduling.record_gather_ms,
                                  dead_letters=lambda *outcome: self.deadletters.on_outcome(*outcome))
-        amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms)
+        amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file)
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
             e for svc in self.services.all() for e in (svc.exchange, svc.dead_letter_exchange) if e})
@@ -141,6 +144,7 @@ class NodeRuntime:
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
                                hint=lambda entries: hints.write(self.writes, entries),
+                               audit=Audit(AuditLog(self.engine), clock),
                                cluster_info=self.cluster_info)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
         # longer than the largest batch is refused while decoding, before anything is built (a frame

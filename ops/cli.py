@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -99,22 +100,59 @@ def db() -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 @click.option("--shards", type=click.IntRange(1, 4096), default=None,
               help="Logical shards of a new cluster (default: DELAYQ_SHARDS, 64). An existing cluster keeps its count.")
-def db_init(config_file: str | None, shards: int | None) -> None:
-    """Create the database if missing, apply migrations, create the cluster's shards. Idempotent."""
-    from delayq import db as dbm, schema
+@click.option("--node-account", help="Also create or update this MySQL account for the nodes: read and write "
+              "delayq's tables, nothing else (run db init with an admin account).")
+@click.option("--node-url-file", type=click.Path(dir_okay=False),
+              help="With --node-account: write the nodes' DELAYQ_MYSQL_URL here (mode 0600; its password is kept "
+                   "when the file exists).")
+def db_init(config_file: str | None, shards: int | None, node_account: str | None, node_url_file: str | None) -> None:
+    """Create the database if missing, apply migrations, create the cluster's shards, and with
+    --node-account the nodes' own MySQL account. Idempotent."""
+    from delayq import accounts, db as dbm, schema
+    if bool(node_account) != bool(node_url_file):
+        raise click.UsageError("--node-account and --node-url-file go together")
+    if node_account:
+        try:
+            accounts.check_account(node_account)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
     settings = load_settings(config_file)
     setup_logging("WARNING", settings.log.format)
     try:
-        schema.create_database(dbm.make_engine(settings.mysql, database=False), dbm.database_name(settings.mysql))
+        database = dbm.database_name(settings.mysql)
+        schema.create_database(dbm.make_engine(settings.mysql, database=False), database)
         engine = dbm.make_engine(settings.mysql)
         with dbm.unavailable_on_failure():
             applied = schema.migrate(engine)
             count = schema.init_cluster(engine, shards or settings.scheduling.shards)
+            if node_account:
+                kept = _read_url_password(node_url_file)
+                password = accounts.ensure_node_account(engine, database, node_account, kept)
+                _write_private(node_url_file, accounts.node_url(settings.mysql.url, node_account, password))
     except Unavailable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
     click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
     click.echo(f"cluster: {count} shards")
+    if node_account:
+        click.echo(f"node account: {node_account} (URL in {node_url_file})")
+
+
+def _read_url_password(path: str) -> str | None:
+    from delayq import accounts
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return accounts.password_in(fh.read().strip())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise click.UsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or 'not a URL'}") from None
+
+
+def _write_private(path: str, content: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(content + "\n")
 
 
 @db.command("migrate")
@@ -167,6 +205,7 @@ def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: floa
 
 def _register_subcommands() -> None:
     from delayq.ops import cluster as cli_cluster
+    from delayq.ops.audit import audit
     from delayq.ops.certs import certs
     from delayq.ops.clients import clients
     from delayq.ops.services import services
@@ -175,6 +214,7 @@ def _register_subcommands() -> None:
     main.add_command(services)
     main.add_command(clients)
     main.add_command(certs)
+    main.add_command(audit)
     db.add_command(purge_cmd)
     for command in (cli_cluster.drain, cli_cluster.undrain, cli_cluster.pin, cli_cluster.unpin,
                     cli_cluster.rebalance, cli_cluster.intents, cli_cluster.reshard):

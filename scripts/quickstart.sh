@@ -3,14 +3,17 @@
 # services (ZooKeeper, MariaDB, RabbitMQ), delayq in .venv, the schema, a 3-node cluster on
 # 127.0.0.1:9090-9092, then the demo: register a topic, submit tasks, print them as they fire.
 # Secured as in production: a development CA and node certificate (var/tls/), TLS on every node's
-# Thrift port, and a client `demo` whose token (var/demo.token) the demo calls with.
+# Thrift port, a client `demo` whose token (var/demo.token) the demo calls with, and delayq's own
+# ZooKeeper identity (var/zk.auth), the only one that can read or change its znodes, and RabbitMQ
+# over TLS as delayq's own user in its own vhost (set up by services.sh).
 # DELAYQ_KEEP=1 leaves the nodes running afterwards (logs in var/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 . scripts/venv.sh
 mkdir -p var
-delayq db init
+# The schema, and the nodes' own MySQL account (delayq's tables only): its URL in var/mysql-node.url.
+delayq db init --node-account delayq_node --node-url-file var/mysql-node.url
 delayq certs dev --dir var/tls >/dev/null
 export DELAYQ_TLS_CERT_FILE=var/tls/node.pem DELAYQ_TLS_KEY_FILE=var/tls/node.key DELAYQ_TLS_CA_FILE=var/tls/ca.pem
 # The demo's client: admin (it registers its topic and reads the cluster) and its own topic; its
@@ -18,6 +21,14 @@ export DELAYQ_TLS_CERT_FILE=var/tls/node.pem DELAYQ_TLS_KEY_FILE=var/tls/node.ke
 delayq clients add demo --grant 'admin:*' --grant submit:demo --grant cancel:demo --grant read:demo \
     --grant report:demo --token-file var/demo.token --exist-ok
 export DELAYQ_TOKEN_FILE=var/demo.token
+if [ ! -s var/zk.auth ]; then
+    (umask 077 && python -c "import secrets; print('delayq:' + secrets.token_urlsafe(24))" >var/zk.auth)
+fi
+export DELAYQ_ZK_AUTH_FILE=var/zk.auth
+rabbit_tls="${DELAYQ_STATE_DIR:-/var/tmp/delayq}/rabbitmq-tls"
+(umask 077 && echo "amqps://delayq:$(cat "$rabbit_tls/delayq.password")@127.0.0.1:${DELAYQ_RABBITMQ_TLS_PORT:-5671}/delayq" \
+    >var/amqp.url)
+export DELAYQ_AMQP_URL_FILE=var/amqp.url DELAYQ_AMQP_CA_FILE="$rabbit_tls/ca.pem"
 
 pids=()
 cleanup() {
@@ -38,7 +49,8 @@ for i in 1 2 3; do
         echo "a node already answers on 127.0.0.1:$port: using it"
         continue
     fi
-    DELAYQ_PORT=$port DELAYQ_NODE_ID="node$i" delayq node >"var/node$i.log" 2>&1 &
+    DELAYQ_PORT=$port DELAYQ_NODE_ID="node$i" DELAYQ_MYSQL_URL_FILE=var/mysql-node.url \
+        delayq node >"var/node$i.log" 2>&1 &
     pids+=($!)
 done
 deadline=$((SECONDS + 60))

@@ -4,7 +4,8 @@ ZooKeeper for the cluster).
 The package is the map of the system (docs/ARCHITECTURE.md draws it):
 
     delayq            what every role shares: config, errors, clock, MySQL engine and tables,
-                      schema migrations, ZooKeeper paths and session, task lifecycle, RabbitMQ names
+                      schema migrations, the nodes' MySQL account, ZooKeeper paths, session and
+                      identity, task lifecycle, RabbitMQ names
     delayq.client     the SDK for business systems and downstream apps: DelayqClient (needs only
                       `thrift`), the consumer helper, the IDL and its generated code, the demo
     delayq.access     who may call the nodes: tokens, permissions and grants, the node's TLS context

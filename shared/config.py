@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from delayq import zkauth
 from delayq.errors import ConfigError
 from delayq.options import SETTINGS, Setting
 
@@ -37,6 +38,7 @@ class MySQLSettings:
 @dataclass(frozen=True)
 class AmqpSettings:
     url: str
+    ca_file: str
     timeout_ms: int
     exchange: str
     max_in_flight: int
@@ -47,6 +49,7 @@ class AmqpSettings:
 @dataclass(frozen=True)
 class ZkSettings:
     hosts: str
+    auth: str
     session_timeout_ms: int
     enabled: bool
 
@@ -232,8 +235,17 @@ def _check(s: Settings) -> None:
     if s.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"DELAYQ_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {s.log.level!r}")
     _check_security(s.security)
+    _check_zk_auth(s.zk)
     if s.limits.max_frame_bytes < s.limits.max_payload_bytes + 4096:
         raise ConfigError("DELAYQ_MAX_FRAME_BYTES must exceed DELAYQ_MAX_PAYLOAD_BYTES by 4 KiB at least")
+
+
+def _check_zk_auth(zk: ZkSettings) -> None:
+    if zk.auth:
+        try:
+            zkauth.check(zk.auth)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_security(sec: SecuritySettings) -> None:
@@ -251,3 +263,6 @@ def check_node(s: Settings) -> None:
     if not sec.insecure and not (sec.tls_cert_file and sec.tls_key_file):
         raise ConfigError("security is on: set DELAYQ_TLS_CERT_FILE and DELAYQ_TLS_KEY_FILE (`delayq certs dev` "
                           "makes a development set), or DELAYQ_INSECURE=true for development only")
+    if not sec.insecure and s.zk.enabled and not s.zk.auth:
+        raise ConfigError("security is on: set DELAYQ_ZK_AUTH (or DELAYQ_ZK_AUTH_FILE), delayq's ZooKeeper "
+                          "identity as user:password, or DELAYQ_INSECURE=true for development only")

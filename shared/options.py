@@ -57,6 +57,8 @@ SETTINGS: tuple[Setting, ...] = (
             "MySQL connections this node keeps open at most for its work, plus 2 for writing submits."),
     Setting("DELAYQ_AMQP_URL", "amqp", "url", str, "amqp://guest:guest@127.0.0.1:5672/%2F",
             "AMQP URL of RabbitMQ (default: guest on 127.0.0.1:5672, vhost /).", secret=True),
+    Setting("DELAYQ_AMQP_CA_FILE", "amqp", "ca_file", str, "",
+            "PEM file of the CA of RabbitMQ's certificate, for an amqps:// DELAYQ_AMQP_URL (default: the system's CAs)."),
     Setting("DELAYQ_AMQP_TIMEOUT_MS", "amqp", "timeout_ms", int, 5000,
             "Connect and socket timeout of RabbitMQ connections."),
     Setting("DELAYQ_EXCHANGE", "amqp", "exchange", str, "delayq",
@@ -69,6 +71,10 @@ SETTINGS: tuple[Setting, ...] = (
             "How often the node checks again that each service's exchange is usable (an unusable one: "
             "after 2 s, doubling up to this)."),
     Setting("DELAYQ_ZK_HOSTS", "zk", "hosts", str, "127.0.0.1:2181", "ZooKeeper connect string."),
+    Setting("DELAYQ_ZK_AUTH", "zk", "auth", str, "",
+            "user:password of delayq's ZooKeeper identity (digest): every session authenticates as it and "
+            "every znode delayq creates is readable and writable by it alone. Required with ZooKeeper unless "
+            "DELAYQ_INSECURE.", secret=True),
     Setting("DELAYQ_ZK_SESSION_TIMEOUT_MS", "zk", "session_timeout_ms", int, 6000,
             "ZooKeeper session timeout: how long a silent node keeps its shards."),
     Setting("DELAYQ_ZK_ENABLED", "zk", "enabled", _bool, True,
@@ -168,6 +174,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 ENV_NAMES = frozenset(s.env for s in SETTINGS)
+SECRET_FILES = frozenset(f"{s.env}_FILE" for s in SETTINGS if s.secret)     # <ENV>_FILE: a file holding it
 
 
 def reference() -> list[str]:

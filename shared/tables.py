@@ -106,3 +106,14 @@ client_grant = Table(
     Column("permission", String(16), primary_key=True),
     Column("pattern", String(128), primary_key=True),
 )
+
+audit = Table(
+    "job_audit", metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("address", String(128), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("outcome", String(64), nullable=False),
+)

@@ -93,16 +93,19 @@ def closed_by_peer(sock: TSocket.TSocket) -> bool:
         return True
 
 
-def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0) -> list[str]:
-    """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper."""
+def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0, zk_auth: str | None = None) -> list[str]:
+    """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper as delayq's
+    identity (`zk_auth`, user:password; default: ClientSecurity.from_env().zk_auth)."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
 
+    from delayq import zkauth
     from delayq.zkpaths import ZkPaths
 
     paths = ZkPaths(cluster)
-    zk = KazooClient(hosts=zk_hosts, timeout=timeout_s)
+    auth = ClientSecurity.from_env().zk_auth if zk_auth is None else zk_auth
+    zk = KazooClient(hosts=zk_hosts, timeout=timeout_s, **zkauth.kazoo_args(auth))
     try:
         zk.start(timeout=timeout_s)
     except KazooTimeoutError:
@@ -142,10 +145,12 @@ class DelayqClient:
     def from_zookeeper(cls, zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0,
                        security: ClientSecurity | None = None) -> "DelayqClient":
         """A client over the cluster's live nodes, found again in ZooKeeper when none answers."""
-        found = discover(zk_hosts, cluster, timeout_s)
+        auth = (security or ClientSecurity.from_env()).zk_auth
+        found = discover(zk_hosts, cluster, timeout_s, auth)
         if not found:
             raise ttypes.Unavailable(reason=f"no live delayq node in cluster {cluster!r}")
-        return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s), security=security)
+        return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s, auth),
+                   security=security)
 
     def __enter__(self) -> "DelayqClient":
         return self

@@ -6,6 +6,7 @@ read the same settings from the environment:
     DELAYQ_TLS_CLIENT_CERT_FILE   this client's certificate (mTLS; its common name is the client)
     DELAYQ_TLS_CLIENT_KEY_FILE    its key
     DELAYQ_TOKEN, DELAYQ_TOKEN_FILE   the client's token (`delayq clients add` prints it once)
+    DELAYQ_ZK_AUTH, DELAYQ_ZK_AUTH_FILE   delayq's ZooKeeper identity, to find the nodes there
     DELAYQ_INSECURE=true          plaintext, no identity: for nodes run the same way, in development
 
 Needs only the standard library.
@@ -29,21 +30,15 @@ class ClientSecurity:
     cert_file: str = ""
     key_file: str = ""
     token: str = field(default="", repr=False)      # never printed
+    zk_auth: str = field(default="", repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ClientSecurity":
         env = os.environ if environ is None else environ
-        token = env.get("DELAYQ_TOKEN", "")
-        if not token and env.get("DELAYQ_TOKEN_FILE"):
-            try:
-                with open(env["DELAYQ_TOKEN_FILE"], encoding="utf-8") as fh:
-                    token = fh.read().strip()
-            except (OSError, UnicodeDecodeError) as e:
-                raise ValueError(f"DELAYQ_TOKEN_FILE: cannot read {env['DELAYQ_TOKEN_FILE']}: "
-                                 f"{getattr(e, 'strerror', None) or 'not UTF-8 text'}") from None
         return cls(insecure=env.get("DELAYQ_INSECURE", "").strip().lower() in ("1", "true", "yes", "on"),
                    ca_file=env.get("DELAYQ_TLS_CA_FILE", ""), cert_file=env.get("DELAYQ_TLS_CLIENT_CERT_FILE", ""),
-                   key_file=env.get("DELAYQ_TLS_CLIENT_KEY_FILE", ""), token=token)
+                   key_file=env.get("DELAYQ_TLS_CLIENT_KEY_FILE", ""), token=_secret(env, "DELAYQ_TOKEN"),
+                   zk_auth=_secret(env, "DELAYQ_ZK_AUTH"))
 
     def context(self) -> ssl.SSLContext | None:
         """The TLS context for a node's port (None: plaintext, insecure mode). The node's
@@ -56,3 +51,17 @@ class ClientSecurity:
         if self.cert_file:
             ctx.load_cert_chain(self.cert_file, self.key_file or None, password=lambda: b"")
         return ctx
+
+
+def _secret(env: Mapping[str, str], name: str) -> str:
+    """env[name], else the content of the file env[name + "_FILE"] names, else ""."""
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{name}_FILE: cannot read {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}") from None

@@ -5,6 +5,9 @@ Thrift port (a development CA and node certificate, `delayq certs dev`) and an a
     security.install()          # this process's clients: CA and token in os.environ
     node_env(...)               # a node's: its certificate (delayq.testing.cluster)
 
+ZooKeeper: every session authenticates as `delayq-test` (DELAYQ_ZK_AUTH), and what it creates is
+that identity's alone.
+
 The set lives in DELAYQ_TEST_TLS (default: delayq-test-tls-<uid> in the temporary folder), made
 once and shared by every process of a run, under a file lock.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -25,18 +29,19 @@ FOLDER = Path(os.environ.get("DELAYQ_TEST_TLS") or Path(tempfile.gettempdir()) /
 
 
 def ensure() -> Path:
-    """The folder, with ca.pem, node.pem/.key, a client certificate for `test-admin`, and the
-    admin's token (admin.token)."""
+    """The folder, with ca.pem, node.pem/.key, a client certificate for `test-admin`, the
+    admin's token (admin.token) and the ZooKeeper identity (zk.auth)."""
     from delayq.ops.certs import dev_set
     FOLDER.mkdir(parents=True, exist_ok=True)
     with open(FOLDER / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         dev_set(FOLDER, clients=(ADMIN,))
-        token_file = FOLDER / "admin.token"
-        if not token_file.exists():
-            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(tokens.new_token(ADMIN)[0] + "\n")
+        for name, make in (("admin.token", lambda: tokens.new_token(ADMIN)[0]),
+                           ("zk.auth", lambda: f"delayq-test:{secrets.token_urlsafe(24)}")):
+            if not (FOLDER / name).exists():
+                fd = os.open(FOLDER / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(make() + "\n")
     return FOLDER
 
 
@@ -44,14 +49,19 @@ def admin_token() -> str:
     return (ensure() / "admin.token").read_text().strip()
 
 
+def zk_auth() -> str:
+    return (ensure() / "zk.auth").read_text().strip()
+
+
 def node_environment() -> dict[str, str]:
     folder = ensure()
     return {"DELAYQ_TLS_CERT_FILE": str(folder / "node.pem"), "DELAYQ_TLS_KEY_FILE": str(folder / "node.key"),
-            "DELAYQ_TLS_CA_FILE": str(folder / "ca.pem")}
+            "DELAYQ_TLS_CA_FILE": str(folder / "ca.pem"), "DELAYQ_ZK_AUTH_FILE": str(folder / "zk.auth")}
 
 
 def client_environment() -> dict[str, str]:
-    return {"DELAYQ_TLS_CA_FILE": str(ensure() / "ca.pem"), "DELAYQ_TOKEN": admin_token()}
+    return {"DELAYQ_TLS_CA_FILE": str(ensure() / "ca.pem"), "DELAYQ_TOKEN": admin_token(),
+            "DELAYQ_ZK_AUTH_FILE": str(ensure() / "zk.auth")}
 
 
 def install() -> None:

@@ -11,6 +11,16 @@ import time
 MYSQL_SERVER = os.environ.get("DELAYQ_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
 AMQP_URL = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
 ZK_HOSTS = os.environ.get("DELAYQ_TEST_ZK", "127.0.0.1:2181")
+# RabbitMQ's TLS listener, CA and `delayq` vhost and user, as scripts/services.sh sets them up.
+RABBITMQ_TLS_DIR = os.path.join(os.environ.get("DELAYQ_STATE_DIR", "/var/tmp/delayq"), "rabbitmq-tls")
+
+
+def amqps_url() -> str:
+    """The delayq user's amqps:// URL into its vhost (its password as scripts/services.sh made it)."""
+    with open(os.path.join(RABBITMQ_TLS_DIR, "delayq.password"), encoding="utf-8") as fh:
+        password = fh.read().strip()
+    port = os.environ.get("DELAYQ_RABBITMQ_TLS_PORT", "5671")
+    return f"amqps://delayq:{password}@127.0.0.1:{port}/delayq"
 
 
 def wait_for_services(timeout: float = 120.0) -> float:
@@ -40,7 +50,10 @@ def wait_for_services(timeout: float = 120.0) -> float:
 
 def delete_zk_tree(path: str) -> None:
     from kazoo.client import KazooClient
-    zk = KazooClient(hosts=ZK_HOSTS, timeout=5)
+
+    from delayq import zkauth
+    from delayq.testing import security
+    zk = KazooClient(hosts=ZK_HOSTS, timeout=5, **zkauth.kazoo_args(security.zk_auth()))
     try:
         zk.start(timeout=5)
         zk.delete(path, recursive=True)

@@ -294,3 +294,4 @@ def test_a_command_without_a_token_says_so_and_exits_2(node):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "not authenticated" in out.stderr and "DELAYQ_TOKEN" in out.stderr and "Traceback" not in out.stderr
+

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from delayq import config
+from delayq import config, zkauth
 from delayq.access import tokens
 from delayq.access.grants import Client, Permission, check_grant
 from delayq.errors import ConfigError
@@ -56,7 +56,27 @@ def test_a_node_needs_its_certificate_unless_it_runs_insecure():
     with pytest.raises(ConfigError, match="DELAYQ_TLS_CERT_FILE"):
         config.check_node(config.load({}))
     config.check_node(config.load({"DELAYQ_INSECURE": "true"}))
-    config.check_node(config.load({"DELAYQ_TLS_CERT_FILE": "n.pem", "DELAYQ_TLS_KEY_FILE": "n.key"}))
+    tls = {"DELAYQ_TLS_CERT_FILE": "n.pem", "DELAYQ_TLS_KEY_FILE": "n.key"}
+    with pytest.raises(ConfigError, match="DELAYQ_ZK_AUTH"):
+        config.check_node(config.load(tls))
+    config.check_node(config.load({**tls, "DELAYQ_ZK_AUTH": "delayq:pw"}))
+    config.check_node(config.load({**tls, "DELAYQ_ZK_ENABLED": "false"}))       # standalone: no ZooKeeper
+
+
+@pytest.mark.parametrize("auth", ["delayq", ":pw", "delayq:"])
+def test_a_zookeeper_identity_is_user_and_password_and_the_error_never_shows_it(auth):
+    with pytest.raises(ConfigError) as e:
+        config.load({"DELAYQ_ZK_AUTH": auth})
+    assert "user:password" in str(e.value) and auth.strip(":") not in str(e.value)
+
+
+def test_znodes_are_created_for_delayqs_identity_alone():
+    args = zkauth.kazoo_args("delayq:s3cret")
+    assert args["auth_data"] == [("digest", "delayq:s3cret")]
+    (acl,) = args["default_acl"]
+    assert acl.id.scheme == "digest" and acl.id.id.startswith("delayq:") and "s3cret" not in acl.id.id
+    assert acl.perms == 31          # read, write, create, delete, admin
+    assert zkauth.kazoo_args("") == {}
 
 
 def test_client_certificates_need_a_ca():

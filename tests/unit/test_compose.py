@@ -165,7 +165,7 @@ def check_structure(compose: dict, dockerfile: str) -> list[str]:
 
 
 def check_env_names(compose: dict, dockerfile: str) -> list[str]:
-    unknown = delayq_env_keys(compose) - options.ENV_NAMES - set(CLIENT_SETTINGS)
+    unknown = delayq_env_keys(compose) - options.ENV_NAMES - options.SECRET_FILES - set(CLIENT_SETTINGS)
     return [f"{name} is not a setting of delayq.config" for name in sorted(unknown)]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from delayq import config, db as dbm, schema
+from delayq import accounts, config, db as dbm, schema
 from delayq.client import CallbackService, DelayqClient, connect
 from delayq.testing import security
 from delayq.testing.services import AMQP_URL, MYSQL_SERVER, ZK_HOSTS, delete_queue, delete_zk_tree
@@ -162,10 +162,12 @@ class Node:
 
 @dataclass(frozen=True)
 class Database:
-    """A database of its own: its name is also the name of the cluster using it."""
+    """A database of its own: its name is also the name of the cluster using it. `url` is the
+    admin's; nodes use `node_url`, the account `delayq db init --node-account` makes."""
     url: str
     name: str
     shards: int
+    node_url: str = ""
 
 
 @contextlib.contextmanager
@@ -182,12 +184,18 @@ def fresh_database(shards: int, prefix: str = "delayq_t_") -> Iterator[Database]
             schema.migrate(engine)
             schema.init_cluster(engine, shards)
             security.admit(engine)
+            password = accounts.ensure_node_account(engine, name, _account(name))
         finally:
             engine.dispose()
-        yield Database(settings.mysql.url, name, shards)
+        yield Database(settings.mysql.url, name, shards,
+                       accounts.node_url(settings.mysql.url, _account(name), password))
     finally:
         _drop(server, name)
         delete_queue(f"delayq.results.{name}")
+
+
+def _account(database: str) -> str:
+    return f"n_{database[-10:]}"
 
 
 def _drop(server, name: str) -> None:
@@ -196,6 +204,7 @@ def _drop(server, name: str) -> None:
         try:
             with server.begin() as conn:
                 conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+                conn.exec_driver_sql(f"DROP USER IF EXISTS '{_account(name)}'@'%%'")
             break
         except Exception:  # noqa: BLE001 - MySQL restarting: try again until the deadline
             if time.monotonic() > deadline:
@@ -212,7 +221,7 @@ def node_env(db: Database, node_id: str, zk: bool = False, **settings: object) -
     env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
     env.update({**security.node_environment(), **security.client_environment()})
     env.update({
-        "DELAYQ_MYSQL_URL": db.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
+        "DELAYQ_MYSQL_URL": db.node_url or db.url, "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_ZK_HOSTS": ZK_HOSTS,
         "DELAYQ_PORT": str(free_port()), "DELAYQ_HTTP_PORT": str(free_port()),
         "DELAYQ_NODE_ID": node_id, "DELAYQ_CLUSTER": db.name,
         "DELAYQ_ZK_ENABLED": "true" if zk else "false", "PYTHONUNBUFFERED": "1",

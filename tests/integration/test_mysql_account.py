@@ -26,7 +26,7 @@ def db_init(database, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def node_url(database, tmp_path_factory):
-    account = f"n_{database.name[-10:]}"
+    account = f"a_{database.name[-10:]}"      # not the harness's n_ account of the same database
     url_file = tmp_path_factory.mktemp("account") / "node-url"
     out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))
     assert out.returncode == 0, out.stderr

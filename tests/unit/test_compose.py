@@ -115,6 +115,19 @@ def depends_on(service: dict) -> dict[str, str]:
     return {name: (spec or {}).get("condition", "service_started") for name, spec in deps.items()}
 
 
+def loadable(env: dict[str, str]) -> dict[str, str]:
+    """The environment as the node reads it, with each secret's <ENV>_FILE (a file a one-shot job
+    writes into a volume at run time) standing for a value given."""
+    out = {k: v for k, v in env.items() if k not in options.SECRET_FILES}
+    for key in env.keys() & options.SECRET_FILES:
+        out.setdefault(key.removesuffix("_FILE"), _PLACEHOLDERS[key.removesuffix("_FILE")])
+    return out
+
+
+_PLACEHOLDERS = {"DELAYQ_MYSQL_URL": "mysql+pymysql://user:secret@mysql:3306/delayq",
+                 "DELAYQ_AMQP_URL": "amqp://user:secret@rabbitmq:5672/%2F", "DELAYQ_ZK_AUTH": "user:secret"}
+
+
 def delayq_env_keys(node: Any) -> set[str]:
     """Every DELAYQ_* name set anywhere in the document (services and x- extensions alike)."""
     found: set[str] = set()
@@ -178,7 +191,7 @@ def check_env_values(compose: dict, dockerfile: str) -> list[str]:
         if not ours:
             continue
         try:
-            settings = config.load(environ=env)
+            settings = config.load(environ=loadable(env))
         except ConfigError as e:
             problems.append(f"{name}: {e}")
             continue
@@ -226,7 +239,7 @@ def check_ports(compose: dict, dockerfile: str) -> list[str]:
             seen.setdefault(host, name)
     for name in NODES:
         svc = services(compose).get(name, {})
-        settings = config.load(environ=environment(svc))
+        settings = config.load(environ=loadable(environment(svc)))
         port, http_port = str(settings.node.port), str(settings.http.port)
         targets = [str(target) for _, target in port_mappings(svc)]
         if port not in targets:
@@ -282,9 +295,13 @@ def check_nodes(compose: dict, dockerfile: str) -> list[str]:
         else:
             ids[node_id] = name
         try:
-            config.check_node(config.load(environ=env))       # secured: its certificate and key
+            config.check_node(config.load(environ=loadable(env)))       # secured: its certificate and key
         except ConfigError as e:
             problems.append(f"{name}: {e}")
+        url_file = env.get("DELAYQ_MYSQL_URL_FILE")
+        init = command(svcs.get("db-init", {}), dockerfile) or []
+        if url_file and url_file not in [init[i + 1] for i, a in enumerate(init[:-1]) if a == "--node-url-file"]:
+            problems.append(f"{name}: reads its MySQL URL from {url_file}, which db-init does not write")
         if env.get("DELAYQ_HOST") != "0.0.0.0":
             problems.append(f"{name}: DELAYQ_HOST must be 0.0.0.0 to be reachable from other containers")
         if env.get("DELAYQ_ADVERTISE_HOST") not in (name, svcs.get(name, {}).get("hostname")):
@@ -437,6 +454,7 @@ BREAKAGES: list[tuple[str, str, Callable[[dict], None] | None, Callable[[str], s
     ("nodes", "advertise localhost", _env("node2", DELAYQ_ADVERTISE_HOST="127.0.0.1"), None),
     ("nodes", "bind loopback", _env("node1", DELAYQ_HOST="127.0.0.1"), None),
     ("nodes", "no certificate", _env("node2", DELAYQ_TLS_CERT_FILE=""), None),
+    ("nodes", "node account elsewhere", _env("node3", DELAYQ_MYSQL_URL_FILE="/elsewhere/url"), None),
     ("nodes", "demo endpoint not a node", _set("demo", "command", ["demo", "--endpoint", "mysql:9090"]), None),
     ("images", "zookeeper 3.9", _set("zookeeper", "image", "zookeeper:3.9"), None),
     ("images", "mysql 5.7", _set("mysql", "image", "mysql:5.7"), None),

@@ -7,7 +7,6 @@ stderr and ends as it would have.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import getpass
 import json
 import socket
@@ -19,7 +18,7 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.config import Settings
 from delayq.db import make_engine
 from delayq.errors import DelayqError
-from delayq.ops.common import load_settings, run
+from delayq.ops.common import instant, load_settings, run, utc_time
 from delayq.store.audit import AuditLog, Entry
 
 # How a command that ended with sys.exit(code) ended (delayq's exit codes).
@@ -64,22 +63,6 @@ def recorded(settings: Settings, action: str, target: str) -> Iterator[Outcome]:
             engine.dispose()
 
 
-def _instant(text: str | None) -> int | None:
-    if text is None:
-        return None
-    if text.isdigit():
-        return int(text)
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
-    return int((t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp() * 1000)
-
-
-def _time(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 @click.command("audit")
 @click.option("--actor", help="Only this client's (or operator:<login>'s) actions.")
 @click.option("--action", help="Only this action (registerService, cancel, reschedule, drain, clients.grant, ...).")
@@ -90,7 +73,7 @@ def _time(ms: int) -> str:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 def audit(actor, action, since, until, limit, as_json, config_file) -> None:
     """List the audit log, newest first: admin actions, cancels, reschedules and redrives."""
-    since_ms, until_ms = _instant(since), _instant(until)
+    since_ms, until_ms = instant(since), instant(until)
     settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
     try:
@@ -103,4 +86,4 @@ def audit(actor, action, since, until, limit, as_json, config_file) -> None:
                                 "target": e.target, "outcome": e.outcome} for e in entries], indent=2))
         return
     for e in entries:
-        click.echo(f"{_time(e.at_ms)}  {e.actor:24} {e.address:16} {e.action:16} {e.target:32} {e.outcome}")
+        click.echo(f"{utc_time(e.at_ms)}  {e.actor:24} {e.address:16} {e.action:16} {e.target:32} {e.outcome}")

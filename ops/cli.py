@@ -8,7 +8,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -109,6 +108,7 @@ def db_init(config_file: str | None, shards: int | None, node_account: str | Non
     """Create the database if missing, apply migrations, create the cluster's shards, and with
     --node-account the nodes' own MySQL account. Idempotent."""
     from delayq import accounts, db as dbm, schema
+    from delayq.ops.common import write_private
     if bool(node_account) != bool(node_url_file):
         raise click.UsageError("--node-account and --node-url-file go together")
     if node_account:
@@ -128,7 +128,7 @@ def db_init(config_file: str | None, shards: int | None, node_account: str | Non
             if node_account:
                 kept = _read_url_password(node_url_file)
                 password = accounts.ensure_node_account(engine, database, node_account, kept)
-                _write_private(node_url_file, accounts.node_url(settings.mysql.url, node_account, password))
+                write_private(node_url_file, accounts.node_url(settings.mysql.url, node_account, password))
     except Unavailable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
@@ -147,12 +147,6 @@ def _read_url_password(path: str) -> str | None:
         return None
     except (OSError, ValueError) as e:
         raise click.UsageError(f"cannot read {path}: {getattr(e, 'strerror', None) or 'not a URL'}") from None
-
-
-def _write_private(path: str, content: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(content + "\n")
 
 
 @db.command("migrate")

@@ -15,7 +15,7 @@ import click
 
 from delayq.db import make_engine
 from delayq.ops.audit import recorded
-from delayq.ops.common import EXIT_USAGE, fail, load_settings, run
+from delayq.ops.common import EXIT_USAGE, fail, load_settings, run, write_private
 from delayq.store.clients import ClientStore, NoSuchClient
 
 GRANT_HELP = ("PERMISSION:PATTERN, e.g. submit:orders.* (permissions: submit, cancel, read, report on "
@@ -49,9 +49,7 @@ def _hand_out(token: str, token_file: str | None) -> None:
     if token_file is None:
         click.echo(token)
         return
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
+    write_private(token_file, token)
     click.echo(f"token written to {token_file}", err=True)
 
 

@@ -2,7 +2,9 @@
 client, and one mapping from errors to exit codes: 2 usage or configuration, 3 unreachable."""
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import sys
 from typing import Callable, NoReturn, TypeVar
 
@@ -66,3 +68,32 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
         fail(getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE, as_json)
     except (TException, OSError) as e:
         fail(str(e), EXIT_UNAVAILABLE, as_json)
+
+
+def instant(text: str | None) -> int | None:
+    """Epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def utc_time(ms: int | None) -> str:
+    """Epoch milliseconds as an ISO 8601 UTC time to the millisecond ("-" for none)."""
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def write_private(path: str, text: str) -> None:
+    """Write text and a newline to path, readable by its owner only (tokens, URLs with passwords)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")

@@ -1,7 +1,6 @@
 """`delayq tasks ...` and `delayq db purge`: look up, list, cancel and redrive tasks; retention."""
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 
@@ -12,23 +11,8 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.db import make_engine
 from delayq.lifecycle import Status
 from delayq.ops.audit import recorded
-from delayq.ops.common import EXIT_FAILURE, client, fail, load_settings, run
+from delayq.ops.common import EXIT_FAILURE, client, fail, instant, load_settings, run, utc_time
 from delayq.store.maintenance import TaskFilter, list_tasks, purge, redrive
-
-
-def _instant(text: str | None) -> int | None:
-    """Epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
-    if text is None:
-        return None
-    if text.isdigit():
-        return int(text)
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return int(t.timestamp() * 1000)
 
 
 common = [click.option("--config", "config_file", type=click.Path(dir_okay=False)),
@@ -69,9 +53,9 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
         click.echo(json.dumps(out, indent=2))
         return
     click.echo(f"{out['taskId']}  topic {out['topic']}  {out['status']}  attempt {out['attempt']}  "
-               f"due {_fmt(out['dueAtMs'])}  shard {out['shardId']}")
+               f"due {utc_time(out['dueAtMs'])}  shard {out['shardId']}")
     for a in out["attempts"]:
-        click.echo(f"  #{a['attempt']} on {a['node']} at {_fmt(a['dispatchedAtMs'])}: "
+        click.echo(f"  #{a['attempt']} on {a['node']} at {utc_time(a['dispatchedAtMs'])}: "
                    f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
 
 
@@ -105,7 +89,7 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, con
     body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
     spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
                            delayMs=_duration_ms(delay) if delay is not None else None,
-                           dueAtMs=_instant(at) if at is not None else None)
+                           dueAtMs=instant(at) if at is not None else None)
     settings = load_settings(config_file)
 
     def go():
@@ -115,7 +99,7 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, con
     if as_json:
         click.echo(json.dumps({"taskId": ref.taskId, "dueAtMs": ref.dueAtMs, "created": ref.created}))
     else:
-        click.echo(f"{ref.taskId}  due {_fmt(ref.dueAtMs)}" + ("" if ref.created else "  (existed already)"))
+        click.echo(f"{ref.taskId}  due {utc_time(ref.dueAtMs)}" + ("" if ref.created else "  (existed already)"))
 
 
 @tasks.command("cancel")
@@ -154,7 +138,7 @@ def _filter_options(f):
 def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_json) -> None:
     """List live and archived tasks by id, topic, due range and state, a page at a time."""
     settings = load_settings(config_file)
-    f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status[status.upper()] if status else None)
+    f = TaskFilter(tuple(ids), topic, instant(since), instant(until), Status[status.upper()] if status else None)
     rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after), as_json)
     if as_json:
         click.echo(json.dumps([{"taskId": r["task_id"], "topic": r["topic"], "shardId": r["shard_id"],
@@ -163,7 +147,7 @@ def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_jso
         return
     click.echo(f"{'TASK':<34} {'TOPIC':<24} {'STATUS':<10} {'ATTEMPT':>7}  DUE")
     for r in rows:
-        click.echo(f"{r['task_id']:<34} {r['topic']:<24} {r['status']:<10} {r['attempt']:>7}  {_fmt(r['due_ms'])}")
+        click.echo(f"{r['task_id']:<34} {r['topic']:<24} {r['status']:<10} {r['attempt']:>7}  {utc_time(r['due_ms'])}")
     if len(rows) == limit:
         click.echo(f"(more: --after {rows[-1]['task_id']})")
 
@@ -178,7 +162,7 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
         raise click.UsageError("name the tasks: --id, --topic, --since or --until")
     settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
-    f = TaskFilter(tuple(ids), topic, _instant(since), _instant(until), Status.FAILED)
+    f = TaskFilter(tuple(ids), topic, instant(since), instant(until), Status.FAILED)
     if not yes:
         count = len(run(lambda: list_tasks(engine, f, 10_000), as_json))
         click.echo(json.dumps({"wouldRedrive": count}) if as_json else
@@ -217,8 +201,3 @@ def purge_cmd(days: int, batch: int, config_file: str | None, as_json: bool) -> 
     click.echo(json.dumps({"backlog": backlog, "execlog": execlog}) if as_json else
                f"purged {backlog} archived tasks and {execlog} attempts older than {days} days")
 
-
-def _fmt(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kazoo.security import make_digest_acl
-
 
 def check(auth: str) -> None:
     """ValueError (naming the form, never the value) unless auth is `user:password`."""
@@ -24,5 +22,6 @@ def kazoo_args(auth: str) -> dict[str, Any]:
     if not auth:
         return {}
     check(auth)
+    from kazoo.security import make_digest_acl      # here: delayq.config checks the form without kazoo
     user, _, password = auth.partition(":")
     return {"auth_data": [("digest", auth)], "default_acl": [make_digest_acl(user, password, all=True)]}

@@ -159,11 +159,8 @@ class Access(NodeThread):
 
     def _refused(self, error: errors.DelayqError, reason: str | None = None) -> errors.DelayqError:
         reason = reason or getattr(error, "why", "refused")
-        self._tally(reason)
+        self._metrics.refusals.labels(reason).inc()
         caller = current()
         if caller is not None:
             caller.refusal = reason         # the audit log says so, even where the answer is NOT_FOUND
         return error
-
-    def _tally(self, reason: str) -> None:
-        self._metrics.refusals.labels(reason).inc()

@@ -38,12 +38,13 @@ class Audit:
         caller = current()
         actor = caller.name if caller is not None and caller.name else "(unauthenticated)"
         address = caller.peer[0] if caller is not None and caller.peer else ""
+        on = target(args)
+        outcome = (f"refused: {caller.refusal}" if caller is not None and caller.refusal
+                   else _outcome(method, result, error))
         try:
-            outcome = (f"refused: {caller.refusal}" if caller is not None and caller.refusal
-                       else _outcome(method, result, error))
-            self._log.record(Entry(self._clock.now_ms(), actor, str(address), method, target(args), outcome))
+            self._log.record(Entry(self._clock.now_ms(), actor, str(address), method, on, outcome))
         except errors.DelayqError as e:
-            log.error("could not record %s of %s by %s in the audit log: %s", method, target(args), actor, e)
+            log.error("could not record %s of %s by %s in the audit log: %s", method, on, actor, e)
 
 
 def _outcome(method: str, result, error: Exception | None) -> str:

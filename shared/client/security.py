@@ -18,6 +18,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from delayq.config import read_secret
+
 
 # The settings a client reads (beside the node's own DELAYQ_TLS_CA_FILE and DELAYQ_INSECURE).
 CLIENT_SETTINGS = ("DELAYQ_TLS_CLIENT_CERT_FILE", "DELAYQ_TLS_CLIENT_KEY_FILE", "DELAYQ_TOKEN", "DELAYQ_TOKEN_FILE")
@@ -58,10 +60,4 @@ def _secret(env: Mapping[str, str], name: str) -> str:
     if env.get(name):
         return env[name]
     path = env.get(f"{name}_FILE")
-    if not path:
-        return ""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{name}_FILE: cannot read {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}") from None
+    return read_secret(f"{name}_FILE", path).strip() if path else ""

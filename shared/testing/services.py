@@ -67,11 +67,12 @@ def delete_zk_tree(path: str) -> None:
             pass
 
 
-def delete_queue(queue: str) -> None:
-    """Delete a RabbitMQ queue if RabbitMQ answers (nothing to clean otherwise)."""
+def delete_queue(queue: str, params=None) -> None:
+    """Delete a RabbitMQ queue if RabbitMQ answers (nothing to clean otherwise); `params`: other
+    connection parameters than AMQP_URL's."""
     import pika
     try:
-        conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+        conn = pika.BlockingConnection(params or pika.URLParameters(AMQP_URL))
     except pika.exceptions.AMQPError:
         return
     try:

@@ -16,7 +16,7 @@ from delayq.client import amqp
 from delayq.client.consumer import TaskConsumer
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.testing import security
-from delayq.testing.services import RABBITMQ_TLS_DIR, amqps_url
+from delayq.testing.services import RABBITMQ_TLS_DIR, amqps_url, delete_queue
 
 pytestmark = pytest.mark.integration
 
@@ -27,11 +27,7 @@ CA = os.path.join(RABBITMQ_TLS_DIR, "ca.pem")
 def tls_node(node_factory, database):
     node = node_factory(DELAYQ_AMQP_URL=amqps_url(), DELAYQ_AMQP_CA_FILE=CA)
     yield node
-    conn = pika.BlockingConnection(amqp.parameters(amqps_url(), CA))
-    try:
-        conn.channel().queue_delete(f"delayq.results.{database.name}")
-    finally:
-        conn.close()
+    delete_queue(f"delayq.results.{database.name}", amqp.parameters(amqps_url(), CA))
 
 
 def test_tasks_fire_and_results_return_over_amqps(tls_node):
@@ -52,11 +48,7 @@ def test_tasks_fire_and_results_return_over_amqps(tls_node):
     finally:
         consumer.stop()
         thread.join(5)
-        conn = pika.BlockingConnection(amqp.parameters(amqps_url(), CA))
-        try:
-            conn.channel().queue_delete(f"delayq.{topic}")
-        finally:
-            conn.close()
+        delete_queue(f"delayq.{topic}", amqp.parameters(amqps_url(), CA))
 
 
 def test_an_exchange_outside_delayqs_permissions_is_refused_at_registration(tls_node):

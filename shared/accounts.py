@@ -23,6 +23,7 @@ NODE_GRANTS = {
     "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
     "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
     "job_client": "SELECT", "job_client_grant": "SELECT", "job_audit": "SELECT, INSERT",
+    "job_tenant": "SELECT",
 }
 
 

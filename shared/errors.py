@@ -6,6 +6,7 @@
     ├── UnknownTopic       no enabled callback service for the topic
     ├── Conflict           same task id, different content; or a state that forbids the change
     ├── NotFound           no such task, live or archived
+    ├── QuotaExceeded      a submit over one of its tenant's quotas
     ├── Unavailable        retriable: MySQL, RabbitMQ or ZooKeeper cannot be reached right now
     │   ├── StoreUnavailable
     │   └── BrokerUnavailable
@@ -47,6 +48,14 @@ class NotFound(DelayqError):
     def __init__(self, task_id: str):
         super().__init__(f"no task {task_id!r}")
         self.task_id = task_id
+
+
+class QuotaExceeded(DelayqError):
+    """A submit over its tenant's `quota` (pending, submitRate, horizon, payloadSize) of `limit`."""
+    def __init__(self, tenant: str, quota: str, limit: int, index: int | None = None):
+        where = f"tasks[{index}]: " if index is not None else ""
+        super().__init__(f"{where}tenant {tenant!r} is over its {quota} quota of {limit}")
+        self.tenant, self.quota, self.limit, self.index = tenant, quota, limit, index
 
 
 class Unauthenticated(DelayqError):

@@ -1,7 +1,7 @@
 """SQLAlchemy Core views of the tables in sql/ (the SQL files are the truth; a test checks they agree)."""
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Integer, LargeBinary, MetaData, SmallInteger, String, Table
+from sqlalchemy import BigInteger, Column, Float, Integer, LargeBinary, MetaData, SmallInteger, String, Table
 
 metadata = MetaData()
 
@@ -21,6 +21,12 @@ callback_service = Table(
     Column("misfire_policy", String(16), nullable=False),
     Column("created_ms", BigInteger, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
+    Column("max_fire_rate", Float),
+    Column("fire_burst", Integer),
+    Column("max_in_flight", Integer),
+    Column("paused", SmallInteger, nullable=False, server_default="0"),
+    Column("weight", Integer, nullable=False, server_default="1"),
+    Column("tenant", String(64)),
 )
 
 task = Table(
@@ -96,6 +102,18 @@ client = Table(
     Column("name", String(64), primary_key=True),
     Column("token_sha256", String(64)),
     Column("revoked", SmallInteger, nullable=False, server_default="0"),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("tenant", String(64)),
+)
+
+tenant = Table(
+    "job_tenant", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("max_pending", BigInteger),
+    Column("max_submit_rate", Float),
+    Column("max_horizon_ms", BigInteger),
+    Column("max_payload_bytes", Integer),
     Column("created_ms", BigInteger, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
 )

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 OUTCOMES = {errors.InvalidTask: "invalid", errors.InvalidService: "invalid", errors.UnknownTopic: "unknown_topic",
             errors.Conflict: "conflict", errors.NotFound: "not_found", errors.Unavailable: "unavailable",
             errors.StoreUnavailable: "unavailable", errors.BrokerUnavailable: "unavailable",
-            errors.Unauthenticated: "unauthenticated", errors.Forbidden: "forbidden"}
+            errors.Unauthenticated: "unauthenticated", errors.Forbidden: "forbidden",
+            errors.QuotaExceeded: "quota"}
 
 
 def as_declared(e: errors.DelayqError) -> Exception:
@@ -42,6 +43,8 @@ def as_declared(e: errors.DelayqError) -> Exception:
         return ttypes.Unauthenticated(reason=e.reason)
     if isinstance(e, errors.Forbidden):
         return ttypes.Forbidden(permission=e.permission, topic=e.topic)
+    if isinstance(e, errors.QuotaExceeded):
+        return ttypes.QuotaExceeded(tenant=e.tenant, quota=e.quota, limit=e.limit, index=e.index)
     return ttypes.Unavailable(reason=str(e))     # Unavailable, or a node misconfigured: try another
 
 

@@ -94,6 +94,24 @@ struct CallbackService {
   12: optional string misfirePolicy = "fire",  // fire | fail
 }
 
+// A topic's flow controls. In setTopicControls an unset field keeps its value; 0 clears a limit.
+struct TopicControls {
+  1: required string topic,
+  // Tasks per second fired across the cluster (split between nodes by their share of the shards).
+  2: optional double maxFireRate,
+  // Tasks that may fire at once above the rate; default maxFireRate / 20, at least 1.
+  3: optional i32 fireBurst,
+  // Attempts dispatched and not yet reported (READY or RUNNING), across the cluster.
+  4: optional i32 maxInFlight,
+  // Nothing of the topic fires while paused; its tasks stay DELAY (cancel and reschedule work).
+  // On resume, late tasks fire at the node's catch-up rate, under the service's misfire policy.
+  5: optional bool paused,
+  // The topic's share of a node's dispatch when tasks of several topics are due (1-1000; default 1).
+  6: optional i32 weight,
+  // The tenant whose quotas the topic's submits count against; read only here (`delayq tenants`).
+  7: optional string tenant,
+}
+
 struct NodeInfo {
   1: required string nodeId,
   2: required string endpoint,
@@ -156,6 +174,15 @@ exception Forbidden {
   2: required string topic,
 }
 
+// A submit over one of its tenant's quotas; nothing of the call was written. quota: pending (live
+// tasks), submitRate (tasks/s), horizon (ms ahead), payloadSize (bytes).
+exception QuotaExceeded {
+  1: required string tenant,
+  2: required string quota,
+  3: required i64 limit,
+  4: optional i32 index,        // position in a submitBatch, for horizon and payloadSize
+}
+
 // Retriable: MySQL, RabbitMQ or ZooKeeper is down. Retry, on this node or another.
 exception Unavailable {
   1: required string reason,
@@ -169,12 +196,12 @@ service DelayScheduler {
 
   TaskRef submit(1: TaskSpec task)
     throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable,
-    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden, 7: QuotaExceeded quota),
 
   // All or nothing: one bad task refuses the whole batch.
   list<TaskRef> submitBatch(1: list<TaskSpec> tasks)
     throws (1: InvalidTask invalid, 2: UnknownTopic unknownTopic, 3: Conflict conflict, 4: Unavailable unavailable,
-    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden, 7: QuotaExceeded quota),
 
   CancelResult cancel(1: string taskId)
     throws (1: InvalidTask invalid, 4: Unavailable unavailable,
@@ -203,6 +230,17 @@ service DelayScheduler {
 
   ReportOutcome reportResult(1: string taskId, 2: i32 attempt, 3: ResultStatus status, 4: string message)
     throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // Changes a topic's flow controls (admin); returns them as they now are. Nodes apply a change
+  // within a second.
+  TopicControls setTopicControls(1: TopicControls controls)
+    throws (1: InvalidService invalid, 2: UnknownTopic unknownTopic, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // The controls of every topic the client may read (admins: all).
+  list<TopicControls> listTopicControls()
+    throws (4: Unavailable unavailable,
     5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   ClusterInfo cluster()

@@ -90,6 +90,17 @@ class Iface(object):
         """
         pass
 
+    def setTopicControls(self, controls):
+        """
+        Parameters:
+         - controls
+
+        """
+        pass
+
+    def listTopicControls(self):
+        pass
+
     def cluster(self):
         pass
 
@@ -177,6 +188,8 @@ class Client(Iface):
             raise result.unauthenticated
         if result.forbidden is not None:
             raise result.forbidden
+        if result.quota is not None:
+            raise result.quota
         raise TApplicationException(TApplicationException.MISSING_RESULT, "submit failed: unknown result")
 
     def submitBatch(self, tasks):
@@ -221,6 +234,8 @@ class Client(Iface):
             raise result.unauthenticated
         if result.forbidden is not None:
             raise result.forbidden
+        if result.quota is not None:
+            raise result.quota
         raise TApplicationException(TApplicationException.MISSING_RESULT, "submitBatch failed: unknown result")
 
     def cancel(self, taskId):
@@ -469,6 +484,80 @@ class Client(Iface):
             raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "reportResult failed: unknown result")
 
+    def setTopicControls(self, controls):
+        """
+        Parameters:
+         - controls
+
+        """
+        self.send_setTopicControls(controls)
+        return self.recv_setTopicControls()
+
+    def send_setTopicControls(self, controls):
+        self._oprot.writeMessageBegin('setTopicControls', TMessageType.CALL, self._seqid)
+        args = setTopicControls_args()
+        args.controls = controls
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_setTopicControls(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = setTopicControls_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unknownTopic is not None:
+            raise result.unknownTopic
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "setTopicControls failed: unknown result")
+
+    def listTopicControls(self):
+        self.send_listTopicControls()
+        return self.recv_listTopicControls()
+
+    def send_listTopicControls(self):
+        self._oprot.writeMessageBegin('listTopicControls', TMessageType.CALL, self._seqid)
+        args = listTopicControls_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_listTopicControls(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = listTopicControls_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "listTopicControls failed: unknown result")
+
     def cluster(self):
         self.send_cluster()
         return self.recv_cluster()
@@ -515,6 +604,8 @@ class Processor(Iface, TProcessor):
         self._processMap["registerService"] = Processor.process_registerService
         self._processMap["listServices"] = Processor.process_listServices
         self._processMap["reportResult"] = Processor.process_reportResult
+        self._processMap["setTopicControls"] = Processor.process_setTopicControls
+        self._processMap["listTopicControls"] = Processor.process_listTopicControls
         self._processMap["cluster"] = Processor.process_cluster
         self._on_message_begin = None
 
@@ -592,6 +683,9 @@ class Processor(Iface, TProcessor):
         except Forbidden as forbidden:
             msg_type = TMessageType.REPLY
             result.forbidden = forbidden
+        except QuotaExceeded as quota:
+            msg_type = TMessageType.REPLY
+            result.quota = quota
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -633,6 +727,9 @@ class Processor(Iface, TProcessor):
         except Forbidden as forbidden:
             msg_type = TMessageType.REPLY
             result.forbidden = forbidden
+        except QuotaExceeded as quota:
+            msg_type = TMessageType.REPLY
+            result.quota = quota
         except TApplicationException as ex:
             logging.exception('TApplication exception in handler')
             msg_type = TMessageType.EXCEPTION
@@ -861,6 +958,76 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("reportResult", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_setTopicControls(self, seqid, iprot, oprot):
+        args = setTopicControls_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = setTopicControls_result()
+        try:
+            result.success = self._handler.setTopicControls(args.controls)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidService as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except UnknownTopic as unknownTopic:
+            msg_type = TMessageType.REPLY
+            result.unknownTopic = unknownTopic
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("setTopicControls", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_listTopicControls(self, seqid, iprot, oprot):
+        args = listTopicControls_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = listTopicControls_result()
+        try:
+            result.success = self._handler.listTopicControls()
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("listTopicControls", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -1112,11 +1279,12 @@ class submit_result(object):
      - unavailable
      - unauthenticated
      - forbidden
+     - quota
 
     """
 
 
-    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None,):
+    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None, quota=None,):
         self.success = success
         self.invalid = invalid
         self.unknownTopic = unknownTopic
@@ -1124,6 +1292,7 @@ class submit_result(object):
         self.unavailable = unavailable
         self.unauthenticated = unauthenticated
         self.forbidden = forbidden
+        self.quota = quota
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1170,6 +1339,11 @@ class submit_result(object):
                     self.forbidden = Forbidden.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRUCT:
+                    self.quota = QuotaExceeded.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1208,6 +1382,10 @@ class submit_result(object):
             oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
             self.forbidden.write(oprot)
             oprot.writeFieldEnd()
+        if self.quota is not None:
+            oprot.writeFieldBegin('quota', TType.STRUCT, 7)
+            self.quota.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1233,6 +1411,7 @@ submit_result.thrift_spec = (
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
     (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
     (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+    (7, TType.STRUCT, 'quota', [QuotaExceeded, None], None, ),  # 7
 )
 
 
@@ -1317,11 +1496,12 @@ class submitBatch_result(object):
      - unavailable
      - unauthenticated
      - forbidden
+     - quota
 
     """
 
 
-    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None,):
+    def __init__(self, success=None, invalid=None, unknownTopic=None, conflict=None, unavailable=None, unauthenticated=None, forbidden=None, quota=None,):
         self.success = success
         self.invalid = invalid
         self.unknownTopic = unknownTopic
@@ -1329,6 +1509,7 @@ class submitBatch_result(object):
         self.unavailable = unavailable
         self.unauthenticated = unauthenticated
         self.forbidden = forbidden
+        self.quota = quota
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1380,6 +1561,11 @@ class submitBatch_result(object):
                     self.forbidden = Forbidden.read(iprot)
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRUCT:
+                    self.quota = QuotaExceeded.read(iprot)
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1421,6 +1607,10 @@ class submitBatch_result(object):
             oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
             self.forbidden.write(oprot)
             oprot.writeFieldEnd()
+        if self.quota is not None:
+            oprot.writeFieldBegin('quota', TType.STRUCT, 7)
+            self.quota.write(oprot)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -1446,6 +1636,7 @@ submitBatch_result.thrift_spec = (
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
     (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
     (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+    (7, TType.STRUCT, 'quota', [QuotaExceeded, None], None, ),  # 7
 )
 
 
@@ -2543,6 +2734,344 @@ reportResult_result.thrift_spec = (
     (0, TType.I32, 'success', None, None, ),  # 0
     (1, TType.STRUCT, 'invalid', [InvalidTask, None], None, ),  # 1
     (2, TType.STRUCT, 'notFound', [NotFound, None], None, ),  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class setTopicControls_args(object):
+    """
+    Attributes:
+     - controls
+
+    """
+
+
+    def __init__(self, controls=None,):
+        self.controls = controls
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.controls = TopicControls()
+                    self.controls.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('setTopicControls_args')
+        if self.controls is not None:
+            oprot.writeFieldBegin('controls', TType.STRUCT, 1)
+            self.controls.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(setTopicControls_args)
+setTopicControls_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'controls', [TopicControls, None], None, ),  # 1
+)
+
+
+class setTopicControls_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unknownTopic
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unknownTopic=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unknownTopic = unknownTopic
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = TopicControls()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidService.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.unknownTopic = UnknownTopic.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('setTopicControls_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unknownTopic is not None:
+            oprot.writeFieldBegin('unknownTopic', TType.STRUCT, 2)
+            self.unknownTopic.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(setTopicControls_result)
+setTopicControls_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [TopicControls, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidService, None], None, ),  # 1
+    (2, TType.STRUCT, 'unknownTopic', [UnknownTopic, None], None, ),  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class listTopicControls_args(object):
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('listTopicControls_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(listTopicControls_args)
+listTopicControls_args.thrift_spec = (
+)
+
+
+class listTopicControls_result(object):
+    """
+    Attributes:
+     - success
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.LIST:
+                    self.success = []
+                    (_etype56, _size53) = iprot.readListBegin()
+                    for _i57 in range(_size53):
+                        _elem58 = TopicControls()
+                        _elem58.read(iprot)
+                        self.success.append(_elem58)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('listTopicControls_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.LIST, 0)
+            oprot.writeListBegin(TType.STRUCT, len(self.success))
+            for iter59 in self.success:
+                iter59.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(listTopicControls_result)
+listTopicControls_result.thrift_spec = (
+    (0, TType.LIST, 'success', (TType.STRUCT, [TopicControls, None], False), None, ),  # 0
+    None,  # 1
+    None,  # 2
     None,  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
     (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5

@@ -812,6 +812,131 @@ class CallbackService(object):
         return not (self == other)
 
 
+class TopicControls(object):
+    """
+    Attributes:
+     - topic
+     - maxFireRate
+     - fireBurst
+     - maxInFlight
+     - paused
+     - weight
+     - tenant
+
+    """
+
+
+    def __init__(self, topic=None, maxFireRate=None, fireBurst=None, maxInFlight=None, paused=None, weight=None, tenant=None,):
+        self.topic = topic
+        self.maxFireRate = maxFireRate
+        self.fireBurst = fireBurst
+        self.maxInFlight = maxInFlight
+        self.paused = paused
+        self.weight = weight
+        self.tenant = tenant
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.topic = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.DOUBLE:
+                    self.maxFireRate = iprot.readDouble()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.fireBurst = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.maxInFlight = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.BOOL:
+                    self.paused = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I32:
+                    self.weight = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRING:
+                    self.tenant = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TopicControls')
+        if self.topic is not None:
+            oprot.writeFieldBegin('topic', TType.STRING, 1)
+            oprot.writeString(self.topic.encode('utf-8') if sys.version_info[0] == 2 else self.topic)
+            oprot.writeFieldEnd()
+        if self.maxFireRate is not None:
+            oprot.writeFieldBegin('maxFireRate', TType.DOUBLE, 2)
+            oprot.writeDouble(self.maxFireRate)
+            oprot.writeFieldEnd()
+        if self.fireBurst is not None:
+            oprot.writeFieldBegin('fireBurst', TType.I32, 3)
+            oprot.writeI32(self.fireBurst)
+            oprot.writeFieldEnd()
+        if self.maxInFlight is not None:
+            oprot.writeFieldBegin('maxInFlight', TType.I32, 4)
+            oprot.writeI32(self.maxInFlight)
+            oprot.writeFieldEnd()
+        if self.paused is not None:
+            oprot.writeFieldBegin('paused', TType.BOOL, 5)
+            oprot.writeBool(self.paused)
+            oprot.writeFieldEnd()
+        if self.weight is not None:
+            oprot.writeFieldBegin('weight', TType.I32, 6)
+            oprot.writeI32(self.weight)
+            oprot.writeFieldEnd()
+        if self.tenant is not None:
+            oprot.writeFieldBegin('tenant', TType.STRING, 7)
+            oprot.writeString(self.tenant.encode('utf-8') if sys.version_info[0] == 2 else self.tenant)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.topic is None:
+            raise TProtocolException(message='Required field topic is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class NodeInfo(object):
     """
     Attributes:
@@ -1694,6 +1819,124 @@ class Forbidden(TException):
         return not (self == other)
 
 
+class QuotaExceeded(TException):
+    """
+    Attributes:
+     - tenant
+     - quota
+     - limit
+     - index
+
+    """
+
+
+    def __init__(self, tenant=None, quota=None, limit=None, index=None,):
+        super(QuotaExceeded, self).__setattr__('tenant', tenant)
+        super(QuotaExceeded, self).__setattr__('quota', quota)
+        super(QuotaExceeded, self).__setattr__('limit', limit)
+        super(QuotaExceeded, self).__setattr__('index', index)
+
+    def __setattr__(self, *args):
+        raise TypeError("can't modify immutable instance")
+
+    def __delattr__(self, *args):
+        raise TypeError("can't modify immutable instance")
+
+    def __hash__(self):
+        return hash(self.__class__) ^ hash((self.tenant, self.quota, self.limit, self.index, ))
+
+    @classmethod
+    def read(cls, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and cls.thrift_spec is not None:
+            return iprot._fast_decode(None, iprot, [cls, cls.thrift_spec])
+        iprot.readStructBegin()
+        tenant = None
+        quota = None
+        limit = None
+        index = None
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    tenant = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    quota = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    limit = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    index = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+        return cls(
+            tenant=tenant,
+            quota=quota,
+            limit=limit,
+            index=index,
+        )
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('QuotaExceeded')
+        if self.tenant is not None:
+            oprot.writeFieldBegin('tenant', TType.STRING, 1)
+            oprot.writeString(self.tenant.encode('utf-8') if sys.version_info[0] == 2 else self.tenant)
+            oprot.writeFieldEnd()
+        if self.quota is not None:
+            oprot.writeFieldBegin('quota', TType.STRING, 2)
+            oprot.writeString(self.quota.encode('utf-8') if sys.version_info[0] == 2 else self.quota)
+            oprot.writeFieldEnd()
+        if self.limit is not None:
+            oprot.writeFieldBegin('limit', TType.I64, 3)
+            oprot.writeI64(self.limit)
+            oprot.writeFieldEnd()
+        if self.index is not None:
+            oprot.writeFieldBegin('index', TType.I32, 4)
+            oprot.writeI32(self.index)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.tenant is None:
+            raise TProtocolException(message='Required field tenant is unset!')
+        if self.quota is None:
+            raise TProtocolException(message='Required field quota is unset!')
+        if self.limit is None:
+            raise TProtocolException(message='Required field limit is unset!')
+        return
+
+    def __str__(self):
+        return repr(self)
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class Unavailable(TException):
     """
     Attributes:
@@ -1827,6 +2070,17 @@ CallbackService.thrift_spec = (
     (11, TType.I64, 'misfireThresholdMs', None, None, ),  # 11
     (12, TType.STRING, 'misfirePolicy', 'UTF8', "fire", ),  # 12
 )
+all_structs.append(TopicControls)
+TopicControls.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'topic', 'UTF8', None, ),  # 1
+    (2, TType.DOUBLE, 'maxFireRate', None, None, ),  # 2
+    (3, TType.I32, 'fireBurst', None, None, ),  # 3
+    (4, TType.I32, 'maxInFlight', None, None, ),  # 4
+    (5, TType.BOOL, 'paused', None, None, ),  # 5
+    (6, TType.I32, 'weight', None, None, ),  # 6
+    (7, TType.STRING, 'tenant', 'UTF8', None, ),  # 7
+)
 all_structs.append(NodeInfo)
 NodeInfo.thrift_spec = (
     None,  # 0
@@ -1887,6 +2141,14 @@ Forbidden.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'permission', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'topic', 'UTF8', None, ),  # 2
+)
+all_structs.append(QuotaExceeded)
+QuotaExceeded.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'tenant', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'quota', 'UTF8', None, ),  # 2
+    (3, TType.I64, 'limit', None, None, ),  # 3
+    (4, TType.I32, 'index', None, None, ),  # 4
 )
 all_structs.append(Unavailable)
 Unavailable.thrift_spec = (

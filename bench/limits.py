@@ -112,7 +112,7 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
     import pika
 
     from delayq.nodes.amqp.messages import fired
-    from delayq.nodes.main import amqp_parameters
+    from delayq.nodes.amqp.params import amqp_parameters
     from delayq.store.values import Claimed
     from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
 

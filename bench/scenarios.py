@@ -13,6 +13,7 @@ import uuid
 from bench import limits as lim
 from bench.cpu import cpu_note, cpu_window, service_pids
 from bench.failover import failover
+from bench.isolation import guarded, limit, noisy
 from bench.faults import FAULTS, faults
 from bench.machine import bench_cluster
 from bench.measure import Delivery, Run, Topic, drain, fates, load_figures, settle, started, stuck_note
@@ -26,6 +27,10 @@ PARAMS: dict[str, dict] = {
     "submit": {"single_tasks_1": 5_000, "single_tasks_8": 20_000, "batch_tasks": 100_000, "batch_size": 1000},
     "steady": {"rate": 1000, "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10},
     "burst": {"tasks": 100_000, "producers": 2},
+    "noisy": {"tasks": 100_000, "producers": 2, "rate": 200},
+    "limit": {"tasks": 20_000, "rate": 500, "nodes": 3},
+    "guarded": {"rate": 1000, "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10, "topics": 20,
+                "held_rate": 10, "held_in_flight": 5, "held_tasks": 1000},
     "scale": {"pending": 1_000_000, "days": 7, "rate": 1000, "duration": 60, "delay_min": 1000,
               "delay_max": 30_000, "batch": 10},
     "restart": {"pending": 1_000_000, "days": 7, "probe_interval_ms": 10, "probe_lead_s": 10, "probe_span_s": 60,
@@ -41,13 +46,16 @@ SMOKE: dict[str, dict] = {
     "submit": {"single_tasks_1": 300, "single_tasks_8": 800, "batch_tasks": 3_000},
     "steady": {"rate": 200, "duration": 5, "delay_max": 3000},
     "burst": {"tasks": 3_000, "producers": 1},
+    "noisy": {"tasks": 3_000, "producers": 1, "rate": 100},
+    "limit": {"tasks": 1_000, "rate": 250},
+    "guarded": {"rate": 200, "duration": 5, "delay_max": 3000, "topics": 3, "held_tasks": 100},
     "scale": {"pending": 5_000, "rate": 200, "duration": 3, "delay_max": 3000},
     "restart": {"pending": 5_000, "probe_lead_s": 4, "probe_span_s": 10, "kill_after_s": 2, "wait_stuck": 0},
     "failover": {"rate": 200, "duration": 6, "delay_max": 3000, "kill_after_s": 2, "session_ms": 3000, "wait_stuck": 0},
     "faults": {"faults": "node_kill", "rate": 100, "duration": 8, "fault_after_s": 2, "session_ms": 3000},
 }
 COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending"}
-ORDER = ["limits", "submit", "steady", "burst", "scale", "restart", "failover"]
+ORDER = ["limits", "submit", "steady", "burst", "noisy", "limit", "guarded", "scale", "restart", "failover"]
 OPTIONAL = ["faults"]    # stops shared services: only when asked for
 
 
@@ -275,5 +283,5 @@ def _probe_rows(probes: dict[str, int], topic: str, shards: int):
         yield f"('{tid}','{topic}',{i % shards},{due},0,0,X'70',X'{spec}',3,0,NULL,NULL,{now},{now})"
 
 
-SCENARIOS = {"limits": limits, "submit": submit, "steady": steady, "burst": burst, "scale": scale,
-             "restart": restart, "failover": failover, "faults": faults}
+SCENARIOS = {"limits": limits, "submit": submit, "steady": steady, "burst": burst, "noisy": noisy, "limit": limit,
+             "guarded": guarded, "scale": scale, "restart": restart, "failover": failover, "faults": faults}

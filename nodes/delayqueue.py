@@ -1,39 +1,79 @@
-"""The in-memory DelayQueue: near-due task references ordered by due time.
+"""The in-memory DelayQueue: near-due task references, a due-time heap per topic, handed out fairly.
 
-It is a cache of MySQL rows (docs/ARCHITECTURE.md, invariant 1): it holds only (task id, shard, due time),
-losing it loses nothing, and the dispatcher re-checks every entry against MySQL when it claims it.
+It is a cache of MySQL rows (docs/ARCHITECTURE.md, invariant 1): it holds only (task id, shard, due
+time, topic), losing it loses nothing, and the dispatcher re-checks every entry against MySQL when it
+claims it.
 
-    q = DelayQueue(clock)
-    q.offer(Entry("t1", shard_id=3, due_ms=clock.now_ms() + 500))
+    q = DelayQueue(clock, gate=flow)
+    q.offer(Entry("t1", shard_id=3, due_ms=clock.now_ms() + 500, topic="orders"))
     due = q.take_due(max_items=500, timeout=1.0)   # blocks until t1 is due (or 1 s passes)
 
-Threads: any number of producers (loader, Thrift handlers, recorder) and of consumers (the
-dispatcher's claiming threads). A producer whose entry becomes the new head wakes the consumers,
-which then wait only until that entry is due: no polling. `close()` wakes them for good.
+Fair share: each topic has its own heap; a heap of the topics' earliest entries says which topics
+have something due, so a topic with nothing due costs nothing. When several have, a take serves
+them by deficit round robin (a quantum of entries per round, times the topic's weight), each in due
+order, and the next take goes on where this one stopped: a topic with 100,000 tasks due at once
+gets no more turns than one with a single task due. The gate (delayq.nodes.flow) says how many of a
+topic's due entries may be taken now (its rate, its attempts in flight) and when to look again; an
+entry held back stays here, unclaimed, so it can still be cancelled. Paused topics are not held at
+all (`pause`): their tasks stay in MySQL until they resume.
 
-`horizon_ms` is the due time up to which the queue holds *every* DELAY task of the node's shards;
-the loader advances it after each scan, and a submit adds its task only when it falls below it.
+Threads: any number of producers (loader, Thrift handlers, recorder) and of consumers (the
+dispatcher's claiming threads). A producer whose entry becomes a topic's head wakes the consumers,
+which otherwise wait only until the next entry is due or a held-back topic may go on: no polling.
+`kick()` wakes them when the gate changed; `close()` wakes them for good.
+
+`horizon_ms` is the due time up to which the queue holds *every* DELAY task of the node's shards
+(of topics not paused); the loader advances it after each scan, and a submit adds its task only when
+it falls below it.
 """
 from __future__ import annotations
 
 import heapq
 import itertools
 import threading
-from typing import Container, Iterable
+from typing import Container, Iterable, Protocol
 
 from delayq.clock import Clock
 from delayq.store.values import Entry
+
+QUANTUM = 32            # entries a topic of weight 1 may take per round when others have tasks due too
+
+
+class Gate(Protocol):
+    def allowance(self, topic: str, now_ms: int) -> tuple[int, int | None]:
+        """How many due entries of the topic may be taken now; with 0, when to ask again (ms)."""
+
+    def took(self, topic: str, n: int, now_ms: int) -> None: ...
+
+    def weight(self, topic: str) -> int: ...
+
+
+class Open:
+    """No limits: every due entry may go, all topics weigh the same."""
+    def allowance(self, topic: str, now_ms: int) -> tuple[int, int | None]:
+        return 1 << 30, None
+
+    def took(self, topic: str, n: int, now_ms: int) -> None:
+        pass
+
+    def weight(self, topic: str) -> int:
+        return 1
 
 
 class DelayQueue:
     CHUNK = 256     # entries added per hold of the lock in offer_many
 
-    def __init__(self, clock: Clock, cap: int = 1_000_000):
+    def __init__(self, clock: Clock, cap: int = 1_000_000, gate: Gate | None = None):
         self._clock = clock
         self._cap = cap
+        self._gate = gate or Open()
         self._cond = threading.Condition()
-        self._heap: list[tuple[int, int, str]] = []   # (due_ms, seq, task_id); stale items skipped
-        self._live: dict[str, tuple[Entry, int]] = {}  # task_id -> (entry, seq of its heap item)
+        self._live: dict[str, tuple[Entry, int]] = {}       # task_id -> (entry, seq of its heap item)
+        self._heaps: dict[str, list[tuple[int, int, str]]] = {}   # topic -> (at_ms, seq, task_id); stale skipped
+        self._items = 0                                     # heap items, stale ones included
+        self._index: list[tuple[int, str]] = []             # (head at_ms, topic) of topics not in _due
+        self._due: dict[str, None] = {}                     # topics with entries due: the round-robin ring
+        self._paused: frozenset[str] = frozenset()
         self._seq = itertools.count()
         self._closed = False
         self.horizon_ms = 0
@@ -42,9 +82,11 @@ class DelayQueue:
         with self._cond:
             return len(self._live)
 
+    # ---- adding and removing --------------------------------------------------------------------
+
     def offer(self, entry: Entry) -> bool:
-        """Add or re-time an entry; False when it was not added: already queued as it is, or the
-        queue is full (then the task stays in MySQL only)."""
+        """Add or re-time an entry; False when it was not added: already queued as it is, its topic
+        is paused, or the queue is full (then the task stays in MySQL only)."""
         return self.offer_many([entry]) == 1
 
     def offer_many(self, entries: Iterable[Entry]) -> int:
@@ -65,11 +107,10 @@ class DelayQueue:
         return added
 
     def _offer_chunk(self, entries: list[Entry], below_horizon: bool) -> int:
-        added = 0
+        added, wake = 0, False
         with self._cond:
-            head = self._heap[0][0] if self._heap else None
             for e in entries:
-                if below_horizon and e.due_ms >= self.horizon_ms:
+                if below_horizon and e.due_ms >= self.horizon_ms or e.topic in self._paused:
                     continue
                 current = self._live.get(e.task_id)
                 if current is not None and current[0] == e:
@@ -80,9 +121,17 @@ class DelayQueue:
                     continue
                 seq = next(self._seq)
                 self._live[e.task_id] = (e, seq)
-                heapq.heappush(self._heap, (e.at_ms, seq, e.task_id))
+                heap = self._heaps.get(e.topic)
+                if heap is None:
+                    heap = self._heaps[e.topic] = []
+                heapq.heappush(heap, (e.at_ms, seq, e.task_id))
+                self._items += 1
+                if heap[0][1] == seq and e.topic not in self._due:
+                    # A new head: the consumers may have to wake earlier than they planned.
+                    wake = wake or not self._index or e.at_ms < self._index[0][0]
+                    heapq.heappush(self._index, (e.at_ms, e.topic))
                 added += 1
-            if self._heap and (head is None or self._heap[0][0] < head):
+            if wake:
                 self._cond.notify_all()
             self._compact_if_stale()
         return added
@@ -106,11 +155,33 @@ class DelayQueue:
             self._compact_if_stale()
             return len(gone)
 
+    def pause(self, topics: Iterable[str]) -> tuple[int, set[str]]:
+        """From now on hold no entry of these topics (and drop those held); returns the entries
+        dropped and the topics no longer paused, whose tasks memory must read again."""
+        with self._cond:
+            paused = frozenset(topics)
+            resumed, self._paused = set(self._paused - paused), paused
+            dropped = 0
+            for topic in paused:
+                for _, seq, tid in self._heaps.pop(topic, ()):
+                    current = self._live.get(tid)
+                    if current is not None and current[1] == seq:
+                        del self._live[tid]
+                        dropped += 1
+                    self._items -= 1
+                self._due.pop(topic, None)
+            return dropped, resumed
+
     def clear(self) -> None:
         with self._cond:
             self._live.clear()
-            self._heap.clear()
+            self._heaps.clear()
+            self._index.clear()
+            self._due.clear()
+            self._items = 0
             self.horizon_ms = 0
+
+    # ---- the horizon ----------------------------------------------------------------------------
 
     def set_horizon(self, horizon_ms: int) -> None:
         with self._cond:
@@ -139,15 +210,36 @@ class DelayQueue:
                 return False
             return True
 
+    @property
+    def paused(self) -> frozenset[str]:
+        return self._paused
+
+    # ---- taking ---------------------------------------------------------------------------------
+
     def next_due_ms(self) -> int | None:
         with self._cond:
-            self._drop_stale_head()
-            return self._heap[0][0] if self._heap else None
+            heads = [h for h in map(self._head, list(self._due)) if h is not None]
+            top = self._index_top()
+            if top is not None:
+                heads.append(top[0])
+            return min(heads, default=None)
+
+    def due_now(self, topics: Iterable[str]) -> dict[str, int]:
+        """Entries of these topics due by now (held back by their gate, if still here)."""
+        with self._cond:
+            now = self._clock.now_ms()
+            return {t: sum(1 for at, seq, tid in self._heaps.get(t, ()) if at <= now and self._live.get(tid, (0, -1))[1] == seq)
+                    for t in topics}
+
+    def kick(self) -> None:
+        """The gate changed (a limit, a result freeing a slot): look at held-back topics again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def take_due(self, max_items: int, timeout: float | None = None, lead_ms: int = 0,
                  gather_ms: int = 0) -> list[Entry]:
         """Remove and return up to max_items entries due within lead_ms from now, waiting for the
-        first one.
+        first one the gate lets go.
 
         With gather_ms, it waits until the first entry is due within lead_ms - gather_ms and then
         takes everything due within lead_ms: a taker that keeps up takes about gather_ms worth of
@@ -159,11 +251,16 @@ class DelayQueue:
         wake_ms = lead_ms - min(gather_ms, lead_ms)
         with self._cond:
             while not self._closed:
-                self._drop_stale_head()
                 now = self._clock.now_ms()
-                if self._heap and self._heap[0][0] <= now + wake_ms:
-                    return self._pop_due(now + lead_ms, max_items)
-                wait = None if not self._heap else (self._heap[0][0] - wake_ms - now) / 1000.0
+                limit = now + lead_ms
+                self._activate(limit)
+                ready, again = self._ready(now, limit, wake_ms)
+                if ready:
+                    return self._take(ready, now, limit, max_items)
+                top = self._index_top()
+                if top is not None:
+                    again = min(again, top[0] - wake_ms) if again is not None else top[0] - wake_ms
+                wait = None if again is None else max(0, again - now) / 1000.0
                 if deadline is not None:
                     left = deadline - self._clock.monotonic()
                     if left <= 0:
@@ -177,25 +274,127 @@ class DelayQueue:
             self._closed = True
             self._cond.notify_all()
 
-    def _pop_due(self, now: int, max_items: int) -> list[Entry]:
+    def _activate(self, limit: int) -> None:
+        """Topics whose head is due by `limit` join the round-robin ring."""
+        while True:
+            top = self._index_top()
+            if top is None or top[0] > limit:
+                return
+            heapq.heappop(self._index)
+            self._due[top[1]] = None
+
+    def _ready(self, now: int, limit: int, wake_ms: int) -> tuple[dict[str, int], int | None]:
+        """The ring's topics that may give entries now, with how many; else when to look again
+        (a head not yet within the gather, a held-back topic's next chance)."""
+        ready: dict[str, int] = {}
+        again: int | None = None
+        for topic in list(self._due):
+            head = self._head(topic)
+            if head is None or head > limit:
+                self._leave(topic, head)
+                continue
+            n, retry_at = self._gate.allowance(topic, now)
+            if n <= 0:
+                at = retry_at                   # None: until kick()
+            elif head > now + wake_ms:
+                at = head - wake_ms             # gathering: not yet
+            else:
+                ready[topic] = n
+                continue
+            if at is not None:
+                again = at if again is None else min(again, at)
+        return ready, again
+
+    def _take(self, ready: dict[str, int], now: int, limit: int, max_items: int) -> list[Entry]:
+        """Weighted round robin over the ready topics in ring order (QUANTUM x weight entries per
+        round each; one entry costs one, so this is deficit round robin with nothing to carry
+        over); the ring turns past the last topic served, so the next take starts with the one after it."""
+        out: list[Entry] = []
+        taken: dict[str, int] = {}
+        last = None
+        ring = [t for t in self._due if t in ready]
+        while ring and len(out) < max_items:
+            for topic in list(ring):
+                room = max_items - len(out)
+                share = room if len(ring) == 1 else QUANTUM * self._gate.weight(topic)
+                n = min(room, ready[topic], share)
+                got = self._pop(topic, limit, n)
+                out.extend(got)
+                ready[topic] -= len(got)
+                taken[topic] = taken.get(topic, 0) + len(got)
+                last = topic
+                head = self._head(topic)
+                if head is None or head > limit:
+                    self._leave(topic, head)
+                    ring.remove(topic)
+                elif ready[topic] <= 0 or len(got) < n:
+                    ring.remove(topic)
+                if len(out) >= max_items:
+                    break
+        if last in self._due:       # the next take starts with the topic after the last one served
+            order = list(self._due)
+            cut = order.index(last) + 1
+            self._due = dict.fromkeys(order[cut:] + order[:cut])
+        for topic, n in taken.items():
+            if n:
+                self._gate.took(topic, n, now)
+        return out
+
+    def _pop(self, topic: str, limit: int, n: int) -> list[Entry]:
         out = []
-        while self._heap and len(out) < max_items and self._heap[0][0] <= now:
-            _, seq, tid = heapq.heappop(self._heap)
+        heap = self._heaps.get(topic)
+        while heap and len(out) < n and heap[0][0] <= limit:
+            _, seq, tid = heapq.heappop(heap)
+            self._items -= 1
             current = self._live.get(tid)
             if current is not None and current[1] == seq:
                 del self._live[tid]
                 out.append(current[0])
         return out
 
-    def _drop_stale_head(self) -> None:
-        while self._heap:
-            _, seq, tid = self._heap[0]
+    def _head(self, topic: str) -> int | None:
+        """The topic's earliest live entry's time (stale items dropped); None when it has none."""
+        heap = self._heaps.get(topic)
+        while heap:
+            at, seq, tid = heap[0]
             current = self._live.get(tid)
             if current is not None and current[1] == seq:
-                return
-            heapq.heappop(self._heap)
+                return at
+            heapq.heappop(heap)
+            self._items -= 1
+        self._heaps.pop(topic, None)
+        return None
+
+    def _leave(self, topic: str, head: int | None) -> None:
+        """Out of the ring: nothing of the topic is due by the limit (any more)."""
+        self._due.pop(topic, None)
+        if head is not None:
+            heapq.heappush(self._index, (head, topic))
+
+    def _index_top(self) -> tuple[int, str] | None:
+        """The earliest (head, topic) of the topics not in the ring, stale items fixed on the way."""
+        while self._index:
+            at, topic = self._index[0]
+            if topic in self._due:
+                heapq.heappop(self._index)
+                continue
+            head = self._head(topic)
+            if head is None:
+                heapq.heappop(self._index)
+            elif head != at:
+                heapq.heapreplace(self._index, (head, topic))
+            else:
+                return at, topic
+        return None
 
     def _compact_if_stale(self) -> None:
-        if len(self._heap) > 2 * len(self._live) + 1024:
-            self._heap = [(e.at_ms, seq, tid) for tid, (e, seq) in self._live.items()]
-            heapq.heapify(self._heap)
+        if self._items > 2 * len(self._live) + 1024:
+            heaps: dict[str, list[tuple[int, int, str]]] = {}
+            for tid, (e, seq) in self._live.items():
+                heaps.setdefault(e.topic, []).append((e.at_ms, seq, tid))
+            for heap in heaps.values():
+                heapq.heapify(heap)
+            self._heaps, self._items = heaps, len(self._live)
+            self._due = {t: None for t in self._due if t in heaps}
+            self._index = [(h[0][0], t) for t, h in heaps.items() if t not in self._due]
+            heapq.heapify(self._index)

@@ -29,6 +29,7 @@ from delayq.nodes.amqp import messages
 from delayq.nodes.amqp.exchanges import ExchangeGuard
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.deadlines import Deadlines
+from delayq.nodes.flow import Flow
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.lease import ClaimLease, Lease
 from delayq.nodes.metrics import Metrics
@@ -37,7 +38,7 @@ from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.threads import NodeThread
 from delayq.store.tasks import TaskStore
-from delayq.store.values import Claimed
+from delayq.store.values import Claim, Claimed
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ class Dispatcher(NodeThread):
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
                  lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines,
-                 hold: Callable[[list[Claimed], int, str], None], on_fenced: Callable[[], None] = lambda: None):
+                 hold: Callable[[list[Claimed], int, str], None], on_fenced: Callable[[], None] = lambda: None,
+                 flow: Flow | None = None):
         super().__init__(claimers)
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
@@ -61,6 +63,7 @@ class Dispatcher(NodeThread):
         self._claim_failures = 0
         self._held_topics: dict[str, str] = {}    # topic -> the exchange its last tasks were held back for
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)    # signalled when the releaser takes claimed tasks
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
         self._services, self._publisher, self._clock = services, publisher, clock
@@ -69,6 +72,7 @@ class Dispatcher(NodeThread):
         # Called when a claim was fenced on some shard: the loader re-reads the whole window, so
         # that the tasks taken from memory for it do not wait for the rolling re-read.
         self._on_fenced = on_fenced        # a shard was lost: the loader rescans
+        self._flow = flow
 
     def _interrupt(self) -> None:
         self._queue.close()
@@ -100,16 +104,29 @@ class Dispatcher(NodeThread):
                 # Claiming is suspended or nothing could be published: leave due tasks queued.
                 self._stop.wait(0.1)
                 continue
+            if not self._wait_for_room():
+                continue
             due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=lead_ms, gather_ms=gather_ms)
             if due:
                 self._claim(due)
+
+    def _wait_for_room(self) -> bool:
+        """Claim no further ahead of the publisher than a batch: what is claimed and not yet
+        published waits in due order, so during a burst a task of another topic taken from memory
+        now would otherwise wait behind everything claimed before it (fair share ends at the
+        claim). Memory is where the topics take turns."""
+        with self._room:
+            if len(self._held) >= self._batch:
+                self._room.wait(0.05)
+            return len(self._held) < self._batch
 
     def _claim(self, due: list) -> None:
         try:
             lease = self._lease.take()
             owner, fence = self._ownership.fence()
             now = self._clock.now_ms()
-            claimed, fenced = self._store.claim(due, owner, fence, now)
+            claim = self._store.claim(due, owner, fence, now, self._flow.caps() if self._flow else None)
+            claimed, fenced = claim.claimed, claim.fenced
         except Unavailable as e:
             self._put_back(due, e)
             return
@@ -121,6 +138,8 @@ class Dispatcher(NodeThread):
             log.info("claims work again after %d failed attempts", self._claim_failures)
             self._claim_failures = 0
         self._deadlines.add((now + c.ttr_ms, c.task_id, c.attempt) for c in claimed if c.ttr_ms > 0)
+        if claim.rooms:
+            self._kept_to_caps(claim, now)
         if fenced:
             # Taken from memory but not claimed: if the shard is ours again at a newer epoch
             # than we knew, its tasks are in MySQL only.
@@ -129,6 +148,17 @@ class Dispatcher(NodeThread):
             for c in claimed:
                 self._held[c.task_id] = (c, lease)
         self._claimed.offer_many(Entry(c.task_id, c.shard_id, c.due_ms) for c in claimed)
+
+    def _kept_to_caps(self, claim: Claim, now: int) -> None:
+        """Tell the flow how much room each capped topic has left; the tasks the cap kept back go
+        back to memory (they are still DELAY) and wait for a slot."""
+        got = collections.Counter(c.topic for c in claim.claimed)
+        for topic, (in_flight, left) in claim.rooms.items():
+            self._flow.claimed(topic, in_flight + got[topic], left)
+        if claim.deferred:
+            for topic, n in collections.Counter(e.topic for e in claim.deferred).items():
+                self._metrics.throttled.labels(topic, "in_flight").inc(n)
+            self._queue.offer_many(claim.deferred)
 
     def _release_loop(self) -> None:
         """The releaser thread: publishes claimed tasks the moment they are due, never before.
@@ -139,6 +169,8 @@ class Dispatcher(NodeThread):
             with self._lock:
                 ready = [self._held.pop(e.task_id) for e in entries if e.task_id in self._held]
                 left = len(self._held)
+                if ready:
+                    self._room.notify_all()
             if ready:
                 try:
                     self._publish(ready)

@@ -4,7 +4,7 @@ A node that owns no shard it may claim on (drained, just joined, its ZooKeeper s
 still accepts submits: their tasks go to other nodes' shards, whose owners would otherwise find
 them only at their next full re-read of the window (up to DELAYQ_FULL_SCAN_MS, longer while a
 backlog pauses it). So the accepting node writes a hint (shard, task, due) for each such task due
-within the window (`write`), after the task itself committed, and every node reads and deletes the
+within the window (`write`, with its topic, whose flow controls it is under), after the task itself committed, and every node reads and deletes the
 hints of its own shards every `poll_ms` (`HintReader`), offering the tasks to its memory. A hint is
 only a nudge: the claim still checks MySQL, so a stale hint (the task cancelled, rescheduled, or
 already fired) costs nothing; a lost one (the node died between the two writes) leaves the task to
@@ -38,7 +38,8 @@ def write(engine: Engine, entries: Sequence[Entry]) -> None:
     try:
         with unavailable_on_failure(), engine.begin() as conn:
             conn.execute(insert(HINT).prefix_with("IGNORE"),
-                         [{"shard_id": e.shard_id, "task_id": e.task_id, "due_ms": e.due_ms} for e in entries])
+                         [{"shard_id": e.shard_id, "task_id": e.task_id, "due_ms": e.due_ms, "topic": e.topic}
+                          for e in entries])
     except Unavailable as e:
         log.warning("could not hint %d tasks to their shards' owners: %s; their re-read finds them", len(entries), e)
 
@@ -75,7 +76,7 @@ class HintReader(NodeThread):
             return 0
         if shards != self._shards:
             self._shards = shards
-            self._query = select(HINT.c.shard_id, HINT.c.task_id, HINT.c.due_ms).where(HINT.c.shard_id.in_(shards)) \
+            self._query = select(HINT.c.shard_id, HINT.c.task_id, HINT.c.due_ms, HINT.c.topic).where(HINT.c.shard_id.in_(shards)) \
                 .limit(self._batch)
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.execute(self._query).all()
@@ -83,6 +84,6 @@ class HintReader(NodeThread):
                 conn.execute(delete(HINT).where(tuple_(HINT.c.shard_id, HINT.c.task_id).in_(
                     [(r.shard_id, r.task_id) for r in rows])))
         if rows:
-            self._queue.offer_written([Entry(r.task_id, r.shard_id, r.due_ms) for r in rows],
+            self._queue.offer_written([Entry(r.task_id, r.shard_id, r.due_ms, topic=r.topic) for r in rows],
                                       self._ownership.shards())
         return len(rows)

@@ -112,12 +112,13 @@ class Loader(NodeThread):
         # full one; a reset made while it runs survives it (lower_horizon) for the next.
         start = self._queue.raise_horizon(end)
         try:
-            entries = self._store.scan_due(shards, end, room, from_ms=start)
+            paused = self._queue.paused     # their tasks wait in MySQL until they resume
+            entries = self._store.scan_due(shards, end, room, from_ms=start, skip=paused)
             if len(entries) >= room:
                 # The window did not fit: only what precedes the last due time is complete.
                 self._queue.lower_horizon(entries[-1].due_ms)
             if start and not self._draining(now):
-                again = self._store.scan_due(self._rolling(shards), start, room)
+                again = self._store.scan_due(self._rolling(shards), start, room, skip=paused)
                 if len(again) >= room:
                     self._queue.lower_horizon(again[-1].due_ms)
                 entries += again
@@ -160,7 +161,7 @@ class Loader(NodeThread):
         slot = max(float(now), self._next_slot_ms)
         self._next_slot_ms = slot + 1000.0 / self._catchup_rate
         self.caught_up += 1
-        return Entry(e.task_id, e.shard_id, e.due_ms, fire_ms=int(slot))
+        return e._replace(fire_ms=int(slot))
 
     def _time_out(self, shards: set[int], now: int) -> None:
         if self._grace is not None and self._grace.hold_until() is not None:

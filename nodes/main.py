@@ -10,12 +10,10 @@ import dataclasses
 import logging
 import time
 
-import pika
 from thrift.protocol import TBinaryProtocol
 
 from delayq import schema
 from delayq.access.tls import server_context
-from delayq.client.amqp import parameters as amqp_url_parameters
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.clock import Clock
 from delayq.config import Settings, check_node
@@ -26,6 +24,7 @@ from delayq.master.election import Election
 from delayq.master.rebalancer import Rebalancer
 from delayq.nodes import hints
 from delayq.nodes.amqp.deadletters import DeadLetterer
+from delayq.nodes.amqp.params import amqp_parameters
 from delayq.nodes.amqp.exchanges import ExchangeGuard
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.amqp.results_consumer import ResultsConsumer
@@ -33,7 +32,9 @@ from delayq.nodes.clockcheck import ClockCheck
 from delayq.nodes.deadlines import Deadlines
 from delayq.nodes.delayqueue import DelayQueue
 from delayq.nodes.dispatcher import Dispatcher
+from delayq.nodes.flow import Flow, follow
 from delayq.nodes.front.access import Access
+from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.clusterinfo import cluster_info
 from delayq.nodes.front.handler import Handler
@@ -51,28 +52,19 @@ from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.skew import ReferenceClock
 from delayq.nodes.standalone import Standalone
 from delayq.nodes.validation import Limits
+from delayq.nodes.watch import ServicesWatch
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.nodes.zk.view import read_view
 from delayq.store.audit import AuditLog
 from delayq.store.clients import ClientStore
+from delayq.store.controls import ControlStore
 from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
 from delayq.store.tasks import TaskStore
 from delayq.zkpaths import ZkPaths
 
 log = logging.getLogger(__name__)
-
-
-def amqp_parameters(url: str, timeout_ms: int, ca_file: str = "") -> pika.URLParameters:
-    params = amqp_url_parameters(url, ca_file)
-    timeout = max(1.0, timeout_ms / 1000.0)
-    params.socket_timeout = timeout
-    params.stack_timeout = timeout * 2
-    params.blocked_connection_timeout = max(30.0, timeout)
-    params.connection_attempts = 1
-    params.heartbeat = 30
-    return params
 
 
 class NodeRuntime:
@@ -93,12 +85,14 @@ class NodeRuntime:
         self.store = TaskStore(self.engine)
         self.epochs = ShardEpochs(self.engine, clock)
         self.services = ServiceRegistry(self.engine, clock)
-        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap)
         self.ownership = Ownership(s.node.node_id)
+        self.flow = Flow(self.ownership)      # holds each topic to its controls
+        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow)
+        self.flow.kick = self.queue.kick
         # Cycles are closed by callbacks that name a part built further down (called only once
         # the node runs): results -> dead letters -> publisher -> recorder -> results.
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
-                                     on_failed=lambda: self.deadletters.wake())
+                                     on_failed=lambda: self.deadletters.wake(), on_ended=self.flow.released)
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  publish_retry_ms=s.scheduling.publish_retry_ms,
                                  gather_ms=s.scheduling.record_gather_ms,
@@ -126,16 +120,20 @@ class NodeRuntime:
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
                              catchup_rate=s.scheduling.catchup_rate,
                              catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace)
+        sec = s.security
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
                                      default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
                                      claimers=s.scheduling.write_concurrency,
                                      lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
                                      deadlines=self.deadlines, hold=self.recorder.hold,
-                                     on_fenced=self.loader.rescan)
+                                     on_fenced=self.loader.rescan, flow=self.flow)
+        self.watch = ServicesWatch(self.engine, self.services, poll_ms=sec.clients_poll_ms)
+        follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics)
+        self.quotas = quotas.build(self.engine, self.metrics, clock, self.watch,
+                                   live=lambda: 1 if self.zk is None else self.membership.live)
         self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                          self.metrics, cluster=s.node.cluster)
-        sec = s.security
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure,
                              poll_ms=sec.clients_poll_ms)
         self.handler = Handler(self.store, TaskWriter(self.writes), self.services, self.queue, self.ownership,
@@ -144,8 +142,8 @@ class NodeRuntime:
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
                                hint=lambda entries: hints.write(self.writes, entries),
-                               audit=Audit(AuditLog(self.engine), clock),
-                               cluster_info=self.cluster_info)
+                               audit=Audit(AuditLog(self.engine), clock), controls=ControlStore(self.engine, clock),
+                               quotas=self.quotas, cluster_info=self.cluster_info)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
         # longer than the largest batch is refused while decoding, before anything is built (a frame
         # of 8 MiB could claim millions of tasks), and the SubmitBatcher answers it as too large.
@@ -207,7 +205,8 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         for part in (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader, self.deadletters,
-                     self.results_consumer, self.access, self.submits, self.calls, self.server):
+                     self.results_consumer, self.access, self.watch, self.quotas, self.submits, self.calls,
+                     self.server):
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self._epoch(), self.settings.scheduling.window_ms)
@@ -215,13 +214,13 @@ class NodeRuntime:
     def _mysql_ready(self) -> None:
         """Schema and shards there, services loaded; a standalone node takes its shards."""
         schema.check_ready(self.engine)
-        self.services.refresh()
+        self.watch.load()
         self.access.load()
         if self.standalone is not None:
             self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
-        for part in (self.server, self.submits, self.calls, self.access):
+        for part in (self.server, self.submits, self.calls, self.access, self.watch, self.quotas):
             part.stop()
         if self.zk is not None:
             self.rebalancer.stop()
@@ -267,7 +266,8 @@ class NodeRuntime:
         threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
                    "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server,
                    "clock-check": self.clockcheck, "deadlines": self.deadlines,
-                   "hints": self.hints, "access": self.access}
+                   "hints": self.hints, "access": self.access, "services-watch": self.watch,
+                   "quotas": self.quotas}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def _ready(self) -> dict[str, str | None]:

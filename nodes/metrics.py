@@ -3,7 +3,8 @@
 Event counters and the lateness histogram are incremented where the events happen; gauges (queue
 size, shards, epoch, master, ZooKeeper state, publishes awaiting confirms, overdue attempts) are read
 from the components when Prometheus scrapes, through `gauges`. Labels are bounded: topic (one per
-registered service), Thrift method and outcome, dependency, the reason the node closed a connection.
+registered service), tenant (one per tenant), Thrift method and outcome, dependency, the reason the
+node closed a connection.
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ class Metrics:
                                 "bad_token, revoked, rotated, unknown_certificate, forbidden, hidden). Failed TLS "
                                 "handshakes are in delayq_thrift_connections_closed_total{reason=\"tls_handshake\"}.",
                                 ["reason"], registry=r)
+        self.quota_refusals = Counter("delayq_quota_refusals_total",
+                                      "Submit calls refused over a tenant's quota, by tenant and quota (pending, "
+                                      "submitRate, horizon, payloadSize).", ["tenant", "quota"], registry=r)
         self.errors = Counter("delayq_dependency_errors_total",
                               "Failed calls to MySQL, RabbitMQ or ZooKeeper.", ["dependency"], registry=r)
         self.clock_offset = Gauge("delayq_clock_offset_seconds",
@@ -64,9 +68,17 @@ class Metrics:
                                       "Claimed attempts not published because the claim was no longer provably "
                                       "current (paused past the claim lease, or a ZooKeeper session break); "
                                       "they went back to DELAY unsent.", registry=r)
+        self.throttled = Counter("delayq_topic_throttled_total",
+                                 "Due tasks a claim left unclaimed to keep to their topic's maxInFlight "
+                                 "(reason in_flight); they stay DELAY and wait for a slot.",
+                                 ["topic", "reason"], registry=r)
         self.publish_failures = Counter("delayq_publish_failures_total",
                                         "Publishes not confirmed (broker down, nack, timeout) or returned.",
                                         ["reason"], registry=r)
+
+    def topic_gauges(self, read: Callable[[], dict[str, dict[str, float]]]) -> None:
+        """Per-topic gauges read at scrape time: `read()` -> topic -> name -> value (delayq_topic_<name>)."""
+        self.registry.register(_PerTopic(read))
 
     def gauges(self, read: Callable[[], dict[str, float]], counters: Callable[[], dict[str, float]]) -> None:
         """Expose values read at scrape time: `read()` -> gauges, `counters()` -> counters (name -> value,
@@ -98,3 +110,27 @@ class _Snapshot(Collector):
             yield GaugeMetricFamily(f"delayq_{name}", _HELP.get(name, name), value=value)
         for name, value in self._counters().items():
             yield CounterMetricFamily(f"delayq_{name.removesuffix('_total')}", _HELP.get(name, name), value=value)
+
+
+_TOPIC_HELP = {
+    "paused": "1 while the topic is paused (none of its tasks fire).",
+    "in_flight": "The topic's attempts in flight across the cluster (READY/RUNNING), as this node's last claim counted them.",
+    "max_in_flight": "The topic's maxInFlight (0: none).",
+    "fire_rate": "Tasks of the topic this node took to fire in the last whole second.",
+    "max_fire_rate": "The topic's maxFireRate across the cluster (0: none).",
+    "held_back": "Tasks of the topic due now that this node holds back for its rate or maxInFlight.",
+}
+
+
+class _PerTopic(Collector):
+    def __init__(self, read):
+        self._read = read
+
+    def collect(self) -> Iterable:
+        figures = self._read()
+        for name, doc in _TOPIC_HELP.items():
+            family = GaugeMetricFamily(f"delayq_topic_{name}", doc, labels=["topic"])
+            for topic, values in sorted(figures.items()):
+                if name in values:
+                    family.add_metric([topic], values[name])
+            yield family

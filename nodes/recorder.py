@@ -146,4 +146,4 @@ class Recorder(NodeThread):
             log.warning("unroutable task %s not updated: %s", c.task_id, e)
 
     def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
-        self._queue.offer_written((Entry(c.task_id, c.shard_id, due) for c, due in items), self._ownership.shards())
+        self._queue.offer_written((Entry(c.task_id, c.shard_id, due, topic=c.topic) for c, due in items), self._ownership.shards())

@@ -18,8 +18,12 @@ from delayq.store.values import Transition
 
 class ResultApplier:
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 clock: Clock, metrics: Metrics, on_failed: Callable[[], None] = lambda: None):
+                 clock: Clock, metrics: Metrics, on_failed: Callable[[], None] = lambda: None,
+                 on_ended: Callable[[str], None] = lambda topic: None):
+        """on_ended(topic): an attempt of the topic ended (retry, finished, failed): a slot of its
+        maxInFlight is free."""
         self._store, self._queue, self._ownership = store, queue, ownership
+        self._on_ended = on_ended
         self._metrics = metrics
         self._services, self._clock, self._on_failed = services, clock, on_failed
 
@@ -32,9 +36,11 @@ class ResultApplier:
                                      self._services.policy, self._ownership.node_id, retry_shard)
         if not t.applied:
             return t
+        if t.status is not Status.RUNNING:
+            self._on_ended(t.topic)
         if t.status is Status.DELAY and t.due_ms is not None:
             self._metrics.retried.labels(t.topic).inc()
-            self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms)], self._ownership.shards())
+            self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)], self._ownership.shards())
         elif t.status is Status.FAILED:
             self._metrics.failed.labels(t.topic).inc()
             self._on_failed()

@@ -22,6 +22,8 @@ from delayq.db import unavailable_on_failure
 from delayq.errors import UnknownTopic
 from delayq.lifecycle import RetryPolicy
 from delayq.nodes.validation import ServiceSpec, check_service
+from delayq.store import versions
+from delayq.store.controls import NONE as NO_CONTROLS, Controls, from_row
 
 SERVICE = tables.callback_service
 
@@ -34,6 +36,7 @@ class ServiceRegistry:
         self._miss_refresh_s = miss_refresh_s
         self._lock = threading.Lock()
         self._by_topic: dict[str, ServiceSpec] = {}
+        self._controls: dict[str, Controls] = {}
         self._loaded_at = float("-inf")
 
     def get(self, topic: str) -> ServiceSpec:
@@ -67,7 +70,7 @@ class ServiceRegistry:
         row["enabled"] = 1 if svc.enabled else 0
         stmt = mysql_insert(SERVICE).values(**row, created_ms=now, updated_ms=now)
         stmt = stmt.on_duplicate_key_update({k: stmt.inserted[k] for k in row if k != "topic"} | {"updated_ms": now})
-        with unavailable_on_failure(), self._engine.begin() as conn:
+        with versions.bumping(self._engine, versions.SERVICES) as conn:   # other nodes re-read at once
             conn.execute(stmt)
         with self._lock:
             self._by_topic[svc.topic] = svc
@@ -76,14 +79,24 @@ class ServiceRegistry:
     def refresh(self) -> None:
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.execute(select(SERVICE)).mappings().all()
-        fresh = {}
+        fresh, controls = {}, {}
         for r in rows:
             fields = {k: r[k] for k in ServiceSpec.__dataclass_fields__}
             fields["enabled"] = bool(fields["enabled"])
             fresh[r["topic"]] = ServiceSpec(**fields)
+            controls[r["topic"]] = from_row(r)
         with self._lock:
-            self._by_topic = fresh
+            self._by_topic, self._controls = fresh, controls
             self._loaded_at = self._clock.monotonic()
+
+    def controls(self, topic: str) -> Controls:
+        """The topic's flow controls and tenant as last read (none for an unknown topic)."""
+        with self._lock:
+            return self._controls.get(topic, NO_CONTROLS)
+
+    def all_controls(self) -> dict[str, Controls]:
+        with self._lock:
+            return dict(self._controls)
 
     def _reread(self, topic: str) -> ServiceSpec | None:
         """A topic not in the cache: read the services again, unless that was done just now."""

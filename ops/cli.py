@@ -204,9 +204,13 @@ def _register_subcommands() -> None:
     from delayq.ops.clients import clients
     from delayq.ops.services import services
     from delayq.ops.tasks import purge_cmd, tasks
+    from delayq.ops.tenants import tenants
+    from delayq.ops.topics import topics
     main.add_command(tasks)
     main.add_command(services)
+    main.add_command(topics)
     main.add_command(clients)
+    main.add_command(tenants)
     main.add_command(certs)
     main.add_command(audit)
     db.add_command(purge_cmd)

@@ -132,12 +132,13 @@ def rotate(name: str, token_file: str | None, config_file: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @config_option
 def list_clients(as_json: bool, config_file: str | None) -> None:
-    """List the clients and their grants (never their tokens)."""
+    """List the clients, their tenants and grants (never their tokens)."""
     listed = run(ClientStore(make_engine(load_settings(config_file).mysql)).list, as_json)
     if as_json:
-        click.echo(json.dumps([{"name": c.name, "token": c.token, "revoked": c.revoked,
+        click.echo(json.dumps([{"name": c.name, "token": c.token, "revoked": c.revoked, "tenant": c.tenant,
                                 "grants": [f"{p}:{pat}" for p, pat in c.grants]} for c in listed], indent=2))
         return
     for c in listed:
         state = "revoked" if c.revoked else ("token" if c.token else "certificate only")
-        click.echo(f"{c.name:24} {state:17} {' '.join(f'{p}:{pat}' for p, pat in c.grants) or '-'}")
+        grants = " ".join(f"{p}:{pat}" for p, pat in c.grants) or "-"
+        click.echo(f"{c.name:24} {state:17} {c.tenant or '-':16} {grants}")

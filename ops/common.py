@@ -58,6 +58,9 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
         fail(message, EXIT_USAGE, as_json)
     except ttypes.Conflict as e:
         fail(f"task {e.taskId!r}: {e.reason}", EXIT_USAGE, as_json)
+    except ttypes.QuotaExceeded as e:
+        fail(f"tenant {e.tenant!r} is over its {e.quota} quota of {e.limit} (delayq tenants show {e.tenant})",
+             EXIT_FAILURE, as_json)
     except ttypes.Unauthenticated as e:
         fail(f"not authenticated: {e.reason} (give the client's token in DELAYQ_TOKEN_FILE or DELAYQ_TOKEN)",
              EXIT_USAGE, as_json)
@@ -83,6 +86,18 @@ def instant(text: str | None) -> int | None:
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return int(t.timestamp() * 1000)
+
+
+_DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(text: str) -> int:
+    """30s, 1500ms, 5m, 2h, 1d (or bare milliseconds)."""
+    number = text.rstrip("smhd")
+    unit = text[len(number):] or "ms"
+    if not number.isdigit() or unit not in _DURATION:
+        raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 1500ms, 5m, 2h or 1d")
+    return int(number) * _DURATION[unit]
 
 
 def utc_time(ms: int | None) -> str:

@@ -11,7 +11,7 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.db import make_engine
 from delayq.lifecycle import Status
 from delayq.ops.audit import recorded
-from delayq.ops.common import EXIT_FAILURE, client, fail, instant, load_settings, run, utc_time
+from delayq.ops.common import EXIT_FAILURE, client, duration_ms, fail, instant, load_settings, run, utc_time
 from delayq.store.maintenance import TaskFilter, list_tasks, purge, redrive
 
 
@@ -59,18 +59,6 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
                    f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
 
 
-_DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def _duration_ms(text: str) -> int:
-    """30s, 1500ms, 5m, 2h, 1d (or bare milliseconds)."""
-    number = text.rstrip("smhd")
-    unit = text[len(number):] or "ms"
-    if not number.isdigit() or unit not in _DURATION:
-        raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 1500ms, 5m, 2h or 1d")
-    return int(number) * _DURATION[unit]
-
-
 @tasks.command("submit")
 @click.argument("topic")
 @click.option("--delay", help="Due this long from now: 30s, 1500ms, 5m, 2h, 1d.")
@@ -88,7 +76,7 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, con
         raise click.UsageError("give at most one of --payload and --payload-file")
     body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
     spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
-                           delayMs=_duration_ms(delay) if delay is not None else None,
+                           delayMs=duration_ms(delay) if delay is not None else None,
                            dueAtMs=instant(at) if at is not None else None)
     settings = load_settings(config_file)
 

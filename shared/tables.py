@@ -95,6 +95,7 @@ hint = Table(
     Column("shard_id", Integer, primary_key=True),
     Column("task_id", String(64), primary_key=True),
     Column("due_ms", BigInteger, nullable=False),
+    Column("topic", String(128), nullable=False, server_default=""),
 )
 
 client = Table(

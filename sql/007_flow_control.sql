@@ -17,6 +17,9 @@ ALTER TABLE job_callback_service ADD COLUMN tenant VARCHAR(64) NULL;
 -- for the tenant's quota, without reading other topics' rows.
 ALTER TABLE job_delay_task ADD KEY idx_topic_status (topic, status);
 
+-- A hint carries its task's topic: the owner's memory holds every task under its topic's controls.
+ALTER TABLE job_delay_hint ADD COLUMN topic VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '';
+
 -- A tenant groups topics (job_callback_service.tenant) and clients (job_client.tenant). Every
 -- quota is optional (NULL: no limit beyond the node's own).
 CREATE TABLE IF NOT EXISTS job_tenant (

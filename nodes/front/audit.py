@@ -1,4 +1,4 @@
-"""Audit: the node's side of the audit log. Every registerService, cancel and reschedule call is
+"""Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel and reschedule call is
 recorded once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
 client, its address, the call, its topic or task id, and how it ended (the answer, or the
 refusal or error it got).
@@ -24,7 +24,16 @@ AUDITED: dict[str, Callable[[Sequence], str]] = {
     "registerService": lambda args: getattr(args[0], "topic", None) or "" if args else "",
     "cancel": lambda args: str(args[0]) if args else "",
     "reschedule": lambda args: str(args[0]) if args else "",
+    "setTopicControls": lambda args: _controls(args[0]) if args else "",
 }
+
+
+def _controls(t) -> str:
+    """The topic and what the call set, e.g. "orders maxFireRate=500.0 paused=True"."""
+    if t is None:
+        return ""
+    set_ = " ".join(f"{k}={v}" for k, v in sorted(vars(t).items()) if k not in ("topic", "tenant") and v is not None)
+    return f"{t.topic or ''} {set_}".strip()[:255]
 
 
 class Audit:

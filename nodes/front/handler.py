@@ -18,15 +18,18 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
 from delayq.lifecycle import Result
 from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.front import topics
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.caller import Caller, current
 from delayq.nodes.front.errors import CallAnswers, declared
+from delayq.nodes.front.quotas import Quotas
 from delayq.nodes.front.writes import SubmitWrites
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
+from delayq.store.controls import ControlStore
 from delayq.store.submits import TaskWriter
 from delayq.store.tasks import TaskStore
 from delayq.store.values import CancelOutcome, NewTask, Submitted
@@ -48,7 +51,9 @@ class Handler:
                  max_batch: int,
                  window_ms: int, default_exchange: str,
                  check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo],
-                 hint: Callable[[list[Entry]], None] = lambda entries: None, audit: Audit | None = None):
+                 hint: Callable[[list[Entry]], None] = lambda entries: None, audit: Audit | None = None,
+                 controls: ControlStore,
+                 quotas: Quotas | None = None):
         self._store, self._services, self._queue = store, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
@@ -61,6 +66,8 @@ class Handler:
         self._cluster_info = cluster_info
         self.answers = CallAnswers(metrics, audit.call) if audit is not None else CallAnswers(metrics)
         self._writes = SubmitWrites(writer, self._prepare)
+        self._controls = controls
+        self._quotas = quotas
 
     # ---- identity -----------------------------------------------------------------------------
 
@@ -76,12 +83,27 @@ class Handler:
         """Several submit (batch False) and submitBatch (True) calls, written together (one commit
         for all; delayq.nodes.front.writes). Each call is all or nothing on its own: its result is
         its TaskRefs or its own exception, a declared one or TApplicationException (internal
-        error); a call with a task its client may not submit is refused whole before anything is
-        written. Each is counted like any call."""
+        error); a call with a task its client may not submit, or over a quota of its topics'
+        tenants (delayq.nodes.front.quotas), is refused whole before anything is written. Each is
+        counted like any call."""
         started = time.perf_counter()
-        refused = [self._refusal(specs, caller) for specs, _, caller in calls]
+        now = self._clock.now_ms()
+        refused, charges = [], []
+        for specs, batch, caller in calls:
+            refusal, charge = self._refusal(specs, caller), None
+            if refusal is None and self._quotas is not None:
+                try:
+                    charge = self._quotas.charge(specs, batch, now)
+                except errors.QuotaExceeded as e:
+                    refusal = e
+            refused.append(refusal)
+            if refusal is None:
+                charges.append(charge)
         allowed = [(specs, batch) for (specs, batch, _), refusal in zip(calls, refused) if refusal is None]
-        out, committed = self._writes.write(allowed, self._clock.now_ms()) if allowed else ([], [])
+        out, committed = self._writes.write(allowed, now) if allowed else ([], [])
+        for charge, result in zip(charges, out):
+            if charge is not None and isinstance(result, Exception):
+                self._quotas.refund(charge)         # not written: its tasks do not count
         written = iter(out)
         self._accepted(committed)
         elapsed = time.perf_counter() - started
@@ -140,17 +162,17 @@ class Handler:
         reads)."""
         try:
             created = [(t, d) for new, done in committed for t, d in zip(new, done) if d.created]
-            self._enqueue([d for _, d in created])
+            self._enqueue(created)
             for topic, n in collections.Counter(t.topic for t, _ in created).items():
                 self._metrics.submitted.labels(topic).inc(n)
         except Exception:  # noqa: BLE001 - see above
             log.exception("committed tasks not offered to memory; the loader will read them")
 
-    def _enqueue(self, done: list[Submitted]) -> None:
+    def _enqueue(self, done: list[tuple[NewTask, Submitted]]) -> None:
         """A task due within the window goes straight into memory: ours, or its shard owner's
         through a hint (delayq.nodes.hints) when this node had no shard to put it on."""
         owned = self._ownership.shards()
-        entries = [Entry(d.task_id, d.shard_id, d.due_ms) for d in done]
+        entries = [Entry(d.task_id, d.shard_id, d.due_ms, topic=t.topic) for t, d in done]
         self._queue.offer_written(entries, owned)
         near = self._clock.now_ms() + self._window_ms
         others = [e for e in entries if e.shard_id not in owned and e.due_ms < near]
@@ -181,9 +203,9 @@ class Handler:
         near = due < now + self._window_ms
         # Moving a soon-due task onto one of our shards lets it go straight into our memory queue.
         shard = self._ownership.pick_shard(near=True) if near and self._ownership.shards() else None
-        shard, due = self._store.reschedule(taskId, due, shard, now)
+        shard, due, topic = self._store.reschedule(taskId, due, shard, now)
         if self._ownership.owns(shard) and self._queue.accepts(due):
-            self._queue.offer(Entry(taskId, shard, due))
+            self._queue.offer(Entry(taskId, shard, due, topic=topic))
         else:
             self._queue.remove(taskId)
         return ttypes.TaskRef(taskId=taskId, dueAtMs=due, created=False)
@@ -257,6 +279,23 @@ class Handler:
             ttrMs=s.ttr_ms, enabled=s.enabled, deadLetterExchange=s.dead_letter_exchange,
             misfireThresholdMs=s.misfire_threshold_ms, misfirePolicy=s.misfire_policy)
             for s in self._services.all() if admin or client.allows(Permission.READ, s.topic)]
+
+    @declared
+    def setTopicControls(self, controls: ttypes.TopicControls) -> ttypes.TopicControls:
+        self._access.require(current(), Permission.ADMIN)
+        if controls is None or not controls.topic:
+            raise errors.InvalidService("topic", "is required")
+        # Applied by every node (this one included) when it sees the services' version move.
+        return topics.as_thrift(controls.topic, self._controls.change(controls.topic, topics.changes(controls)))
+
+    @declared
+    def listTopicControls(self) -> list[ttypes.TopicControls]:
+        """The controls of the topics the caller may read (every one for an admin)."""
+        client = self._access.client(current())
+        admin = client.holds(Permission.ADMIN)
+        shown = {t: c for t, c in sorted(self._controls.all().items()) if admin or client.allows(Permission.READ, t)}
+        in_flight = self._controls.in_flight(list(shown))
+        return [topics.as_thrift(t, c, in_flight[t]) for t, c in shown.items()]
 
     @declared
     def cluster(self) -> ttypes.ClusterInfo:

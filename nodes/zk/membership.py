@@ -1,7 +1,9 @@
 """Membership: this node's ephemeral znode under /nodes, registered afresh on every new session.
 
 Its data (endpoint, shards owned, DelayQueue size) is refreshed every few seconds so `cluster()`
-on any node can show every node. Runs on the ZkSession's thread; no thread of its own.
+on any node can show every node. `live` is how many members there are, this one included, as a
+watch on /nodes last saw them (limits split between the nodes use it). Runs on the ZkSession's
+thread; no thread of its own.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ class Membership:
         self.member: str | None = None
         self._published: bytes = b""
         self._generation = 0
+        self.live = 1
+        self._watching = 0              # the generation whose session watches /nodes
         session.subscribe(self._on_state)
 
     def _on_state(self, state: str, session_id: int | None) -> None:
@@ -57,6 +61,20 @@ class Membership:
             return
         self._published = data
         self._session.post(lambda: self._refresh(generation), self._refresh_s)
+        if self._watching != generation:
+            self._watching = generation
+            self._count(generation)
+
+    def _count(self, generation: int) -> None:
+        if generation != self._generation or self.member is None:
+            return          # a watch of an older session: the next one sets its own
+        try:
+            members = self._session.call("get_children", self._paths.nodes,
+                                         watch=self._session.watcher(lambda: self._count(generation)))
+            self.live = max(1, len(members))
+        except KazooException as e:
+            log.debug("counting members failed: %s; retrying", e)
+            self._session.post(lambda: self._count(generation), 1.0)
 
     def _refresh(self, generation: int) -> None:
         if generation != self._generation or self.member is None:

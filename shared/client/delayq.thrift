@@ -110,6 +110,8 @@ struct TopicControls {
   6: optional i32 weight,
   // The tenant whose quotas the topic's submits count against; read only here (`delayq tenants`).
   7: optional string tenant,
+  // Read only: the topic's attempts in flight (READY, RUNNING) across the cluster, in listTopicControls.
+  8: optional i32 inFlight,
 }
 
 struct NodeInfo {

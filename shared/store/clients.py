@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator
 
-from sqlalchemy import Connection, Engine, delete, select, text, update
+from sqlalchemy import Connection, Engine, delete, select, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
 from delayq import tables
@@ -20,9 +19,10 @@ from delayq.access.grants import Client, Permission, check_grant
 from delayq.access.tokens import check_name, new_token
 from delayq.clock import SYSTEM_CLOCK, Clock
 from delayq.db import unavailable_on_failure
+from delayq.store import versions
 
-CLIENT, GRANT, META = tables.client, tables.client_grant, tables.meta
-VERSION = "clients_version"
+CLIENT, GRANT = tables.client, tables.client_grant
+VERSION = versions.CLIENTS
 
 
 class NoSuchClient(LookupError):
@@ -36,6 +36,7 @@ class Listed:
     revoked: bool
     grants: tuple[tuple[str, str], ...]
     updated_ms: int
+    tenant: str | None = None       # delayq.store.tenants
 
 
 class ClientStore:
@@ -45,13 +46,12 @@ class ClientStore:
     # ---- read by the nodes --------------------------------------------------------------------
 
     def version(self) -> str:
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            return conn.execute(select(META.c.value).where(META.c.name == VERSION)).scalar() or "0"
+        return versions.current(self._engine, VERSION)
 
     def load(self) -> tuple[str, dict[str, Client]]:
         """(version, every client by name), read in one transaction so they agree."""
         with unavailable_on_failure(), self._engine.connect() as conn:
-            version = conn.execute(select(META.c.value).where(META.c.name == VERSION)).scalar() or "0"
+            version = versions.read(conn, VERSION)
             grants: dict[str, set] = {}
             for row in conn.execute(select(GRANT.c.name, GRANT.c.permission, GRANT.c.pattern)):
                 try:
@@ -117,18 +117,14 @@ class ClientStore:
             for row in conn.execute(select(GRANT).order_by(GRANT.c.name, GRANT.c.permission, GRANT.c.pattern)):
                 grants.setdefault(row.name, []).append((row.permission, row.pattern))
             return [Listed(r.name, r.token_sha256 is not None, bool(r.revoked), tuple(grants.get(r.name, ())),
-                           r.updated_ms)
+                           r.updated_ms, r.tenant)
                     for r in conn.execute(select(CLIENT).order_by(CLIENT.c.name))]
 
     # ---- helpers ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _change(self) -> Iterator[Connection]:
+    def _change(self) -> contextlib.AbstractContextManager[Connection]:
         """A transaction that bumps the clients' version when it commits."""
-        with unavailable_on_failure(), self._engine.begin() as conn:
-            conn.execute(text("INSERT INTO delayq_meta (name, value) VALUES (:n, '1') ON DUPLICATE KEY "
-                              "UPDATE value = CAST(value AS UNSIGNED) + 1"), {"n": VERSION})
-            yield conn
+        return versions.bumping(self._engine, VERSION)
 
     @staticmethod
     def _existing(conn: Connection, name: str) -> None:

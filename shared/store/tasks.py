@@ -16,6 +16,8 @@ Thread-safe: it holds only its engine; each call checks a connection out of the 
 """
 from __future__ import annotations
 
+from sys import intern
+
 import logging
 import random
 from typing import Callable, Iterable, Mapping, Sequence
@@ -26,9 +28,10 @@ from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.errors import Conflict, NotFound
 from delayq.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
+from delayq.store import inflight
 from delayq.store.backlog import move_to_backlog
 from delayq.store.sqltext import CONFIRMED, UPSERT_DISPATCHED, literal_id, literal_ids, marks
-from delayq.store.values import CancelOutcome, Claimed, Entry, Transition
+from delayq.store.values import CancelOutcome, Claim, Claimed, Entry, Transition
 
 log = logging.getLogger(__name__)
 TASK, EXECLOG, BACKLOG, SHARD = tables.task, tables.execlog, tables.backlog, tables.shard
@@ -48,28 +51,32 @@ class TaskStore:
 
     # ---- loading and claiming -----------------------------------------------------------------
 
-    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0) -> list[Entry]:
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0,
+                 skip: Iterable[str] = ()) -> list[Entry]:
         """DELAY tasks of these shards due in [from_ms, before_ms), earliest first (a range scan per
-        shard)."""
-        shards = sorted(shards)
+        shard), but for the topics in `skip` (paused)."""
+        shards, skip = sorted(shards), sorted(skip)
         if not shards:
             return []
+        skipped = f" AND topic NOT IN ({marks(len(skip))})" if skip else ""
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.exec_driver_sql(
-                f"SELECT task_id, shard_id, due_ms FROM {TASK.name} WHERE shard_id IN ({marks(len(shards))}) "
-                "AND status = %s AND due_ms >= %s AND due_ms < %s ORDER BY due_ms LIMIT %s",
-                (*shards, int(Status.DELAY), from_ms, before_ms, limit))
-            return [Entry(*r) for r in rows]
+                f"SELECT task_id, shard_id, due_ms, topic FROM {TASK.name} WHERE shard_id IN ({marks(len(shards))}) "
+                f"AND status = %s AND due_ms >= %s AND due_ms < %s{skipped} ORDER BY due_ms LIMIT %s",
+                (*shards, int(Status.DELAY), from_ms, before_ms, *skip, limit))
+            # One string per topic, however many of its tasks memory holds.
+            return [Entry(task_id, shard_id, due_ms, topic=intern(topic)) for task_id, shard_id, due_ms, topic in rows]
 
-    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int],
-              now_ms: int) -> tuple[list[Claimed], list[int]]:
+    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int,
+              caps: Mapping[str, int] | None = None) -> Claim:
         """DELAY -> READY, attempt + 1, for the entries still due and of shards `owner` holds at
         the epochs in `fence`. Only the returned tasks may be published. Also returns the shards
-        in `fence` that MySQL says are no longer ours at those epochs (fenced)."""
+        in `fence` that MySQL says are no longer ours at those epochs (fenced), and for topics with
+        a maxInFlight (`caps`) the tasks left unclaimed to keep to it (delayq.store.inflight)."""
         wanted = {e.task_id: e for e in entries}
         shards = sorted({e.shard_id for e in entries if e.shard_id in fence})
         if not shards:
-            return [], []
+            return Claim([], [])
         with unavailable_on_failure(), self._engine.begin() as conn:
             held = {shard for shard, holder, epoch in conn.exec_driver_sql(
                 f"SELECT shard_id, owner, epoch FROM {SHARD.name} WHERE shard_id IN ({marks(len(shards))}) "
@@ -79,7 +86,13 @@ class TaskStore:
             if fenced:
                 log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)", fenced)
             if not held:
-                return [], fenced
+                return Claim([], fenced)
+            deferred, rooms = [], {}
+            if caps:
+                kept, deferred, rooms = inflight.trim(conn, [e for e in entries if e.shard_id in held], caps)
+                wanted = {e.task_id: e for e in kept}
+                if not wanted:
+                    return Claim([], fenced, deferred, rooms)
             # By primary key: through the (shard, status, due) index the locking read would take
             # next-key locks over whole shards and block submits into them.
             rows = [r for r in conn.exec_driver_sql(
@@ -90,14 +103,15 @@ class TaskStore:
                 # A row re-timed later than the memory entry (reschedule, retry) is not due yet.
                 if r[3] <= wanted[r[0]].due_ms]
             if not rows:
-                return [], fenced
+                return Claim([], fenced, deferred, rooms)
             conn.exec_driver_sql(
                 f"UPDATE {TASK.name} SET status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s, "
                 "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s) "
                 f"WHERE task_id IN ({literal_ids(r[0] for r in rows)}) AND status = %s",
                 (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS, int(Status.DELAY)))
-        return [Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries)
-                for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows], fenced
+        return Claim([Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries)
+                      for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows],
+                     fenced, deferred, rooms)
 
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
         """The broker confirmed these publishes: write their execlog rows. Tasks that expect no
@@ -252,10 +266,10 @@ class TaskStore:
             return (CancelOutcome.CANCELLED if final.status == Status.CANCELLED
                     else CancelOutcome.ALREADY_DISPATCHED), None
 
-    def reschedule(self, task_id: str, due_ms: int, shard_id: int | None, now_ms: int) -> tuple[int, int]:
-        """Move a DELAY task to due_ms (and to shard_id when given); returns (shard, due)."""
+    def reschedule(self, task_id: str, due_ms: int, shard_id: int | None, now_ms: int) -> tuple[int, int, str]:
+        """Move a DELAY task to due_ms (and to shard_id when given); returns (shard, due, topic)."""
         with unavailable_on_failure(), self._engine.begin() as conn:
-            row = conn.execute(select(TASK.c.status, TASK.c.shard_id).where(TASK.c.task_id == task_id).with_for_update()).first()
+            row = conn.execute(select(TASK.c.status, TASK.c.shard_id, TASK.c.topic).where(TASK.c.task_id == task_id).with_for_update()).first()
             if row is None:
                 if conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first() is None:
                     raise NotFound(task_id)
@@ -264,7 +278,7 @@ class TaskStore:
                 raise Conflict(task_id, f"is {Status(row.status).name}; only a task that has not fired can be rescheduled")
             shard = row.shard_id if shard_id is None else shard_id
             conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(due_ms=due_ms, shard_id=shard, updated_ms=now_ms))
-            return shard, due_ms
+            return shard, due_ms, row.topic
 
     def topic_of(self, task_id: str) -> str | None:
         """The task's topic (live or archived; a task's topic never changes), None if no such task."""

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Mapping, NamedTuple, Sequence
 
 from delayq.lifecycle import Status
 
@@ -14,6 +15,7 @@ class Entry(NamedTuple):
     shard_id: int
     due_ms: int
     fire_ms: int | None = None     # when to hand it out, if not at due_ms (catch-up pacing)
+    topic: str = ""                # whose flow controls and fair share it is under
 
     @property
     def at_ms(self) -> int:
@@ -57,6 +59,16 @@ class Claimed:
     payload: bytes
     ttr_ms: int
     max_retries: int
+
+
+class Claim(NamedTuple):
+    """What a claim won (`claimed`), the shards it found no longer ours (`fenced`), and for topics
+    with a maxInFlight the tasks it left DELAY to keep to it (`deferred`) and each one's room
+    (delayq.store.inflight.Room: in flight before, slots left)."""
+    claimed: list[Claimed]
+    fenced: list[int]
+    deferred: Sequence[Entry] = ()
+    rooms: Mapping[str, tuple[int, int]] = MappingProxyType({})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from delayq.nodes.ownership import Ownership
 from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.validation import Limits, ServiceSpec
 from delayq.store.clients import ClientStore
+from delayq.store.controls import ControlStore
 from delayq.store.submits import TaskWriter
 from delayq.store.tasks import TaskStore
 from delayq.store.values import NewTask
@@ -168,7 +169,7 @@ def handler(database):
     yield Handler(TaskStore(engine), TaskWriter(writes), services,
                   DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=metrics, access=access,
                   limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
-                  check_exchange=lambda _e: None, cluster_info=lambda: None)
+                  check_exchange=lambda _e: None, cluster_info=lambda: None, controls=ControlStore(engine))
     engine.dispose()
     writes.dispose()
 

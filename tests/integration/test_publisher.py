@@ -9,7 +9,7 @@ import pytest
 
 from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
-from delayq.nodes.main import amqp_parameters
+from delayq.nodes.amqp.params import amqp_parameters
 from tests.conftest import AMQP_URL, Collector, wait_until
 
 

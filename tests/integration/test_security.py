@@ -263,7 +263,8 @@ def test_the_clients_command_adds_grants_lists_rotates_and_revokes(node, databas
     assert delayq(database, "grant", name, "read:*").returncode == 0
     listed = json.loads(delayq(database, "list", "--json").stdout)
     mine = next(c for c in listed if c["name"] == name)
-    assert mine == {"name": name, "token": True, "revoked": False, "grants": ["read:*", f"submit:{topics[0]}"]}
+    assert mine == {"name": name, "token": True, "revoked": False, "tenant": None,
+                    "grants": ["read:*", f"submit:{topics[0]}"]}
     assert token.split(".", 1)[1] not in delayq(database, "list").stdout
     token_file = tmp_path / "token"
     assert delayq(database, "rotate", name, "--token-file", str(token_file)).returncode == 0

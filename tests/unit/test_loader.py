@@ -35,13 +35,14 @@ class Rows:
     def add(self, task_id: str, due_ms: int, shard: int = 1) -> None:
         self.rows[task_id] = Entry(task_id, shard, due_ms)
 
-    def scan_due(self, shards, before_ms: int, limit: int, from_ms: int = 0) -> list[Entry]:
+    def scan_due(self, shards, before_ms: int, limit: int, from_ms: int = 0, skip=()) -> list[Entry]:
         if self.fail_next:
             self.fail_next = False
             raise Unavailable("MySQL unavailable")
         self.scans.append((tuple(sorted(shards)), from_ms, before_ms))
         found = sorted((e for e in self.rows.values()
-                        if e.shard_id in set(shards) and from_ms <= e.due_ms < before_ms), key=lambda e: e.due_ms)
+                        if e.shard_id in set(shards) and from_ms <= e.due_ms < before_ms and e.topic not in skip),
+                       key=lambda e: e.due_ms)
         return found[:limit]
 
     def expired(self, shards, now_ms, limit, owner):

@@ -822,11 +822,12 @@ class TopicControls(object):
      - paused
      - weight
      - tenant
+     - inFlight
 
     """
 
 
-    def __init__(self, topic=None, maxFireRate=None, fireBurst=None, maxInFlight=None, paused=None, weight=None, tenant=None,):
+    def __init__(self, topic=None, maxFireRate=None, fireBurst=None, maxInFlight=None, paused=None, weight=None, tenant=None, inFlight=None,):
         self.topic = topic
         self.maxFireRate = maxFireRate
         self.fireBurst = fireBurst
@@ -834,6 +835,7 @@ class TopicControls(object):
         self.paused = paused
         self.weight = weight
         self.tenant = tenant
+        self.inFlight = inFlight
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -879,6 +881,11 @@ class TopicControls(object):
                     self.tenant = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.I32:
+                    self.inFlight = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -916,6 +923,10 @@ class TopicControls(object):
         if self.tenant is not None:
             oprot.writeFieldBegin('tenant', TType.STRING, 7)
             oprot.writeString(self.tenant.encode('utf-8') if sys.version_info[0] == 2 else self.tenant)
+            oprot.writeFieldEnd()
+        if self.inFlight is not None:
+            oprot.writeFieldBegin('inFlight', TType.I32, 8)
+            oprot.writeI32(self.inFlight)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2080,6 +2091,7 @@ TopicControls.thrift_spec = (
     (5, TType.BOOL, 'paused', None, None, ),  # 5
     (6, TType.I32, 'weight', None, None, ),  # 6
     (7, TType.STRING, 'tenant', 'UTF8', None, ),  # 7
+    (8, TType.I32, 'inFlight', None, None, ),  # 8
 )
 all_structs.append(NodeInfo)
 NodeInfo.thrift_spec = (

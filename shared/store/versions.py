@@ -1,0 +1,42 @@
+"""Change counters in delayq_meta that nodes poll instead of re-reading whole tables.
+
+Every change to a watched set of rows (the clients; the services with their controls and the
+tenants) bumps its counter in the same transaction; a node reads the one counter every few hundred
+milliseconds and re-reads the rows only when it moved, so a change holds on every node within a
+second, without a restart.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from sqlalchemy import Connection, Engine, select, text
+
+from delayq import tables
+from delayq.db import unavailable_on_failure
+
+META = tables.meta
+CLIENTS = "clients_version"
+SERVICES = "services_version"       # services, their flow controls, tenants
+
+
+def read(conn: Connection, name: str) -> str:
+    return conn.execute(select(META.c.value).where(META.c.name == name)).scalar() or "0"
+
+
+def current(engine: Engine, name: str) -> str:
+    with unavailable_on_failure(), engine.connect() as conn:
+        return read(conn, name)
+
+
+def bump(conn: Connection, name: str) -> None:
+    conn.execute(text("INSERT INTO delayq_meta (name, value) VALUES (:n, '1') ON DUPLICATE KEY "
+                      "UPDATE value = CAST(value AS UNSIGNED) + 1"), {"n": name})
+
+
+@contextlib.contextmanager
+def bumping(engine: Engine, name: str) -> Iterator[Connection]:
+    """A transaction that bumps `name` when it commits."""
+    with unavailable_on_failure(), engine.begin() as conn:
+        bump(conn, name)
+        yield conn

@@ -1,0 +1,189 @@
+"""Unit tests for fair share and flow control in memory: the DelayQueue's round robin over topics,
+its gate (delayq.nodes.flow.Flow: rates split by shard share, in-flight room), and paused topics.
+Driven by fake clocks, no sleeps."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from delayq.nodes.delayqueue import QUANTUM, DelayQueue, Entry
+from delayq.nodes.flow import Bucket, Flow
+from delayq.nodes.ownership import Ownership
+from delayq.store.controls import Controls
+
+pytestmark = pytest.mark.timeout(10)
+
+NOW = 1_000_000
+
+
+class Clock:
+    def __init__(self, now: int = NOW):
+        self.now = now
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000.0
+
+
+def entries(topic: str, n: int, due: int = NOW, start: int = 0) -> list[Entry]:
+    return [Entry(f"{topic}-{i}", 0, due - i % 3, topic=topic) for i in range(start, start + n)]
+
+
+def test_a_topic_with_one_task_due_is_served_in_the_first_take_beside_a_burst():
+    q = DelayQueue(Clock())
+    q.offer_many(entries("a", 10_000))
+    q.offer(Entry("b-0", 0, NOW, topic="b"))
+    first = q.take_due(500, timeout=0)
+    assert len(first) == 500
+    assert "b-0" in [e.task_id for e in first]
+
+
+def test_topics_with_tasks_due_share_each_take_in_proportion_to_their_weights():
+    class Weights:
+        def allowance(self, topic, now_ms):
+            return 1 << 30, None
+
+        def took(self, topic, n, now_ms):
+            pass
+
+        def weight(self, topic):
+            return {"heavy": 3}.get(topic, 1)
+
+    q = DelayQueue(Clock(), gate=Weights())
+    for topic in ("heavy", "light", "other"):
+        q.offer_many(entries(topic, 5_000))
+    counts = collections.Counter()
+    for _ in range(10):
+        counts.update(e.topic for e in q.take_due(500, timeout=0))
+    assert sum(counts.values()) == 5_000
+    assert counts["light"] == counts["other"]
+    assert 2.9 <= counts["heavy"] / counts["light"] <= 3.1
+
+
+def test_each_topic_comes_out_in_due_order_and_the_ring_turns_between_takes():
+    q = DelayQueue(Clock())
+    for topic in "abcdefghij":      # more topics than one take serves a quantum each
+        q.offer_many([Entry(f"{topic}-{i}", 0, NOW - 100 + (i * 7) % 50, topic=topic) for i in range(100)])
+    taken = []
+    while len(taken) < 1000:
+        got = q.take_due(QUANTUM * 4, timeout=0)
+        assert len({e.topic for e in got}) >= 4          # no topic takes a whole take alone
+        taken += got
+    for topic in "abcdefghij":
+        dues = [e.due_ms for e in taken if e.topic == topic]
+        assert dues == sorted(dues) and len(dues) == 100
+
+
+def test_a_topic_with_nothing_due_is_not_looked_at():
+    asked = collections.Counter()
+
+    class Counting:
+        def allowance(self, topic, now_ms):
+            asked[topic] += 1
+            return 1 << 30, None
+
+        def took(self, topic, n, now_ms):
+            pass
+
+        def weight(self, topic):
+            return 1
+
+    q = DelayQueue(Clock(), gate=Counting())
+    for t in range(200):
+        q.offer(Entry(f"later-{t}", 0, NOW + 60_000, topic=f"later{t}"))
+    q.offer_many(entries("now", 50))
+    assert len(q.take_due(500, timeout=0)) == 50
+    assert set(asked) == {"now"}
+
+
+def test_paused_topics_are_not_held_and_resume_reports_them():
+    q = DelayQueue(Clock())
+    q.offer_many(entries("p", 10) + entries("q", 10))
+    dropped, resumed = q.pause({"p"})
+    assert (dropped, resumed) == (10, set())
+    assert not q.offer(Entry("p-late", 0, NOW, topic="p"))
+    assert {e.topic for e in q.take_due(100, timeout=0)} == {"q"}
+    assert q.pause(set()) == (0, {"p"})
+    assert q.offer(Entry("p-late", 0, NOW, topic="p"))
+
+
+class Split:
+    """A node that owns `mine` of `total` shards."""
+    def __init__(self, mine: int, total: int):
+        self.ownership = Ownership("n1")
+        self.ownership.set({s: 1 for s in range(mine)}, range(total))
+
+
+def _flow(mine: int = 4, total: int = 4):
+    clock = Clock()
+    flow = Flow(Split(mine, total).ownership, now_ms=clock.now_ms)
+    return flow, clock
+
+
+def test_a_rate_limit_lets_through_the_burst_and_then_the_rate():
+    flow, clock = _flow()
+    flow.apply({"r": Controls(max_fire_rate=100.0, fire_burst=10)})
+    q = DelayQueue(clock, gate=flow)
+    q.offer_many(entries("r", 1000, due=NOW - 10))
+    assert len(q.take_due(500, timeout=0)) == 10          # the burst
+    assert q.take_due(500, timeout=0) == []               # nothing until tokens come back
+    fired = 0
+    for _ in range(100):                                  # one second in 10 ms steps
+        clock.now += 10
+        fired += len(q.take_due(500, timeout=0))
+    assert 95 <= fired <= 100
+
+
+def test_a_nodes_rate_is_its_share_of_the_shards():
+    flow, clock = _flow(mine=16, total=64)
+    flow.apply({"r": Controls(max_fire_rate=400.0)})
+    q = DelayQueue(clock, gate=flow)
+    q.offer_many(entries("r", 5000, due=NOW - 10))
+    fired = len(q.take_due(500, timeout=0))               # the share of the burst: 20 / 4
+    for _ in range(200):                                  # two seconds
+        clock.now += 10
+        fired += len(q.take_due(500, timeout=0))
+    assert 195 <= fired <= 206                            # 400/s x 1/4 x 2 s, plus the burst
+
+
+def test_a_node_without_shards_fires_nothing_of_a_limited_topic():
+    flow, clock = _flow(mine=0, total=8)
+    flow.apply({"r": Controls(max_fire_rate=100.0)})
+    q = DelayQueue(clock, gate=flow)
+    q.offer_many(entries("r", 10, due=NOW - 10))
+    assert q.take_due(500, timeout=0) == []
+
+
+def test_the_in_flight_room_is_what_the_last_claim_left_less_what_was_taken_since():
+    flow, clock = _flow()
+    flow.apply({"c": Controls(max_in_flight=5)})
+    q = DelayQueue(clock, gate=flow)
+    q.offer_many(entries("c", 100, due=NOW - 10))
+    probe = q.take_due(500, timeout=0)
+    assert len(probe) == 5                                # room unknown: the cap, and the claim decides
+    flow.claimed("c", in_flight=5, room=0)
+    assert q.take_due(500, timeout=0) == []
+    flow.released("c")                                    # a result on this node frees a slot
+    assert len(q.take_due(500, timeout=0)) == 1
+    flow.claimed("c", in_flight=5, room=0)
+    clock.now += 100                                      # results elsewhere: looked at again
+    assert len(q.take_due(500, timeout=0)) == 5
+
+
+def test_a_limited_topic_does_not_hold_back_the_others():
+    flow, clock = _flow()
+    flow.apply({"slow": Controls(max_fire_rate=1.0)})
+    q = DelayQueue(clock, gate=flow)
+    q.offer_many(entries("slow", 100, due=NOW - 10) + entries("fast", 100, due=NOW - 10))
+    got = collections.Counter(e.topic for e in q.take_due(500, timeout=0))
+    assert got == {"fast": 100, "slow": 1}
+
+
+def test_a_bucket_says_when_it_will_hold_enough_tokens():
+    b = Bucket(rate=50.0, burst=5.0, now_ms=0)
+    b.tokens = 0.0
+    assert b.when(1.0) in (20, 21)
+    assert b.available(b.when(1.0)) >= 1.0

@@ -42,6 +42,9 @@ from delayq.store.values import Claim, Claimed
 
 log = logging.getLogger(__name__)
 
+LEAD_BATCH = 100       # tasks a claim ahead of their due time takes at most
+HELD_BATCHES = 2       # claimed, not yet handed to the publisher, at most (in dispatch batches)
+
 
 class Dispatcher(NodeThread):
     name = "dispatcher"
@@ -96,9 +99,14 @@ class Dispatcher(NodeThread):
         # lead: a claim per half lead, not one per task coming into the lead. The others take
         # only tasks already due: on time, the first keeps up alone (more claims of fewer tasks
         # would only cost CPU); they join in when due tasks pile up (a burst).
+        # A claim ahead takes at most LEAD_BATCH tasks: the first tasks of a burst due at one
+        # instant are claimed in a few milliseconds and fire on time; once takes come back full of
+        # tasks already due (a backlog), full batches again.
         first = self._is_first_thread()
         lead_ms = self._lead_ms if first else 0
         gather_ms = self._lead_ms // 2 if first else 0
+        ahead = min(self._batch, LEAD_BATCH) if first else self._batch
+        batch = ahead
         while not self._stop.is_set():
             if not self._ownership.claimable or not self._publisher.ready:
                 # Claiming is suspended or nothing could be published: leave due tasks queued.
@@ -106,19 +114,22 @@ class Dispatcher(NodeThread):
                 continue
             if not self._wait_for_room():
                 continue
-            due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=lead_ms, gather_ms=gather_ms)
+            due = self._queue.take_due(batch, timeout=0.5, lead_ms=lead_ms, gather_ms=gather_ms)
             if due:
                 self._claim(due)
+            backlog = len(due) == batch and max(e.at_ms for e in due) <= self._clock.now_ms()
+            batch = self._batch if backlog else ahead
 
     def _wait_for_room(self) -> bool:
-        """Claim no further ahead of the publisher than a batch: what is claimed and not yet
-        published waits in due order, so during a burst a task of another topic taken from memory
-        now would otherwise wait behind everything claimed before it (fair share ends at the
-        claim). Memory is where the topics take turns."""
+        """Claim no further ahead of the publisher than HELD_BATCHES batches: what is claimed and
+        not yet published waits in due order, so during a burst a task of another topic taken from
+        memory would otherwise wait behind everything claimed before it (memory is where topics
+        take turns). One batch would wait less but leaves the claims no time to overlap the
+        publishes: the burst drains slower."""
         with self._room:
-            if len(self._held) >= self._batch:
+            if len(self._held) >= self._batch * HELD_BATCHES:
                 self._room.wait(0.05)
-            return len(self._held) < self._batch
+            return len(self._held) < self._batch * HELD_BATCHES
 
     def _claim(self, due: list) -> None:
         try:

@@ -12,9 +12,10 @@ import uuid
 
 import pytest
 
-from conftest import Collector, now_ms, wait_until
+from conftest import Collector, NodeFactory, now_ms, wait_until
 from delayq.client import CallbackService, TaskSpec, TaskStatus
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.testing.cluster import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +84,29 @@ def test_a_paused_topic_fires_nothing_and_on_resume_fires_everything_once_in_due
     finally:
         fired.close()
     assert len(got) == 19
+
+
+def test_late_tasks_of_a_resumed_topic_fire_at_the_catch_up_rate(tmp_path):
+    with fresh_database(8) as db:
+        factory = NodeFactory(db, tmp_path)
+        try:
+            node = factory(DELAYQ_CATCHUP_RATE="40", DELAYQ_CATCHUP_GRACE_MS="300")
+            topic = _topic(node)
+            fired = Collector("delayq", topic)
+            try:
+                _controls(node, topic, paused=True)
+                with node.client() as c:
+                    due = now_ms() + 100
+                    refs = c.submitBatch([TaskSpec(topic=topic, dueAtMs=due + i) for i in range(40)])
+                _quiet(fired, 1.0)
+                _controls(node, topic, paused=False)
+                got = fired.wait_for(40, 10)
+            finally:
+                fired.close()
+        finally:
+            factory.stop_all()
+    assert [m.headers["x-delayq-task-id"] for m in got] == [r.taskId for r in refs]     # once each, in due order
+    assert got[-1].at_ms - got[0].at_ms >= 800          # 40 tasks at 40/s: about a second, not at once
 
 
 def test_a_rate_limit_holds_each_second(node):

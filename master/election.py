@@ -17,6 +17,7 @@ from typing import Callable
 
 from kazoo.exceptions import KazooException
 
+from delayq import zkauth
 from delayq.coordination import ZkSession
 from delayq.zkpaths import ZkPaths, candidate_member, candidate_order
 
@@ -61,7 +62,7 @@ class Election:
                                                    ephemeral=True, sequence=True)
                 self._candidate = path.rsplit("/", 1)[1]
         except KazooException as e:
-            log.warning("joining the election failed: %s; retrying", e)
+            log.warning("joining the election failed: %s; retrying", zkauth.describe(e))
             self._session.post(self._join, 1.0)
             return
         self.check()
@@ -82,7 +83,7 @@ class Election:
             if self._session.call("exists", predecessor, watch=self._session.watcher(self.check)) is None:
                 self._session.post(self.check)   # it went between the two calls
         except KazooException as e:
-            log.warning("election check failed: %s; retrying", e)
+            log.warning("election check failed: %s; retrying", zkauth.describe(e))
             self._session.post(self.check, 1.0)
 
     def _set_leader(self, leader: bool) -> None:

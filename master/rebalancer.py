@@ -21,6 +21,7 @@ from typing import Callable
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
+from delayq import zkauth
 from delayq.clock import Clock
 from delayq.coordination import ZkSession
 from delayq.errors import Unavailable
@@ -86,7 +87,7 @@ class Rebalancer:
             # between (nodes joining while this one became master), and no watch will tell: pass again.
             self.poke()
         except KazooException as e:
-            log.warning("master watch failed: %s; retrying", e)
+            log.warning("master watch failed: %s; retrying", zkauth.describe(e))
             self._session.post(again, 1.0)
 
     def _run(self) -> None:
@@ -101,7 +102,7 @@ class Rebalancer:
                 self.rebalance()
             except Exception as e:  # noqa: BLE001 - the master must keep trying, whatever failed
                 if isinstance(e, (KazooException, Unavailable)):
-                    log.warning("rebalance failed: %s; retrying in 1 s", e)
+                    log.warning("rebalance failed: %s; retrying in 1 s", zkauth.describe(e))
                 else:
                     log.exception("rebalance failed; retrying in 1 s")
                 with self._cond:

@@ -25,3 +25,13 @@ def kazoo_args(auth: str) -> dict[str, Any]:
     from kazoo.security import make_digest_acl      # here: delayq.config checks the form without kazoo
     user, _, password = auth.partition(":")
     return {"auth_data": [("digest", auth)], "default_acl": [make_digest_acl(user, password, all=True)]}
+
+
+def describe(error: Exception) -> str:
+    """A ZooKeeper error as a log line can say it: kazoo's errors often have no message, and a
+    refusal of the identity needs saying what it means."""
+    name = type(error).__name__
+    if name == "NoAuthError":
+        return ("ZooKeeper refused delayq's identity (NoAuth): the znodes were created by another "
+                "DELAYQ_ZK_AUTH; use that one, or remove the cluster's znodes as their owner")
+    return str(error) or name

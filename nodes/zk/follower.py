@@ -15,6 +15,7 @@ from typing import Callable
 
 from kazoo.exceptions import KazooException, NoNodeError
 
+from delayq import zkauth
 from delayq.coordination import ZkSession
 from delayq.nodes.ownership import Ownership
 from delayq.zkpaths import AssignmentDoc, ZkPaths
@@ -49,7 +50,7 @@ class AssignmentFollower:
                 self._session.post(self._read)
             return
         except KazooException as e:
-            log.warning("reading the assignment failed: %s; retrying", e)
+            log.warning("reading the assignment failed: %s; retrying", zkauth.describe(e))
             self._session.post(self._read, 1.0)
             return
         doc = AssignmentDoc.decode(data)

@@ -13,6 +13,7 @@ from typing import Callable
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
+from delayq import zkauth
 from delayq.coordination import ZkSession
 from delayq.zkpaths import ZkPaths, member_name
 
@@ -56,7 +57,7 @@ class Membership:
         except NodeExistsError:
             pass           # the same session registered it already
         except KazooException as e:
-            log.warning("registering %s failed: %s; retrying", self.member, e)
+            log.warning("registering %s failed: %s; retrying", self.member, zkauth.describe(e))
             self._session.post(lambda: self._register(generation), 1.0)
             return
         self._published = data
@@ -73,7 +74,7 @@ class Membership:
                                          watch=self._session.watcher(lambda: self._count(generation)))
             self.live = max(1, len(members))
         except KazooException as e:
-            log.debug("counting members failed: %s; retrying", e)
+            log.debug("counting members failed: %s; retrying", zkauth.describe(e))
             self._session.post(lambda: self._count(generation), 1.0)
 
     def _refresh(self, generation: int) -> None:

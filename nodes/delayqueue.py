@@ -73,6 +73,7 @@ class DelayQueue:
         self._items = 0                                     # heap items, stale ones included
         self._index: list[tuple[int, str]] = []             # (head at_ms, topic) of topics not in _due
         self._due: dict[str, None] = {}                     # topics with entries due: the round-robin ring
+        self._credit: dict[str, int] = {}                   # what is left of a turn a take's size cut short
         self._paused: frozenset[str] = frozenset()
         self._seq = itertools.count()
         self._closed = False
@@ -126,10 +127,13 @@ class DelayQueue:
                     heap = self._heaps[e.topic] = []
                 heapq.heappush(heap, (e.at_ms, seq, e.task_id))
                 self._items += 1
-                if heap[0][1] == seq and e.topic not in self._due:
+                if heap[0][1] == seq:
                     # A new head: the consumers may have to wake earlier than they planned.
-                    wake = wake or not self._index or e.at_ms < self._index[0][0]
-                    heapq.heappush(self._index, (e.at_ms, e.topic))
+                    if e.topic in self._due:
+                        wake = True
+                    else:
+                        wake = wake or not self._index or e.at_ms < self._index[0][0]
+                        heapq.heappush(self._index, (e.at_ms, e.topic))
                 added += 1
             if wake:
                 self._cond.notify_all()
@@ -178,6 +182,7 @@ class DelayQueue:
             self._heaps.clear()
             self._index.clear()
             self._due.clear()
+            self._credit.clear()
             self._items = 0
             self.horizon_ms = 0
 
@@ -216,13 +221,22 @@ class DelayQueue:
 
     # ---- taking ---------------------------------------------------------------------------------
 
-    def next_due_ms(self) -> int | None:
+    def next_due_ms(self, skip: Container[str] = ()) -> int | None:
+        """The earliest entry's time, but for the topics in `skip`."""
         with self._cond:
-            heads = [h for h in map(self._head, list(self._due)) if h is not None]
-            top = self._index_top()
-            if top is not None:
-                heads.append(top[0])
+            if not skip:
+                heads = [h for h in map(self._head, list(self._due)) if h is not None]
+                top = self._index_top()
+                if top is not None:
+                    heads.append(top[0])
+            else:
+                heads = [h for h in map(self._head, [t for t in self._heaps if t not in skip]) if h is not None]
             return min(heads, default=None)
+
+    def count(self, topic: str) -> int:
+        """About how many entries of the topic memory holds (re-timed or removed ones may count)."""
+        with self._cond:
+            return len(self._heaps.get(topic, ()))
 
     def due_now(self, topics: Iterable[str]) -> dict[str, int]:
         """Entries of these topics due by now (held back by their gate, if still here)."""
@@ -311,13 +325,13 @@ class DelayQueue:
         over); the ring turns past the last topic served, so the next take starts with the one after it."""
         out: list[Entry] = []
         taken: dict[str, int] = {}
-        last = None
+        last, cut_short = None, False
         ring = [t for t in self._due if t in ready]
         while ring and len(out) < max_items:
             for topic in list(ring):
                 room = max_items - len(out)
-                share = room if len(ring) == 1 else QUANTUM * self._gate.weight(topic)
-                n = min(room, ready[topic], share)
+                share = self._credit.pop(topic, 0) or QUANTUM * self._gate.weight(topic)
+                n = min(room, ready[topic], share if len(ring) > 1 else room)
                 got = self._pop(topic, limit, n)
                 out.extend(got)
                 ready[topic] -= len(got)
@@ -329,11 +343,14 @@ class DelayQueue:
                     ring.remove(topic)
                 elif ready[topic] <= 0 or len(got) < n:
                     ring.remove(topic)
+                elif len(out) >= max_items and len(ring) > 1 and len(got) < share:
+                    # Cut short by the take's size: the rest of its turn opens the next take.
+                    self._credit[topic], cut_short = share - len(got), True
                 if len(out) >= max_items:
                     break
-        if last in self._due:       # the next take starts with the topic after the last one served
+        if last in self._due:       # the next take starts after the last topic served (or with it, cut short)
             order = list(self._due)
-            cut = order.index(last) + 1
+            cut = order.index(last) + (0 if cut_short else 1)
             self._due = dict.fromkeys(order[cut:] + order[:cut])
         for topic, n in taken.items():
             if n:
@@ -368,6 +385,7 @@ class DelayQueue:
     def _leave(self, topic: str, head: int | None) -> None:
         """Out of the ring: nothing of the topic is due by the limit (any more)."""
         self._due.pop(topic, None)
+        self._credit.pop(topic, None)
         if head is not None:
             heapq.heappush(self._index, (head, topic))
 

@@ -114,7 +114,12 @@ class Dispatcher(NodeThread):
                 continue
             if not self._wait_for_room():
                 continue
-            due = self._queue.take_due(batch, timeout=0.5, lead_ms=lead_ms, gather_ms=gather_ms)
+            try:
+                due = self._queue.take_due(batch, timeout=0.5, lead_ms=lead_ms, gather_ms=gather_ms)
+            except Exception:  # noqa: BLE001 - a bug in a topic's gate must not end the claiming thread
+                log.exception("taking due tasks failed; trying again in 0.5 s")
+                self._stop.wait(0.5)
+                continue
             if due:
                 self._claim(due)
             backlog = len(due) == batch and max(e.at_ms for e in due) <= self._clock.now_ms()

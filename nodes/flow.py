@@ -34,6 +34,7 @@ from delayq.store.controls import NONE, Controls
 log = logging.getLogger(__name__)
 
 UNLIMITED = 1 << 30
+BUDGET_S, BUDGET_PER_SLOT, MIN_BUDGET, MAX_BUDGET = 30, 50, 1000, 100_000
 STEP_S = 0.02     # a rate-limited topic goes on once it has this much of its rate in tokens: a claim per 20 ms, not per task
 
 
@@ -50,9 +51,11 @@ class Bucket:
         return self.tokens
 
     def when(self, tokens: float) -> int:
-        """When the bucket holds `tokens` (ms), if nothing is taken meanwhile."""
+        """When the bucket holds `tokens` (ms), if nothing is taken meanwhile (an hour at most)."""
         missing = min(tokens, self.burst) - self.tokens
-        return self._at + max(1, int(missing * 1000.0 / self.rate) + 1) if missing > 0 else self._at
+        if missing <= 0:
+            return self._at
+        return self._at + max(1, min(3_600_000, int(missing * 1000.0 / self.rate) + 1))
 
     def resize(self, rate: float, burst: float) -> None:
         self.rate, self.burst = rate, burst
@@ -114,6 +117,19 @@ class Flow:
             else:
                 bucket.resize(rate, burst)
 
+    def limited(self) -> dict[str, int]:
+        """Topics held to a rate or an in-flight cap (not paused) -> how many of their tasks memory
+        keeps at most (BUDGET_S of their rate, or BUDGET_PER_SLOT per slot of their cap): a
+        backlog they fire slowly must not take the memory other topics' tasks need."""
+        with self._lock:
+            out = {}
+            for topic, c in self._controls.items():
+                if c.paused or (c.max_fire_rate is None and c.max_in_flight is None):
+                    continue
+                want = c.max_fire_rate * BUDGET_S if c.max_fire_rate is not None else c.max_in_flight * BUDGET_PER_SLOT
+                out[topic] = int(min(MAX_BUDGET, max(MIN_BUDGET, want)))
+            return out
+
     def paused(self) -> set[str]:
         with self._lock:
             return {t for t, c in self._controls.items() if c.paused}
@@ -137,6 +153,9 @@ class Flow:
         if topic not in self._controls:
             return UNLIMITED, None
         with self._lock:
+            c = self._controls.get(topic)       # read again: apply() may have dropped it meanwhile
+            if c is None:
+                return UNLIMITED, None
             now = self._now_ms()
             n, again = UNLIMITED, None
             bucket = self._buckets.get(topic)
@@ -148,7 +167,7 @@ class Flow:
                 if tokens < step:
                     return 0, now_ms + (bucket.when(step) - now)
                 n = int(tokens)
-            cap = self._controls[topic].max_in_flight
+            cap = c.max_in_flight
             room = self._room.get(topic, cap)       # not claimed yet: at most the cap, the claim says how many
             if room is not None and room <= 0:
                 look_at = self._look_at.get(topic, 0)
@@ -216,13 +235,15 @@ def follow(watch: ServicesWatch, services: ServiceRegistry, flow: Flow, queue: D
     resumed ones are read again (rescan); per-topic figures go to the metrics."""
     def apply() -> None:
         controls = services.all_controls()
+        limited = set(flow.limited())
         flow.apply(controls)
         dropped, resumed = queue.pause(t for t, c in controls.items() if c.paused)
         if dropped:
             log.info("paused topics: %d queued tasks left to MySQL until they resume", dropped)
         if resumed:
             log.info("topics resumed: %s; reading their tasks again", ", ".join(sorted(resumed)))
-            rescan()
+        if resumed or limited - set(flow.limited()):
+            rescan()        # memory holds only some of these topics' tasks: read the window again
 
     def figures() -> dict[str, dict[str, float]]:
         out = flow.figures()

@@ -23,6 +23,7 @@ Thread: one, owned here; `stop()` ends it.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
@@ -44,7 +45,8 @@ class Loader(NodeThread):
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
                  clock: Clock, *, window_ms: int, interval_ms: int, cap: int, full_scan_ms: int = 15_000,
-                 catchup_rate: int = 2000, catchup_grace_ms: int = 2000, grace: OutageGrace | None = None):
+                 catchup_rate: int = 2000, catchup_grace_ms: int = 2000, grace: OutageGrace | None = None,
+                 limited: Callable[[], dict[str, int]] = dict):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._clock = results, clock
@@ -56,6 +58,7 @@ class Loader(NodeThread):
         self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
         self._next_slot_ms = 0.0
         self._grace = grace
+        self._limited = limited
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
 
     def rescan(self) -> None:
@@ -112,12 +115,15 @@ class Loader(NodeThread):
         # full one; a reset made while it runs survives it (lower_horizon) for the next.
         start = self._queue.raise_horizon(end)
         try:
-            paused = self._queue.paused     # their tasks wait in MySQL until they resume
+            # Paused topics' tasks wait in MySQL until they resume; limited ones are read apart.
+            limited = self._limited()
+            paused = self._queue.paused | set(limited)
             entries = self._store.scan_due(shards, end, room, from_ms=start, skip=paused)
             if len(entries) >= room:
                 # The window did not fit: only what precedes the last due time is complete.
                 self._queue.lower_horizon(entries[-1].due_ms)
-            if start and not self._draining(now):
+            entries += self._top_up(shards, limited, end)
+            if start and not self._draining(now, limited):
                 again = self._store.scan_due(self._rolling(shards), start, room, skip=paused)
                 if len(again) >= room:
                     self._queue.lower_horizon(again[-1].due_ms)
@@ -130,17 +136,30 @@ class Loader(NodeThread):
         # waiting behind a whole window.
         owned = self._ownership.shards()
         fresh = [e for e in entries if e.shard_id in owned and not self._queue.holds(e.task_id, e.due_ms)]
-        self._queue.offer_many([self._pace(e, now) for e in fresh])
+        # A limited topic is paced by its own limits, and must not take the catch-up's slots.
+        self._queue.offer_many([e if e.topic in limited else self._pace(e, now) for e in fresh])
         self.scans += 1
         self._time_out(owned, now)
         return len(entries)
 
-    def _draining(self, now: int) -> bool:
+    def _top_up(self, shards: set[int], limited: dict[str, int], end: int) -> list[Entry]:
+        """A topic held to a rate or an in-flight cap keeps at most its budget of tasks in memory
+        (delayq.nodes.flow.Flow.limited), its earliest, read apart from the others' whenever memory
+        holds less than half of it: a backlog it fires slowly never takes the memory the other
+        topics' tasks need, nor pushes their horizon back. Memory is not complete below the
+        horizon for these topics; a topic whose limits are lifted makes the window read again."""
+        out = []
+        for topic, budget in limited.items():
+            if self._queue.count(topic) < budget // 2:
+                out += self._store.scan_topic(shards, topic, end, budget)
+        return out
+
+    def _draining(self, now: int, limited: dict[str, int]) -> bool:
         """Memory holds tasks overdue by more than DRAINING_MS: the dispatcher is working through a
         backlog (a burst, a broker outage). The rolling re-read would only read back what memory
         holds and take the CPU the dispatcher needs; it goes on where it stopped once the backlog
-        is gone."""
-        head = self._queue.next_due_ms()
+        is gone. A limited topic's backlog, fired at its own pace, does not count."""
+        head = self._queue.next_due_ms(skip=limited)
         return head is not None and head < now - DRAINING_MS
 
     def _rolling(self, shards: set[int]) -> list[int]:

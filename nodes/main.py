@@ -119,7 +119,8 @@ class NodeRuntime:
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
                              cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
                              catchup_rate=s.scheduling.catchup_rate,
-                             catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace)
+                             catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace,
+                             limited=self.flow.limited)
         sec = s.security
         self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
                                      self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,

@@ -119,6 +119,7 @@ class Recorder(NodeThread):
         if confirmed:
             for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
                 self._metrics.finished.labels(c.topic).inc()
+                self._results.ended(c.topic)      # no result expected: a slot of its maxInFlight is free
         if failed:
             now = self._clock.now_ms()
             due = now + self._retry_ms

@@ -27,6 +27,10 @@ class ResultApplier:
         self._metrics = metrics
         self._services, self._clock, self._on_failed = services, clock, on_failed
 
+    def ended(self, topic: str) -> None:
+        """An attempt of the topic ended here (a result, a time-out, a confirm that finishes it)."""
+        self._on_ended(topic)
+
     def apply(self, task_id: str, attempt: int, result: Result, message: str | None,
               move_retry: bool = False) -> Transition:
         """move_retry: put a retry on one of our shards (the task may be another node's), so it
@@ -37,7 +41,7 @@ class ResultApplier:
         if not t.applied:
             return t
         if t.status is not Status.RUNNING:
-            self._on_ended(t.topic)
+            self.ended(t.topic)
         if t.status is Status.DELAY and t.due_ms is not None:
             self._metrics.retried.labels(t.topic).inc()
             self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)], self._ownership.shards())

@@ -77,7 +77,7 @@ def instant(text: str | None) -> int | None:
     """Epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
     if text is None:
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     try:
         t = dt.datetime.fromisoformat(text)
@@ -95,7 +95,7 @@ def duration_ms(text: str) -> int:
     """30s, 1500ms, 5m, 2h, 1d (or bare milliseconds)."""
     number = text.rstrip("smhd")
     unit = text[len(number):] or "ms"
-    if not number.isdigit() or unit not in _DURATION:
+    if not (number.isascii() and number.isdigit()) or unit not in _DURATION:
         raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 1500ms, 5m, 2h or 1d")
     return int(number) * _DURATION[unit]
 

@@ -23,7 +23,7 @@ CLEAR = "none"
 
 
 def _count(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise click.BadParameter(f"{text!r}: expected a whole number (or {CLEAR})")
     return int(text)
 

@@ -13,6 +13,9 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.ops.common import EXIT_USAGE, client, fail, load_settings, run
 
 
+INT32 = click.IntRange(0, 2**31 - 1)      # what the IDL carries; the node checks the rest
+
+
 def _common(f):
     for option in reversed([
             click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper)."),
@@ -89,9 +92,9 @@ def resume(topic, endpoints, as_json, config_file) -> None:
 @topics.command("limit")
 @click.argument("topic")
 @click.option("--rate", type=float, help="Tasks/s fired across the cluster (0: no limit).")
-@click.option("--burst", type=int, help="Tasks that may fire at once above the rate (0: rate/20, at least 1).")
-@click.option("--max-in-flight", type=int, help="Attempts dispatched and not yet reported (0: no cap).")
-@click.option("--weight", type=int, help="Share of a node's dispatch when several topics have tasks due (1-1000).")
+@click.option("--burst", type=INT32, help="Tasks that may fire at once above the rate (0: rate/20, at least 1).")
+@click.option("--max-in-flight", type=INT32, help="Attempts dispatched and not yet reported (0: no cap).")
+@click.option("--weight", type=INT32, help="Share of a node's dispatch when several topics have tasks due (1-1000).")
 @_common
 def limit(topic, rate, burst, max_in_flight, weight, endpoints, as_json, config_file) -> None:
     """Set TOPIC's rate, burst, in-flight cap or weight; options not given keep their value."""

@@ -13,9 +13,9 @@ ALTER TABLE job_callback_service ADD COLUMN paused TINYINT NOT NULL DEFAULT 0;
 ALTER TABLE job_callback_service ADD COLUMN weight INT NOT NULL DEFAULT 1;
 ALTER TABLE job_callback_service ADD COLUMN tenant VARCHAR(64) NULL;
 
--- Counts a topic's attempts in flight (READY, RUNNING) for max_in_flight, and its pending tasks
--- for the tenant's quota, without reading other topics' rows.
-ALTER TABLE job_delay_task ADD KEY idx_topic_status (topic, status);
+-- Counts a topic's attempts in flight (READY, RUNNING) for max_in_flight and its pending tasks for
+-- the tenant's quota, and reads a limited topic's earliest tasks, without reading other topics' rows.
+ALTER TABLE job_delay_task ADD KEY idx_topic_status_due (topic, status, due_ms);
 
 -- A hint carries its task's topic: the owner's memory holds every task under its topic's controls.
 ALTER TABLE job_delay_hint ADD COLUMN topic VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '';

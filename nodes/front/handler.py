@@ -147,7 +147,12 @@ class Handler:
             if svc is None:
                 svc = services[req.topic] = self._services.get(req.topic)
             checked.append((req, due, svc))
-        shards = self._ownership.pick_shards([due < near_before for _, due, _ in checked])
+        # A near task goes to one of this node's shards (straight into its memory), but for a topic
+        # with a rate limit: each node fires its share of the rate, so its tasks must spread over
+        # every shard.
+        rated = {t for t in services if self._services.controls(t).max_fire_rate is not None}
+        shards = self._ownership.pick_shards([due < near_before and req.topic not in rated
+                                              for req, due, _ in checked])
         return [NewTask(task_id=req.task_id or next(ids), topic=req.topic, shard_id=shard, due_ms=due,
                         payload=req.payload or b"", spec_hash=spec_hash(req),
                         max_retries=svc.max_retries if req.max_retries is None else req.max_retries,

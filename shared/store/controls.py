@@ -21,7 +21,7 @@ from delayq.lifecycle import Status
 from delayq.store import versions
 
 SERVICE, TASK = tables.callback_service, tables.task
-MAX_RATE = 1_000_000.0
+MIN_RATE, MAX_RATE = 0.01, 1_000_000.0
 MAX_COUNT = 10_000_000
 MAX_WEIGHT = 1000
 # Setting name -> (column, the IDL's field name).
@@ -72,8 +72,9 @@ def checked(changes: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = bool(value)
         elif name == "max_fire_rate":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not 0 <= value <= MAX_RATE:
-                raise InvalidService(field, f"must be a number of tasks/s between 0 (no limit) and {MAX_RATE:g}")
+                    or not (value == 0 or MIN_RATE <= value <= MAX_RATE):
+                raise InvalidService(field, f"must be 0 (no limit) or a number of tasks/s from {MIN_RATE:g} "
+                                            f"to {MAX_RATE:g}")
             out[name] = float(value) or None
         elif name == "weight":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:

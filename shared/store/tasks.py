@@ -67,6 +67,20 @@ class TaskStore:
             # One string per topic, however many of its tasks memory holds.
             return [Entry(task_id, shard_id, due_ms, topic=intern(topic)) for task_id, shard_id, due_ms, topic in rows]
 
+    def scan_topic(self, shards: Iterable[int], topic: str, before_ms: int, limit: int) -> list[Entry]:
+        """The earliest `limit` DELAY tasks of one topic in these shards due before before_ms (a
+        range of the (topic, status, due) index, read in due order)."""
+        shards = sorted(shards)
+        if not shards:
+            return []
+        with unavailable_on_failure(), self._engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT task_id, shard_id, due_ms FROM {TASK.name} FORCE INDEX (idx_topic_status_due) "
+                f"WHERE topic = %s AND status = %s AND due_ms < %s AND shard_id IN ({marks(len(shards))}) "
+                "ORDER BY due_ms LIMIT %s", (topic, int(Status.DELAY), before_ms, *shards, limit))
+            topic = intern(topic)
+            return [Entry(task_id, shard_id, due_ms, topic=topic) for task_id, shard_id, due_ms in rows]
+
     def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int,
               caps: Mapping[str, int] | None = None) -> Claim:
         """DELAY -> READY, attempt + 1, for the entries still due and of shards `owner` holds at

@@ -63,6 +63,27 @@ def test_topics_with_tasks_due_share_each_take_in_proportion_to_their_weights():
     assert 2.9 <= counts["heavy"] / counts["light"] <= 3.1
 
 
+@pytest.mark.parametrize("take", [100, 500])
+def test_weights_hold_when_takes_cut_turns_short(take):
+    class Weights:
+        def allowance(self, topic, now_ms):
+            return 1 << 30, None
+
+        def took(self, topic, n, now_ms):
+            pass
+
+        def weight(self, topic):
+            return {"heavy": 3}.get(topic, 1)
+
+    q = DelayQueue(Clock(), gate=Weights())
+    for topic in ("heavy", "light"):
+        q.offer_many(entries(topic, 20_000))
+    counts = collections.Counter()
+    for _ in range(40):
+        counts.update(e.topic for e in q.take_due(take, timeout=0))
+    assert 2.9 <= counts["heavy"] / counts["light"] <= 3.1, counts
+
+
 def test_each_topic_comes_out_in_due_order_and_the_ring_turns_between_takes():
     q = DelayQueue(Clock())
     for topic in "abcdefghij":      # more topics than one take serves a quantum each

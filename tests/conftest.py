@@ -16,6 +16,7 @@ import pika
 import pytest
 
 from delayq.client import CallbackService
+from delayq.client.gen.delayq_thrift import ttypes
 from delayq.testing.cluster import Database, Node, fresh_database, free_port, node_env, now_ms, wait_for  # noqa: F401
 from delayq.testing import security
 from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
@@ -36,6 +37,35 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         return wait_for(predicate, timeout, interval, what)
     except TimeoutError as e:
         pytest.fail(str(e))
+
+
+def most_in_one_second(arrivals_ms: list[int]) -> int:
+    """The most arrivals in any one-second window (sliding, not aligned to whole seconds)."""
+    arrivals = sorted(arrivals_ms)
+    most, first = 0, 0
+    for i, at in enumerate(arrivals):
+        while arrivals[first] <= at - 1000:
+            first += 1
+        most = max(most, i - first + 1)
+    return most
+
+
+def set_topic_controls(nodes, topic: str, **controls) -> None:
+    """Set a topic's flow controls (TopicControls fields) through the first of `nodes` and wait
+    until every one of them applies them: its per-topic gauges show them (a control cleared
+    with 0 shows 0)."""
+    with nodes[0].client() as c:
+        c.setTopicControls(ttypes.TopicControls(topic=topic, **controls))
+    gauges = {"paused": "paused", "maxFireRate": "max_fire_rate", "maxInFlight": "max_in_flight"}
+
+    def applied() -> bool:
+        for node in nodes:
+            shown = node.metrics(labelled=True)
+            if any(float(shown.get(f'delayq_topic_{gauges[k]}{{topic="{topic}"}}', 0.0)) != float(v or 0)
+                   for k, v in controls.items() if k in gauges):
+                return False
+        return True
+    wait_until(applied, 2, what=f"{topic} controls applied on {', '.join(n.node_id for n in nodes)}")
 
 
 @pytest.fixture(scope="module")

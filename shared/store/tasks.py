@@ -75,7 +75,7 @@ class TaskStore:
             return []
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.exec_driver_sql(
-                f"SELECT task_id, shard_id, due_ms FROM {TASK.name} FORCE INDEX (idx_topic_status_due) "
+                f"SELECT task_id, shard_id, due_ms FROM {TASK.name} "
                 f"WHERE topic = %s AND status = %s AND due_ms < %s AND shard_id IN ({marks(len(shards))}) "
                 "ORDER BY due_ms LIMIT %s", (topic, int(Status.DELAY), before_ms, *shards, limit))
             topic = intern(topic)

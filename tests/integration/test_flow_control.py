@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import Collector, NodeFactory, now_ms, wait_until
+from conftest import Collector, NodeFactory, most_in_one_second, now_ms, set_topic_controls, wait_until
 from delayq.client import CallbackService, TaskSpec, TaskStatus
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.testing.cluster import fresh_database
@@ -27,37 +27,12 @@ def _topic(node, **service) -> str:
     return name
 
 
-def _controls(node, topic: str, **controls) -> None:
-    """Set the controls and wait until the node applies them (its figures say so; a topic with no
-    control left has none)."""
-    with node.client() as c:
-        c.setTopicControls(ttypes.TopicControls(topic=topic, **controls))
-    gauges = {"paused": "paused", "maxFireRate": "max_fire_rate", "maxInFlight": "max_in_flight"}
-
-    def applied() -> bool:
-        shown = node.metrics(labelled=True)
-        return all(float(shown.get(f'delayq_topic_{gauges[k]}{{topic="{topic}"}}', 0.0)) == float(v or 0)
-                   for k, v in controls.items() if k in gauges)
-    wait_until(applied, 2, what=f"{topic} controls applied")
-
-
 def _quiet(collector: Collector, seconds: float) -> None:
     """Nothing reaches the collector for `seconds` (an observation window, not a wait for an event)."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         assert not collector.snapshot(), f"{len(collector.snapshot())} tasks fired"
         time.sleep(0.05)
-
-
-def _per_second(arrivals_ms: list[int]) -> int:
-    """The most arrivals in any one-second window."""
-    arrivals = sorted(arrivals_ms)
-    most, first = 0, 0
-    for i, at in enumerate(arrivals):
-        while arrivals[first] <= at - 1000:
-            first += 1
-        most = max(most, i - first + 1)
-    return most
 
 
 def _delayq(node, *args: str) -> subprocess.CompletedProcess:
@@ -69,14 +44,14 @@ def test_a_paused_topic_fires_nothing_and_on_resume_fires_everything_once_in_due
     topic = _topic(node)
     fired = Collector("delayq", topic)
     try:
-        _controls(node, topic, paused=True)
+        set_topic_controls([node], topic, paused=True)
         with node.client() as c:
             due = now_ms() + 300
             refs = [c.submit(TaskSpec(topic=topic, dueAtMs=due + i, payload=str(i).encode())) for i in range(20)]
             _quiet(fired, 1.5)
             assert {c.get(r.taskId).status for r in refs} == {TaskStatus.DELAY}
             assert c.cancel(refs[5].taskId) == ttypes.CancelResult.CANCELLED     # held, never claimed
-        _controls(node, topic, paused=False)
+        set_topic_controls([node], topic, paused=False)
         got = fired.wait_for(19, 10)
         wait_until(lambda: len(fired.snapshot()) >= 19, 1)
         ids = fired.task_ids()
@@ -94,12 +69,12 @@ def test_late_tasks_of_a_resumed_topic_fire_at_the_catch_up_rate(tmp_path):
             topic = _topic(node)
             fired = Collector("delayq", topic)
             try:
-                _controls(node, topic, paused=True)
+                set_topic_controls([node], topic, paused=True)
                 with node.client() as c:
                     due = now_ms() + 100
                     refs = c.submitBatch([TaskSpec(topic=topic, dueAtMs=due + i) for i in range(40)])
                 _quiet(fired, 1.0)
-                _controls(node, topic, paused=False)
+                set_topic_controls([node], topic, paused=False)
                 got = fired.wait_for(40, 10)
             finally:
                 fired.close()
@@ -113,13 +88,13 @@ def test_a_rate_limit_holds_each_second(node):
     topic = _topic(node)
     fired = Collector("delayq", topic)
     try:
-        _controls(node, topic, maxFireRate=200.0)
+        set_topic_controls([node], topic, maxFireRate=200.0)
         with node.client() as c:
             c.submitBatch([TaskSpec(topic=topic, delayMs=0) for _ in range(1000)])
         got = fired.wait_for(1000, 30)
         arrivals = [m.at_ms for m in got]
         # 200/s with a burst of 10: at most 210 in any second; and 1,000 take about 5 s.
-        assert _per_second(arrivals) <= 220
+        assert most_in_one_second(arrivals) <= 220
         assert max(arrivals) - min(arrivals) >= 4000
     finally:
         fired.close()
@@ -148,7 +123,7 @@ def test_the_attempts_in_flight_never_exceed_the_cap(node):
                 time.sleep(0.01)
     worker = threading.Thread(target=consumer, daemon=True)
     try:
-        _controls(node, topic, maxInFlight=3)
+        set_topic_controls([node], topic, maxInFlight=3)
         worker.start()
         with node.client() as c:
             refs = c.submitBatch([TaskSpec(topic=topic, delayMs=0) for _ in range(24)])

@@ -101,7 +101,7 @@ class Flow:
         self.kick()
 
     def _resplit(self) -> None:
-        total = len(self._ownership.all_shards())
+        total = self._ownership.assigned      # draining shards of a reshard included: their owners fire too
         self._share = len(self._ownership.shards()) / total if total else 0.0
         now = self._now_ms()
         for topic in list(self._buckets):

@@ -23,6 +23,7 @@ class Ownership:
         self._owner = node_id                  # the name job_shard records: node id, or node@session
         self._fence: dict[int, int] = {}
         self._all: tuple[int, ...] = ()      # the shards new tasks may go to
+        self._assigned = 0
         self._all_set: frozenset[int] = frozenset()
         self._near: tuple[int, ...] = ()     # ours that new tasks may go to (kept with _fence, _all)
         self._claimable = True
@@ -33,8 +34,10 @@ class Ownership:
     def on_change(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def set(self, fence: dict[int, int], all_shards: Iterable[int], owner: str | None = None) -> None:
-        """Replace the owned shards (shard -> epoch), held as `owner`, and the cluster's shard list."""
+    def set(self, fence: dict[int, int], all_shards: Iterable[int], owner: str | None = None,
+            assigned: int | None = None) -> None:
+        """Replace the owned shards (shard -> epoch), held as `owner`, and the cluster's shard list
+        (`assigned`: how many shards the assignment gives out, draining ones of a reshard included)."""
         with self._lock:
             before = set(self._fence)
             changed = {s for s, e in fence.items() if self._fence.get(s) != e}
@@ -46,6 +49,7 @@ class Ownership:
             self._fence = dict(fence)
             self._all = tuple(sorted(all_shards))
             self._all_set = frozenset(self._all)
+            self._assigned = assigned or len(self._all)
             # Only shards new tasks may go to: during a reshard the draining ones are excluded.
             self._near = tuple(s for s in sorted(self._fence) if s in self._all_set) if self._all_set \
                 else tuple(sorted(self._fence))
@@ -88,6 +92,13 @@ class Ownership:
     def owns(self, shard_id: int) -> bool:
         with self._lock:
             return shard_id in self._fence
+
+    @property
+    def assigned(self) -> int:
+        """Shards the assignment gives out, the draining ones of a reshard included: what each
+        node's share of a cluster-wide limit is counted against."""
+        with self._lock:
+            return self._assigned
 
     def all_shards(self) -> tuple[int, ...]:
         with self._lock:

@@ -29,6 +29,7 @@ def zk_session(settings: Settings) -> Iterator[KazooClient]:
     except KazooTimeoutError:
         raise Unavailable(f"ZooKeeper at {settings.zk.hosts} did not answer") from None
     try:
+        zkauth.ensure_root(zk, settings.zk.auth, timeout)
         yield zk
     finally:
         zk.stop()

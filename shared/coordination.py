@@ -45,6 +45,7 @@ class ZkSession:
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self._call_timeout = max(2.0, settings.session_timeout_ms / 1000.0)
+        self._auth = settings.auth
         self._listeners: list[Listener] = []
         self._cond = threading.Condition()
         self._tasks: list[tuple[float, int, Callable[[], None]]] = []
@@ -64,6 +65,10 @@ class ZkSession:
         except KazooTimeoutError:
             self.stop()
             raise Unavailable(f"ZooKeeper at {self.client.hosts} did not answer within {timeout:.0f} s") from None
+        try:
+            zkauth.ensure_root(self.client, self._auth, self._call_timeout)
+        except Exception as e:  # noqa: BLE001 - the first create under it says again what is wrong
+            log.warning("could not create %s: %s", zkauth.ROOT, zkauth.describe(e))
         # kazoo reports the first CONNECTED before start() returns only to listeners added earlier.
         self.post(lambda: self._notify("connected"))
 

@@ -35,3 +35,24 @@ def describe(error: Exception) -> str:
         return ("ZooKeeper refused delayq's identity (NoAuth): the znodes were created by another "
                 "DELAYQ_ZK_AUTH; use that one, or remove the cluster's znodes as their owner")
     return str(error) or name
+
+
+ROOT = "/delayq"
+
+
+def ensure_root(client: Any, auth: str, timeout: float = 5.0) -> None:
+    """Create /delayq, the parent of every cluster, if it is not there: anyone may list it, create
+    a cluster under it and delete an empty one (ZooKeeper asks the parent for that), only its
+    creator may change it. Each cluster's own znodes belong to its identity alone, and a cluster
+    with znodes under it cannot be deleted, so clusters with different identities share one
+    ZooKeeper."""
+    from kazoo.exceptions import NodeExistsError
+    from kazoo.security import ACL, Id, Permissions
+    acl = None
+    if auth:
+        acl = [ACL(Permissions.READ | Permissions.CREATE | Permissions.DELETE, Id("world", "anyone")),
+               *kazoo_args(auth)["default_acl"]]
+    try:
+        client.create_async(ROOT, b"", acl=acl).get(timeout=timeout)
+    except NodeExistsError:
+        pass

@@ -58,7 +58,8 @@ class AssignmentFollower:
         mine = doc.owned_by(member) if member else {}
         before = self._ownership.shards()
         self.epoch = doc.epoch
-        self._ownership.set(mine, doc.active_shards() or self._all_shards(), owner=member)
+        self._ownership.set(mine, doc.active_shards() or self._all_shards(), owner=member,
+                            assigned=len(doc.shards) or None)
         gained, lost = set(mine) - before, before - set(mine)
         if gained or lost:
             log.info("assignment epoch %d: %d shards; gained %s, lost %s", doc.epoch, len(mine),

@@ -192,6 +192,7 @@ def fresh_database(shards: int, prefix: str = "delayq_t_") -> Iterator[Database]
     finally:
         _drop(server, name)
         delete_queue(f"delayq.results.{name}")
+        delete_zk_tree(f"/delayq/{name}")       # the cluster its nodes made, if they used ZooKeeper
 
 
 def _account(database: str) -> str:

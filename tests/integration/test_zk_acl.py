@@ -68,3 +68,21 @@ def test_no_other_session_can_read_the_members_or_change_the_assignment_or_inten
     finally:
         zk.stop()
         zk.close()
+
+
+def test_another_identity_runs_its_own_cluster_beside_ours_and_cannot_read_ours(paths):
+    other = session(**zkauth.kazoo_args("someone:else-entirely"))
+    try:
+        zkauth.ensure_root(other, "someone:else-entirely")     # /delayq is there already: nothing changes
+        mine = f"/delayq/other-{paths.root.rsplit('/', 1)[1]}"
+        other.create(f"{mine}/nodes", makepath=True)            # a cluster of its own under the shared root
+        assert other.get_children(mine) == ["nodes"]
+        with pytest.raises(NoAuthError):
+            other.get_children(paths.root)
+        with pytest.raises(NoAuthError):
+            other.delete(f"{paths.root}/nodes", recursive=True)
+        assert other.exists(paths.root)
+        other.delete(mine, recursive=True)
+    finally:
+        other.stop()
+        other.close()

@@ -349,7 +349,7 @@ def test_many_retimings_keep_behaviour_correct(clock: FakeClock, q: DelayQueue):
             final[e.task_id] = e
     assert len(q) == 14
     # White-box: stale heap items are compacted away, memory stays bounded.
-    assert q._items <= 2 * 14 + 1024 + 1
+    assert q._topics._items <= 2 * 14 + 1024 + 1
     expected = sorted(final.values(), key=lambda e: e.due_ms)
     assert q.next_due_ms() == expected[0].due_ms
     clock.now = now + 2_000_000

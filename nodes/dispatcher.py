@@ -163,7 +163,10 @@ class Dispatcher(NodeThread):
         with self._lock:
             for c in claimed:
                 self._held[c.task_id] = (c, lease)
-        self._claimed.offer_many(Entry(c.task_id, c.shard_id, c.due_ms) for c in claimed)
+        # Released at the instant memory had it for: its due time, or its catch-up slot (so that
+        # concurrent claims of paced tasks still go out in due order).
+        at = {e.task_id: e.at_ms for e in due}
+        self._claimed.offer_many(Entry(c.task_id, c.shard_id, at.get(c.task_id, c.due_ms)) for c in claimed)
 
     def _kept_to_caps(self, claim: Claim, now: int) -> None:
         """Tell the flow how much room each capped topic has left; the tasks the cap kept back go

@@ -130,18 +130,10 @@ class Flow:
                 out[topic] = int(min(MAX_BUDGET, max(MIN_BUDGET, want)))
             return out
 
-    def paused(self) -> set[str]:
-        with self._lock:
-            return {t for t, c in self._controls.items() if c.paused}
-
     def caps(self) -> dict[str, int]:
         """topic -> maxInFlight, for the topics that have one."""
         with self._lock:
             return {t: c.max_in_flight for t, c in self._controls.items() if c.max_in_flight is not None}
-
-    def controls(self, topic: str) -> Controls:
-        with self._lock:
-            return self._controls.get(topic, NONE)
 
     # ---- the gate (delayq.nodes.delayqueue.Gate) ----------------------------------------------
 
@@ -157,7 +149,7 @@ class Flow:
             if c is None:
                 return UNLIMITED, None
             now = self._now_ms()
-            n, again = UNLIMITED, None
+            n = UNLIMITED
             bucket = self._buckets.get(topic)
             if bucket is not None:
                 if bucket.rate <= 0:
@@ -176,7 +168,7 @@ class Flow:
                 room = cap      # a probe: results on other nodes may have freed slots
             if room is not None:
                 n = min(n, room)
-            return n, again
+            return n, None
 
     def took(self, topic: str, n: int, now_ms: int) -> None:
         with self._lock:

@@ -112,3 +112,14 @@ def write_private(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text + "\n")
+
+
+def call_nodes(config_file: str | None, endpoints: tuple[str, ...], fn: Callable[[DelayqClient], T],
+               as_json: bool = False) -> T:
+    """fn(client) on the given nodes (or the cluster's, found in ZooKeeper), its errors as `run` says them."""
+    settings = load_settings(config_file)
+
+    def go() -> T:
+        with client(settings, endpoints) as c:
+            return fn(c)
+    return run(go, as_json)

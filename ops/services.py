@@ -8,7 +8,7 @@ import click
 
 from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.ops.common import EXIT_FAILURE, client, load_settings, run
+from delayq.ops.common import EXIT_FAILURE, call_nodes
 
 
 FIELDS = [  # option, CallbackService field, type, help
@@ -34,15 +34,6 @@ def _options(f):
             click.option("--config", "config_file", type=click.Path(dir_okay=False))]):
         f = option(f)
     return f
-
-
-def _call(config_file: str | None, endpoints: tuple[str, ...], fn):
-    settings = load_settings(config_file)
-
-    def go():
-        with client(settings, endpoints) as c:
-            return fn(c)
-    return run(go)
 
 
 def _given(options: dict) -> dict:
@@ -76,7 +67,7 @@ def add(topic, endpoints, as_json, config_file, **fields) -> None:
         svc = ttypes.CallbackService(topic=topic, **_given(fields))
         c.registerService(svc)
         return _find(c, topic)
-    svc = _call(config_file, endpoints, go)
+    svc = call_nodes(config_file, endpoints, go)
     click.echo(json.dumps(_as_dict(svc), indent=2) if as_json else f"added {topic}")
 
 
@@ -94,7 +85,7 @@ def update(topic, endpoints, as_json, config_file, **fields) -> None:
             setattr(svc, field, value)
         c.registerService(svc)
         return _find(c, topic)
-    svc = _call(config_file, endpoints, go)
+    svc = call_nodes(config_file, endpoints, go)
     click.echo(json.dumps(_as_dict(svc), indent=2) if as_json else f"updated {topic}")
 
 
@@ -112,7 +103,7 @@ def disable(topic, enable, endpoints, config_file) -> None:
             sys.exit(EXIT_FAILURE)
         svc.enabled = enable
         c.registerService(svc)
-    _call(config_file, endpoints, go)
+    call_nodes(config_file, endpoints, go)
     click.echo(f"{'enabled' if enable else 'disabled'} {topic}")
 
 
@@ -122,7 +113,7 @@ def disable(topic, enable, endpoints, config_file) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 def list_services(endpoints, as_json, config_file) -> None:
     """List the callback services."""
-    rows = _call(config_file, endpoints, lambda c: c.listServices())
+    rows = call_nodes(config_file, endpoints, lambda c: c.listServices())
     if as_json:
         click.echo(json.dumps([_as_dict(s) for s in rows], indent=2))
         return

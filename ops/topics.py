@@ -10,7 +10,7 @@ import json
 import click
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.ops.common import EXIT_USAGE, client, fail, load_settings, run
+from delayq.ops.common import EXIT_USAGE, call_nodes, fail
 
 
 INT32 = click.IntRange(0, 2**31 - 1)      # what the IDL carries; the node checks the rest
@@ -25,22 +25,13 @@ def _common(f):
     return f
 
 
-def _call(config_file: str | None, endpoints: tuple[str, ...], as_json: bool, fn):
-    settings = load_settings(config_file)
-
-    def go():
-        with client(settings, endpoints) as c:
-            return fn(c)
-    return run(go, as_json)
-
-
 def _as_dict(t: ttypes.TopicControls) -> dict:
     return {k: v for k, v in vars(t).items()}
 
 
 def _set(topic: str, endpoints, as_json: bool, config_file, **controls) -> None:
     change = ttypes.TopicControls(topic=topic, **controls)
-    now = _call(config_file, endpoints, as_json, lambda c: c.setTopicControls(change))
+    now = call_nodes(config_file, endpoints, lambda c: c.setTopicControls(change), as_json)
     click.echo(json.dumps(_as_dict(now), indent=2) if as_json else _line(now))
 
 
@@ -59,7 +50,7 @@ def topics() -> None:
 @_common
 def list_topics(endpoints, as_json, config_file) -> None:
     """Every topic's controls, and its attempts in flight now across the cluster."""
-    rows: list[ttypes.TopicControls] = _call(config_file, endpoints, as_json, lambda c: c.listTopicControls())
+    rows: list[ttypes.TopicControls] = call_nodes(config_file, endpoints, lambda c: c.listTopicControls(), as_json)
     if as_json:
         click.echo(json.dumps([_as_dict(t) for t in rows], indent=2))
         return

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from delayq.nodes.delayqueue import QUANTUM, DelayQueue, Entry
+from delayq.nodes.delayqueue import QUANTUM, DelayQueue, Entry, Open
 from delayq.nodes.flow import Bucket, Flow
 from delayq.nodes.ownership import Ownership
 from delayq.store.controls import Controls
@@ -41,18 +41,14 @@ def test_a_topic_with_one_task_due_is_served_in_the_first_take_beside_a_burst():
     assert "b-0" in [e.task_id for e in first]
 
 
+class HeavyWeighsThree(Open):
+    """No limits; the topic "heavy" weighs 3, every other 1."""
+    def weight(self, topic):
+        return {"heavy": 3}.get(topic, 1)
+
+
 def test_topics_with_tasks_due_share_each_take_in_proportion_to_their_weights():
-    class Weights:
-        def allowance(self, topic, now_ms):
-            return 1 << 30, None
-
-        def took(self, topic, n, now_ms):
-            pass
-
-        def weight(self, topic):
-            return {"heavy": 3}.get(topic, 1)
-
-    q = DelayQueue(Clock(), gate=Weights())
+    q = DelayQueue(Clock(), gate=HeavyWeighsThree())
     for topic in ("heavy", "light", "other"):
         q.offer_many(entries(topic, 5_000))
     counts = collections.Counter()
@@ -65,17 +61,7 @@ def test_topics_with_tasks_due_share_each_take_in_proportion_to_their_weights():
 
 @pytest.mark.parametrize("take", [100, 500])
 def test_weights_hold_when_takes_cut_turns_short(take):
-    class Weights:
-        def allowance(self, topic, now_ms):
-            return 1 << 30, None
-
-        def took(self, topic, n, now_ms):
-            pass
-
-        def weight(self, topic):
-            return {"heavy": 3}.get(topic, 1)
-
-    q = DelayQueue(Clock(), gate=Weights())
+    q = DelayQueue(Clock(), gate=HeavyWeighsThree())
     for topic in ("heavy", "light"):
         q.offer_many(entries(topic, 20_000))
     counts = collections.Counter()
@@ -101,16 +87,10 @@ def test_each_topic_comes_out_in_due_order_and_the_ring_turns_between_takes():
 def test_a_topic_with_nothing_due_is_not_looked_at():
     asked = collections.Counter()
 
-    class Counting:
+    class Counting(Open):
         def allowance(self, topic, now_ms):
             asked[topic] += 1
-            return 1 << 30, None
-
-        def took(self, topic, n, now_ms):
-            pass
-
-        def weight(self, topic):
-            return 1
+            return super().allowance(topic, now_ms)
 
     q = DelayQueue(Clock(), gate=Counting())
     for t in range(200):

@@ -32,10 +32,10 @@ import threading
 from typing import Container, Iterable
 
 from delayq.clock import Clock
-from delayq.nodes.fairshare import QUANTUM, Gate, Open, Topics
+from delayq.nodes.fairshare import BULK, PROMPT, QUANTUM, Gate, Open, Topics
 from delayq.store.values import Entry
 
-__all__ = ["QUANTUM", "DelayQueue", "Entry", "Gate", "Open"]
+__all__ = ["BULK", "PROMPT", "QUANTUM", "DelayQueue", "Entry", "Gate", "Open"]
 
 class DelayQueue:
     CHUNK = 256     # entries added per hold of the lock in offer_many
@@ -191,13 +191,16 @@ class DelayQueue:
             self._cond.notify_all()
 
     def take_due(self, max_items: int, timeout: float | None = None, lead_ms: int = 0,
-                 gather_ms: int = 0) -> list[Entry]:
+                 gather_ms: int = 0, lane: str | None = None) -> list[Entry]:
         """Remove and return up to max_items entries due within lead_ms from now, waiting for the
         first one the gate lets go.
 
         With gather_ms, it waits until the first entry is due within lead_ms - gather_ms and then
         takes everything due within lead_ms: a taker that keeps up takes about gather_ms worth of
         entries each time instead of one at a time.
+
+        With a lane (PROMPT or BULK, delayq.nodes.fairshare), only the topics that go to that lane
+        now are taken; a take wakes the other waiters, since it may have moved a topic between lanes.
 
         Returns [] when the timeout passes with nothing due, or when the queue is closed.
         """
@@ -206,9 +209,12 @@ class DelayQueue:
         with self._cond:
             while not self._closed:
                 now = self._clock.now_ms()
-                ready, again = self._topics.ready(now, lead_ms, wake_ms)
+                ready, again = self._topics.ready(now, lead_ms, wake_ms, lane)
                 if ready:
-                    return self._topics.take(ready, now, lead_ms, max_items)
+                    taken = self._topics.take(ready, now, lead_ms, max_items)
+                    if lane is not None:
+                        self._cond.notify_all()
+                    return taken
                 wait = None if again is None else max(0, again - now) / 1000.0
                 if deadline is not None:
                     left = deadline - self._clock.monotonic()

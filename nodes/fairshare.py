@@ -16,6 +16,14 @@ from delayq.store.values import Entry
 
 QUANTUM = 32            # entries a topic of weight 1 may take per round when others have tasks due too
 
+# Lanes (delayq.nodes.dispatchlanes): a take for one lane sees only that lane's topics. A topic is
+# backlogged, and its due entries go to the bulk lane, when more than BACKLOG of them are due
+# already, or when its earliest is BEHIND_MS late (the prompt lane is not keeping up); otherwise
+# they go to the prompt lane, which also takes every entry ahead of its due time (the start of a burst).
+PROMPT, BULK = "prompt", "bulk"
+BACKLOG = 100
+BEHIND_MS = 100
+
 
 class Gate(Protocol):
     def allowance(self, topic: str, now_ms: int) -> tuple[int, int | None]:
@@ -104,13 +112,13 @@ class Topics:
         return sum(1 for at, seq, tid in self._heaps.get(topic, ())
                    if at <= now and self._live.get(tid, (None, -1))[1] == seq)
 
-    def ready(self, now: int, lead_ms: int, wake_ms: int) -> tuple[dict[str, int], int | None]:
+    def ready(self, now: int, lead_ms: int, wake_ms: int, lane: str | None = None) -> tuple[dict[str, int], int | None]:
         """Topics due within lead_ms join the ring; returns the ring's topics that may give entries
-        now, with how many, and otherwise when to look again (a head not yet within the gather, a
-        held-back topic's next chance, the next topic's head)."""
+        now (to this lane, if one is named), with how many, and otherwise when to look again (a head
+        not yet within the gather, a held-back topic's next chance, the next topic's head)."""
         limit = now + lead_ms
         self._activate(limit)
-        ready, again = self._ready(now, limit, wake_ms)
+        ready, again = self._ready(now, limit, wake_ms, lane)
         if not ready:
             top = self._index_top()
             if top is not None:
@@ -129,7 +137,22 @@ class Topics:
             heapq.heappop(self._index)
             self._due[top[1]] = None
 
-    def _ready(self, now: int, limit: int, wake_ms: int) -> tuple[dict[str, int], int | None]:
+    def lane(self, topic: str, now: int) -> str:
+        """The lane the topic's due entries go to now (its head is known to be live)."""
+        heap = self._heaps[topic]
+        if heap[0][0] <= now - BEHIND_MS:
+            return BULK
+        # Count the items due by now down the heap's tree, at most BACKLOG + 1 of them: a subtree
+        # whose root is not due holds nothing due. Stale items count too: a rough figure is enough.
+        found, todo = 0, [0]
+        while todo and found <= BACKLOG:
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= now:
+                found += 1
+                todo += (2 * i + 1, 2 * i + 2)
+        return BULK if found > BACKLOG else PROMPT
+
+    def _ready(self, now: int, limit: int, wake_ms: int, lane: str | None) -> tuple[dict[str, int], int | None]:
         """The ring's topics that may give entries now, with how many; else when to look again
         (a head not yet within the gather, a held-back topic's next chance)."""
         ready: dict[str, int] = {}
@@ -138,6 +161,12 @@ class Topics:
             head = self._head(topic)
             if head is None or head > limit:
                 self._leave(topic, head)
+                continue
+            if lane is not None and self.lane(topic, now) != lane:
+                # The other lane's; a take there wakes this one. A prompt topic falling behind
+                # turns bulk with no take at all.
+                if lane == BULK:
+                    again = head + BEHIND_MS if again is None else min(again, head + BEHIND_MS)
                 continue
             n, retry_at = self._gate.allowance(topic, now)
             if n <= 0:

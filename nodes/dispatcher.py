@@ -1,5 +1,6 @@
 """Dispatcher: takes due tasks from the DelayQueue in batches, claims them in MySQL (fenced) and
-hands the claimed ones to the publisher.
+hands the claimed ones to the publisher. There is one per lane (delayq.nodes.dispatchlanes), each taking
+only the topics of its lane and publishing on its own connection.
 
 Only a task whose claim matched may be published, and only while that claim is current
 (delayq.nodes.lease): the publisher checks the claim's lease just before it writes the frames, and an
@@ -28,9 +29,10 @@ from delayq.lifecycle import Result
 from delayq.nodes.amqp import messages
 from delayq.nodes.amqp.exchanges import ExchangeGuard
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
+from delayq.nodes.claimlead import ClaimLead
 from delayq.nodes.deadlines import Deadlines
 from delayq.nodes.flow import Flow
-from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.delayqueue import BULK, PROMPT, DelayQueue, Entry
 from delayq.nodes.lease import ClaimLease, Lease
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
@@ -42,8 +44,8 @@ from delayq.store.values import Claim, Claimed
 
 log = logging.getLogger(__name__)
 
-LEAD_BATCH = 100       # tasks a claim ahead of their due time takes at most
-HELD_BATCHES = 2       # claimed, not yet handed to the publisher, at most (in dispatch batches)
+MAX_LEAD_MS = 250      # the furthest ahead of its due time a task is claimed (delayq.nodes.claimlead)
+HELD_BATCHES = 2       # claimed, not yet handed to the publisher, at most (in the lane's batches)
 
 
 class Dispatcher(NodeThread):
@@ -54,11 +56,15 @@ class Dispatcher(NodeThread):
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
                  lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines,
                  hold: Callable[[list[Claimed], int, str], None], on_fenced: Callable[[], None] = lambda: None,
-                 flow: Flow | None = None):
+                 flow: Flow | None = None, lane: str = BULK):
         super().__init__(claimers)
+        self._lane = lane
+        self.name = f"{lane}-lane"
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._metrics = results, metrics
-        self._lead_ms = lead_ms
+        # A claim must be done by the due instant: the lead grows while claims are slow (at
+        # most half the claim lease, which must still hold when the task is published).
+        self._lead = ClaimLead(lead_ms, max_ms=max(lead_ms, min(MAX_LEAD_MS, lease_ms // 2)))
         self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
         self._held: dict[str, tuple[Claimed, Lease]] = {}
         self._lease = ClaimLease(ownership, lease_ms)
@@ -82,7 +88,7 @@ class Dispatcher(NodeThread):
 
     def start(self) -> None:
         super().start()
-        self._releaser = threading.Thread(target=self._release_loop, name="releaser", daemon=True)
+        self._releaser = threading.Thread(target=self._release_loop, name=f"{self._lane}-releaser", daemon=True)
         self._releaser.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -93,20 +99,12 @@ class Dispatcher(NodeThread):
             self._releaser.join(timeout)
 
     def _run(self) -> None:
-        # The first claiming thread claims up to lead_ms ahead, so the claim's round trips and
-        # commit are done by the due instant; the releaser publishes each claimed task at its due
-        # time. It waits until its next task is due within half the lead and then claims the whole
-        # lead: a claim per half lead, not one per task coming into the lead. The others take
-        # only tasks already due: on time, the first keeps up alone (more claims of fewer tasks
-        # would only cost CPU); they join in when due tasks pile up (a burst).
-        # A claim ahead takes at most LEAD_BATCH tasks: the first tasks of a burst due at one
-        # instant are claimed in a few milliseconds and fire on time; once takes come back full of
-        # tasks already due (a backlog), full batches again.
-        first = self._is_first_thread()
-        lead_ms = self._lead_ms if first else 0
-        gather_ms = self._lead_ms // 2 if first else 0
-        ahead = min(self._batch, LEAD_BATCH) if first else self._batch
-        batch = ahead
+        # The prompt lane claims up to lead_ms ahead, so the claim's round trips and commit are
+        # done by the due instant; the releaser publishes each claimed task at its due time. It
+        # waits until its next task is due within half the lead and then claims the whole lead: a
+        # claim per half lead, not one per task coming into the lead. The bulk lane takes only
+        # tasks already due, in full batches (a backlog: claims of more tasks cost less per task).
+        prompt = self._lane == PROMPT
         while not self._stop.is_set():
             if not self._ownership.claimable or not self._publisher.ready:
                 # Claiming is suspended or nothing could be published: leave due tasks queued.
@@ -114,16 +112,16 @@ class Dispatcher(NodeThread):
                 continue
             if not self._wait_for_room():
                 continue
+            lead_ms = self._lead.ms if prompt else 0
             try:
-                due = self._queue.take_due(batch, timeout=0.5, lead_ms=lead_ms, gather_ms=gather_ms)
+                due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=lead_ms, gather_ms=lead_ms // 2,
+                                           lane=self._lane)
             except Exception:  # noqa: BLE001 - a bug in a topic's gate must not end the claiming thread
                 log.exception("taking due tasks failed; trying again in 0.5 s")
                 self._stop.wait(0.5)
                 continue
             if due:
                 self._claim(due)
-            backlog = len(due) == batch and max(e.at_ms for e in due) <= self._clock.now_ms()
-            batch = self._batch if backlog else ahead
 
     def _wait_for_room(self) -> bool:
         """Claim no further ahead of the publisher than HELD_BATCHES batches: what is claimed and
@@ -141,7 +139,10 @@ class Dispatcher(NodeThread):
             lease = self._lease.take()
             owner, fence = self._ownership.fence()
             now = self._clock.now_ms()
+            started = time.monotonic()
             claim = self._store.claim(due, owner, fence, now, self._flow.caps() if self._flow else None)
+            if self._lane == PROMPT:
+                self._lead.claimed((time.monotonic() - started) * 1000)
             claimed, fenced = claim.claimed, claim.fenced
         except Unavailable as e:
             self._put_back(due, e)
@@ -199,7 +200,7 @@ class Dispatcher(NodeThread):
                 return
             if stopping and not entries:
                 # Closed queue: wait out the claim lead for what is still held, then publish it.
-                time.sleep(self._lead_ms / 1000.0)
+                time.sleep(self._lead.ms / 1000.0)
                 with self._lock:
                     rest, self._held = list(self._held.values()), {}
                 if rest:

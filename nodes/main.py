@@ -7,6 +7,7 @@ is the reverse, letting unconfirmed publishes settle first so nothing is left ha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 
@@ -22,7 +23,7 @@ from delayq.db import make_engine, wait_until_answered
 from delayq.errors import Unavailable
 from delayq.master.election import Election
 from delayq.master.rebalancer import Rebalancer
-from delayq.nodes import hints
+from delayq.nodes import dispatchlanes, hints
 from delayq.nodes.amqp.deadletters import DeadLetterer
 from delayq.nodes.amqp.params import amqp_parameters
 from delayq.nodes.amqp.exchanges import ExchangeGuard
@@ -101,11 +102,11 @@ class NodeRuntime:
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
             e for svc in self.services.all() for e in (svc.exchange, svc.dead_letter_exchange) if e})
-        self.publisher = ConfirmedPublisher(
-            amqp, self.recorder.on_outcome,
-            max_in_flight=s.amqp.max_in_flight, confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
-            exchanges=(),        # declared by the exchange guard, never on the publishing channel
-            on_channel_closed=self.exchanges.forget)
+        # Exchanges are declared by the exchange guard, never on a publishing channel.
+        publisher = functools.partial(ConfirmedPublisher, amqp, self.recorder.on_outcome, exchanges=(),
+                                      confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
+                                      on_channel_closed=self.exchanges.forget)
+        self.publisher = publisher(max_in_flight=s.amqp.max_in_flight)
         self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, self.exchanges,
                                         self.metrics, clock)
         # No time-out while delayq's own dependencies are down, nor for a grace after.
@@ -121,14 +122,16 @@ class NodeRuntime:
                              catchup_rate=s.scheduling.catchup_rate,
                              catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace,
                              limited=self.flow.limited)
+        lane = functools.partial(Dispatcher, self.store, self.queue, self.ownership, self.services,
+                                 results=self.results, metrics=self.metrics, clock=clock,
+                                 default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
+                                 lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
+                                 deadlines=self.deadlines, hold=self.recorder.hold,
+                                 on_fenced=self.loader.rescan, flow=self.flow)
+        self.dispatcher = dispatchlanes.Lanes(lane, publisher(max_in_flight=dispatchlanes.PROMPT_WINDOW),
+                                              self.publisher, batch=s.scheduling.dispatch_batch,
+                                              claimers=s.scheduling.write_concurrency)
         sec = s.security
-        self.dispatcher = Dispatcher(self.store, self.queue, self.ownership, self.services, self.publisher,
-                                     self.results, self.metrics, clock, batch=s.scheduling.dispatch_batch,
-                                     default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
-                                     claimers=s.scheduling.write_concurrency,
-                                     lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
-                                     deadlines=self.deadlines, hold=self.recorder.hold,
-                                     on_fenced=self.loader.rescan, flow=self.flow)
         self.watch = ServicesWatch(self.engine, self.services, poll_ms=sec.clients_poll_ms)
         follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics)
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.watch,
@@ -247,7 +250,8 @@ class NodeRuntime:
 
     def _gauges(self) -> dict[str, float]:
         g = {"queue_size": len(self.queue), "shards_owned": len(self.ownership.shards()),
-             "unconfirmed_publishes": self.publisher.in_flight, "recorder_backlog": self.recorder.backlog,
+             "unconfirmed_publishes": self.publisher.in_flight + self.dispatcher.publisher.in_flight,
+             "recorder_backlog": self.recorder.backlog,
              "assignment_epoch": self._epoch()}
         if self.zk is None:
             g.update(is_master=1, zookeeper_connected=0)
@@ -283,7 +287,7 @@ class NodeRuntime:
             checks["mysql"] = None
         except Unavailable as e:
             checks["mysql"] = str(e)
-        checks["rabbitmq"] = None if self.publisher.ready else "publisher channel not open"
+        checks["rabbitmq"] = None if self.publisher.ready and self.dispatcher.ready else "publisher channel not open"
         return checks
 
     def _detail(self) -> dict:

@@ -5,8 +5,7 @@
         def _run(self): ...          # loop until self._stop is set; self._wake ends a wait early
 
 `start()` runs `_run` on `threads` new daemon threads (named `name`, then `name-2`, ...), which
-then share the work: `_run` must be safe to run concurrently when threads > 1, and
-`_is_first_thread()` tells a thread whether it is the first. `stop()` sets the stop event, wakes
+then share the work: `_run` must be safe to run concurrently when threads > 1. `stop()` sets the stop event, wakes
 the threads and joins them (subclasses add what else unblocks them in
 `_interrupt`); `alive` is what /healthz reports.
 """
@@ -38,9 +37,6 @@ class NodeThread:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-
-    def _is_first_thread(self) -> bool:
-        return bool(self._threads) and threading.current_thread() is self._threads[0]
 
     def wake(self) -> None:
         self._wake.set()

@@ -59,8 +59,10 @@ def noisy(run: Run, p: dict) -> list[dict]:
     mine = {t: due_ms for t, due_ms in b_tasks.items() if due <= due_ms <= end_ms}
     in_node = sorted(float(r.dispatched_ms - mine[t]) for t, r in db.first.items() if t in mine)
     in_broker = sorted(r.recv_us / 1000.0 - r.dispatched_ms for t, r in db.first.items() if t in mine)
-    note = (f"{len(during)} of B's tasks due during A's {drain_s or 0:.1f} s drain of {n:,}; p50 due to "
-            f"publish {pct(in_node, 0.5)} ms, publish to consumer {pct(in_broker, 0.5)} ms")
+    def p50_p99(values: list[float]) -> str:
+        return "/".join(f"{pct(values, q) or 0:.1f}" for q in (0.5, 0.99))
+    note = (f"{len(during)} of B's tasks due during A's {drain_s or 0:.1f} s drain of {n:,}; p50/p99 due to "
+            f"publish {p50_p99(in_node)} ms, publish to consumer {p50_p99(in_broker)} ms")
     return [run.fig("noisy", "b_lateness_p50", pct(during, 0.5), "ms", note=note),
             run.fig("noisy", "b_lateness_p99", pct(during, 0.99), "ms", "<= 20"),
             run.fig("noisy", "b_lateness_max", during[-1] if during else None, "ms", "<= 50"),

@@ -136,10 +136,11 @@ class NodeRuntime:
         follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics)
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.watch,
                                    live=lambda: 1 if self.zk is None else self.membership.live)
-        self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
-                                         self.metrics, cluster=s.node.cluster)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure,
                              poll_ms=sec.clients_poll_ms)
+        self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
+                                                self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
+                                                self.access.reporter(user, task_id, self.store.topic_of))
         self.handler = Handler(self.store, TaskWriter(self.writes), self.services, self.queue, self.ownership,
                                clock, self.results, self.metrics, self.access,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),

@@ -44,7 +44,7 @@ class Metrics:
                                      "unreadable, tls_handshake, internal_error, error, stopping).", ["reason"], registry=r)
         self.refusals = Counter("delayq_refusals_total",
                                 "Calls refused for want of an identity or a permission, by reason (unauthenticated, "
-                                "bad_token, revoked, rotated, unknown_certificate, forbidden, hidden). Failed TLS "
+                                "bad_token, revoked, rotated, unknown_certificate, unknown_reporter, forbidden, hidden). Failed TLS "
                                 "handshakes are in delayq_thrift_connections_closed_total{reason=\"tls_handshake\"}.",
                                 ["reason"], registry=r)
         self.quota_refusals = Counter("delayq_quota_refusals_total",
@@ -62,7 +62,8 @@ class Metrics:
                                          "Attempts timed out by the dispatching node at their deadline.", registry=r)
         self.results_parked = Counter("delayq_results_parked_total",
                                       "Result messages from the results queue that could not be applied, parked "
-                                      "in delayq.results.<cluster>.parked, by reason (malformed, unknown_task, error).",
+                                      "in delayq.results.<cluster>.parked, by reason (malformed, unknown_task, "
+                                      "error; refused: unauthenticated, unknown_reporter, revoked, forbidden).",
                                       ["reason"], registry=r)
         self.claims_expired = Counter("delayq_claims_expired_total",
                                       "Claimed attempts not published because the claim was no longer provably "

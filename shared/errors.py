@@ -63,7 +63,8 @@ class Unauthenticated(DelayqError):
     def __init__(self, reason: str, why: str = "unauthenticated"):
         super().__init__(reason)
         self.reason = reason
-        self.why = why          # the metrics' label: unauthenticated, bad_token, revoked, rotated, unknown_certificate
+        self.why = why          # the metrics' label: unauthenticated, bad_token, revoked, rotated, unknown_certificate,
+                                # unknown_reporter
 
 
 class Forbidden(DelayqError):

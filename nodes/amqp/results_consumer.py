@@ -7,7 +7,14 @@ changes nothing) and acked after MySQL committed; `attempt` may also be a string
 ("2"). While MySQL is down the message is requeued. A message that cannot be applied is never
 dropped silently: it goes to the durable parking queue `delayq.results.<cluster>.parked` with the
 reason in its `x-delayq-reason` header, counted in delayq_results_parked_total{reason}
-(malformed, unknown_task, error), for an operator to look at.
+(malformed, unknown_task, error, and the refusals below), for an operator to look at.
+
+Who sent a result: RabbitMQ checks a message's `user_id` property against the user of the
+connection that published it (its "validated user-ID"; only a user tagged `impersonator` may set
+another). A result with delayq's own RabbitMQ user is delayq's (that user can publish tasks
+anyway); any other runs as the delayq client of the same name and needs `report` on the task's
+topic (`authorize`, delayq.nodes.front.access.Access.reporter). Refused ones are parked as
+unauthenticated, unknown_reporter, revoked or forbidden.
 
 Threads: one, owned here, with its own pika connection; `stop()` ends it.
 """
@@ -21,7 +28,7 @@ import pika
 import pika.exceptions
 
 from delayq import topology
-from delayq.errors import DelayqError, InvalidTask, Unavailable
+from delayq.errors import DelayqError, Forbidden, InvalidTask, Unauthenticated, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
@@ -30,6 +37,7 @@ from delayq.nodes.validation import check_task_id
 log = logging.getLogger(__name__)
 
 ApplyResult = Callable[[str, int, Result, str | None], object]
+Authorize = Callable[[str | None, str], None]       # (user_id, task id): raises Unauthenticated or Forbidden
 _STATUSES = {"SUCCESS": Result.SUCCESS, "RETRY": Result.RETRY, "FATAL": Result.FATAL, "STARTED": Result.STARTED}
 
 
@@ -57,9 +65,11 @@ class ResultsConsumer(NodeThread):
     name = "results-consumer"
 
     def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, metrics: Metrics, *, cluster: str,
-                 prefetch: int = 200):
+                 authorize: Authorize = lambda user, task_id: None, prefetch: int = 200):
         super().__init__()
         self._params, self._apply, self._metrics, self._prefetch = params, apply, metrics, prefetch
+        self._authorize = authorize
+        self._own_user = getattr(params.credentials, "username", None)
         self._queue = topology.results_queue(cluster)
         self._parked = topology.parked_results_queue(cluster)
 
@@ -102,7 +112,12 @@ class ResultsConsumer(NodeThread):
             self._park(channel, method, body, "malformed", str(e))
             return
         try:
+            if properties.user_id is None or properties.user_id != self._own_user:
+                self._authorize(properties.user_id, task_id)
             self._apply(task_id, attempt, result, message)
+        except (Unauthenticated, Forbidden) as e:
+            self._park(channel, method, body, getattr(e, "why", "forbidden"), str(e))
+            return
         except Unavailable as e:
             log.warning("cannot apply result of %s now: %s; requeued", task_id, e)
             channel.basic_nack(method.delivery_tag, requeue=True)

@@ -16,6 +16,8 @@ Refusals, each counted in delayq_refusals_total by reason:
   permission on no topic (`forbidden`);
 - NotFound for a task of a topic the client may not touch (`hidden`): the client learns nothing
   about tasks and topics it cannot see.
+Results sent through the results queue run as the client named by the message's `user_id`
+(`reporter`; `unknown_reporter` when no client has that name).
 
 With security off (DELAYQ_INSECURE) every call runs as the built-in client `insecure`, allowed
 everything.
@@ -156,6 +158,26 @@ class Access(NodeThread):
         topic = topic_of(task_id)
         if topic is not None and not client.allows(permission, topic):
             raise self._refused(errors.NotFound(task_id), "hidden")
+
+    def reporter(self, user: str | None, task_id: str, topic_of: Callable[[str], str | None]) -> None:
+        """A result that came through the results queue from RabbitMQ user `user` (its `user_id`,
+        which RabbitMQ checks against the publishing connection's user): Unauthenticated unless a
+        client of that name holds `report` on the task's topic (Forbidden otherwise)."""
+        if not self.enabled:
+            return
+        client = self._clients.get(user) if user else None
+        if client is None and user and self._fresh_look():
+            client = self._clients.get(user)
+        if not user:
+            raise self._refused(errors.Unauthenticated("the message has no user_id"))
+        if client is None:
+            raise self._refused(errors.Unauthenticated(f"no client is named {user!r}", "unknown_reporter"))
+        if client.revoked:
+            raise self._refused(errors.Unauthenticated("the client was revoked", "revoked"))
+        if not client.everywhere(Permission.REPORT):
+            topic = topic_of(task_id)
+            if topic is not None and not client.allows(Permission.REPORT, topic):
+                raise self._refused(errors.Forbidden(Permission.REPORT.value, topic), "forbidden")
 
     def _refused(self, error: errors.DelayqError, reason: str | None = None) -> errors.DelayqError:
         reason = reason or getattr(error, "why", "refused")

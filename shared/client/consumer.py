@@ -71,6 +71,7 @@ class TaskConsumer:
         self._results = results
         self._params = amqp.parameters(amqp_url, amqp_ca_file if amqp_ca_file is not None
                                        else os.environ.get("DELAYQ_AMQP_CA_FILE", ""))
+        self._user = getattr(self._params.credentials, "username", None)
         self._params.socket_timeout = 5
         self._params.heartbeat = 30
         self._exchange = exchange
@@ -160,8 +161,9 @@ class TaskConsumer:
     def _report_amqp(self, task: Delivery, status: int, message: str) -> None:
         body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
                            "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
+        # user_id: RabbitMQ vouches that it is this connection's user, whom the nodes check for `report`.
         self._results_channel.basic_publish("", topology.results_queue(self._cluster), body,
-                                            properties=pika.BasicProperties(delivery_mode=2))
+                                            properties=pika.BasicProperties(delivery_mode=2, user_id=self._user))
 
     def _on_message(self, channel, method, properties, body) -> None:
         mid = properties.message_id or ""

@@ -108,8 +108,9 @@ def test_a_result_that_cannot_be_applied_is_parked_with_its_reason_and_a_string_
         ch.queue_declare(queue, durable=True)
         ch.queue_declare(parked, durable=True)
         ch.queue_purge(parked)
+        node_user = pika.BasicProperties(user_id=pika.URLParameters(AMQP_URL).credentials.username)
         for body in bad + [json.dumps({"taskId": task.taskId, "attempt": "1", "status": "SUCCESS"}).encode()]:
-            ch.basic_publish("", queue, body)
+            ch.basic_publish("", queue, body, properties=node_user)
         wait_until(lambda: ch.queue_declare(parked, durable=True).method.message_count == len(bad), 10,
                    what="the unusable results to be parked")
         reasons = {}

@@ -162,22 +162,32 @@ class Access(NodeThread):
     def reporter(self, user: str | None, task_id: str, topic_of: Callable[[str], str | None]) -> None:
         """A result that came through the results queue from RabbitMQ user `user` (its `user_id`,
         which RabbitMQ checks against the publishing connection's user): Unauthenticated unless a
-        client of that name holds `report` on the task's topic (Forbidden otherwise)."""
+        client of that name holds `report` on the task's topic (Forbidden otherwise). A refused
+        result is parked for good, so a client or grant added a moment ago is looked for at once."""
         if not self.enabled:
             return
-        client = self._clients.get(user) if user else None
-        if client is None and user and self._fresh_look():
-            client = self._clients.get(user)
         if not user:
             raise self._refused(errors.Unauthenticated("the message has no user_id"))
-        if client is None:
-            raise self._refused(errors.Unauthenticated(f"no client is named {user!r}", "unknown_reporter"))
-        if client.revoked:
-            raise self._refused(errors.Unauthenticated("the client was revoked", "revoked"))
-        if not client.everywhere(Permission.REPORT):
-            topic = topic_of(task_id)
-            if topic is not None and not client.allows(Permission.REPORT, topic):
-                raise self._refused(errors.Forbidden(Permission.REPORT.value, topic), "forbidden")
+        topic: list[str | None] = []        # looked up once, and only for a grant narrower than every topic
+
+        def refusal(client: Client | None) -> errors.DelayqError | None:
+            if client is None:
+                return errors.Unauthenticated(f"no client is named {user!r}", "unknown_reporter")
+            if client.revoked:
+                return errors.Unauthenticated("the client was revoked", "revoked")
+            if client.everywhere(Permission.REPORT):
+                return None
+            if not topic:
+                topic.append(topic_of(task_id))
+            if topic[0] is None or client.allows(Permission.REPORT, topic[0]):
+                return None                 # an unknown task is parked as such by the apply
+            return errors.Forbidden(Permission.REPORT.value, topic[0])
+
+        error = refusal(self._clients.get(user))
+        if error is not None and self._fresh_look():
+            error = refusal(self._clients.get(user))
+        if error is not None:
+            raise self._refused(error, getattr(error, "why", "forbidden"))
 
     def _refused(self, error: errors.DelayqError, reason: str | None = None) -> errors.DelayqError:
         reason = reason or getattr(error, "why", "refused")

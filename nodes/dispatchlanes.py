@@ -53,8 +53,7 @@ class Lanes:
         deadline = time.monotonic() + timeout
         self.prompt.stop(timeout / 2)
         self.bulk.stop(timeout / 2)
-        while self.publisher.in_flight and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self.publisher.settle(max(0.0, deadline - time.monotonic()))
         self.publisher.stop()
 
     @property

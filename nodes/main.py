@@ -234,8 +234,7 @@ class NodeRuntime:
                      self.deadletters):
             part.stop()
         deadline = time.monotonic() + timeout
-        while self.publisher.in_flight and time.monotonic() < deadline:
-            time.sleep(0.05)
+        self.publisher.settle(timeout)
         self.publisher.stop()
         self.exchanges.stop()
         self.recorder.stop(max(1.0, deadline - time.monotonic()))

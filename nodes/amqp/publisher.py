@@ -93,6 +93,12 @@ class ConfirmedPublisher:
         """Messages handed to publish() and not yet settled."""
         return self._pending
 
+    def settle(self, timeout: float) -> bool:
+        """Wait until everything handed to publish() has its outcome, at most `timeout` seconds
+        (before stop(), so nothing is left unconfirmed). True when nothing is left."""
+        with self._space:
+            return self._space.wait_for(lambda: not self._pending, timeout)
+
     def declare_exchange(self, name: str) -> None:
         """Make sure the exchange exists (durable topic) on this and every later connection."""
         with self._lock:

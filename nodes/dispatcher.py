@@ -64,7 +64,7 @@ class Dispatcher(NodeThread):
         self._results, self._metrics = results, metrics
         # A claim must be done by the due instant: the lead grows while claims are slow (at
         # most half the claim lease, which must still hold when the task is published).
-        self._lead = ClaimLead(lead_ms, max_ms=max(lead_ms, min(MAX_LEAD_MS, lease_ms // 2)))
+        self._lead = ClaimLead(lead_ms, max_ms=min(MAX_LEAD_MS, lease_ms // 2))
         self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
         self._held: dict[str, tuple[Claimed, Lease]] = {}
         self._lease = ClaimLease(ownership, lease_ms)

@@ -72,6 +72,7 @@ class Forbidden(DelayqError):
     def __init__(self, permission: str, topic: str = ""):
         super().__init__(f"needs {permission} on {topic!r}" if topic else f"needs {permission}")
         self.permission, self.topic = permission, topic
+        self.why = "forbidden"  # the metrics' label
 
 
 class Unavailable(DelayqError):

@@ -116,7 +116,7 @@ class ResultsConsumer(NodeThread):
                 self._authorize(properties.user_id, task_id)
             self._apply(task_id, attempt, result, message)
         except (Unauthenticated, Forbidden) as e:
-            self._park(channel, method, body, getattr(e, "why", "forbidden"), str(e))
+            self._park(channel, method, body, e.why, str(e))
             return
         except Unavailable as e:
             log.warning("cannot apply result of %s now: %s; requeued", task_id, e)

@@ -15,9 +15,11 @@ from typing import Callable
 import pika
 import pytest
 
+from delayq import config, db as dbm
 from delayq.client import CallbackService
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.testing.cluster import Database, Node, fresh_database, free_port, node_env, now_ms, wait_for  # noqa: F401
+from delayq.store.clients import ClientStore
 from delayq.testing import security
 from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
 
@@ -73,6 +75,12 @@ def database(request) -> Database:
     """A database for this module (SHARDS in the module sets its shard count, default 8)."""
     with fresh_database(getattr(request.module, "SHARDS", 8)) as db:
         yield db
+
+
+@pytest.fixture(scope="module")
+def clients(database) -> ClientStore:
+    """The module database's clients and grants, as `delayq clients` changes them."""
+    return ClientStore(dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql))
 
 
 # ---- nodes ---------------------------------------------------------------------------------------

@@ -11,11 +11,9 @@ import uuid
 import pytest
 
 from conftest import now_ms
-from delayq import config, db as dbm
 from delayq.client import CallbackService, CancelResult, DelayqClient, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
-from delayq.store.clients import ClientStore
 from delayq.testing import security
 
 pytestmark = pytest.mark.integration
@@ -30,11 +28,6 @@ def log(database, *filters: str) -> list[dict]:
     out = delayq(database, "audit", "--json", *filters)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
-
-
-@pytest.fixture(scope="module")
-def clients(database) -> ClientStore:
-    return ClientStore(dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql))
 
 
 def as_client(node, token: str) -> DelayqClient:

@@ -19,10 +19,9 @@ import pika.exceptions
 import pytest
 
 from conftest import AMQP_URL, Collector, wait_until
-from delayq import config, db as dbm, topology
+from delayq import topology
 from delayq.client import CallbackService, TaskSpec, TaskStatus
 from delayq.client.consumer import TaskConsumer
-from delayq.store.clients import ClientStore
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +32,11 @@ def rabbitmqctl(*args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def reporter(database) -> Iterator[tuple[str, str]]:
+def reporter(clients) -> Iterator[tuple[str, str]]:
     """A RabbitMQ user and a delayq client of the same name, with no permissions yet."""
     name, password = f"reporter-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
     rabbitmqctl("add_user", name, password)
     try:
-        clients = ClientStore(dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql))
         clients.add(name)
         yield name, password
     finally:
@@ -46,7 +44,7 @@ def reporter(database) -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def topics(node, database, reporter) -> Iterator[tuple[str, str]]:
+def topics(node, clients, reporter) -> Iterator[tuple[str, str]]:
     """Topics A and B. The reporter is A's downstream app: in RabbitMQ it may declare the exchange,
     its queue and the results queue (configure), consume its queue (read) and publish to the results
     queue through the default exchange (write); in delayq it may report on A."""
@@ -57,7 +55,6 @@ def topics(node, database, reporter) -> Iterator[tuple[str, str]]:
     queue, results = re.escape(f"delayq.{a}"), re.escape(f"delayq.results.{node.env['DELAYQ_CLUSTER']}")
     rabbitmqctl("set_permissions", "-p", pika.URLParameters(AMQP_URL).virtual_host, reporter[0],
                 f"^(delayq|{queue}|{results})$", f"^({queue}|amq\\.default)$", f"^(delayq|{queue})$")
-    clients = ClientStore(dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql))
     clients.grant(reporter[0], "report", a)
     queues = [Collector(topology.DEFAULT_EXCHANGE, t) for t in (a, b)]       # so that their tasks are routed
     yield a, b

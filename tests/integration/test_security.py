@@ -16,20 +16,13 @@ import pytest
 from thrift.transport import TTransport
 
 from conftest import now_ms, wait_until
-from delayq import config, db as dbm
 from delayq.client import CallbackService, CancelResult, DelayqClient, ResultStatus, TaskSpec, TaskStatus
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
 from delayq.ops.certs import dev_set
-from delayq.store.clients import ClientStore
 from delayq.testing import security
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def clients(database) -> ClientStore:
-    return ClientStore(dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql))
 
 
 @pytest.fixture(scope="module")

@@ -7,19 +7,16 @@ import uuid
 import pytest
 
 from conftest import wait_until
-from delayq import config, db as dbm
 from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
-from delayq.store.clients import ClientStore
 from delayq.testing import security
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_revocation_holds_on_every_node_of_a_cluster_within_a_second(node_factory, database):
+def test_a_revocation_holds_on_every_node_of_a_cluster_within_a_second(node_factory, clients):
     nodes = [node_factory(DELAYQ_ZK_ENABLED="true") for _ in range(3)]
-    clients = ClientStore(dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql))
     name = f"everywhere-{uuid.uuid4().hex[:6]}"
     token = clients.add(name, grants=(("read", "*"),))
     ca = str(security.ensure() / "ca.pem")

@@ -1,13 +1,15 @@
 """Unit tests for fair share and flow control in memory: the DelayQueue's round robin over topics,
-its gate (delayq.nodes.flow.Flow: rates split by shard share, in-flight room), and paused topics.
-Driven by fake clocks, no sleeps."""
+its gate (delayq.nodes.flow.Flow: rates split by shard share, in-flight room), paused topics, and
+which dispatch lane takes a topic's tasks (prompt while on time, bulk with a backlog or once
+behind). Driven by fake clocks, no sleeps."""
 from __future__ import annotations
 
 import collections
 
 import pytest
 
-from delayq.nodes.delayqueue import QUANTUM, DelayQueue, Entry, Open
+from delayq.nodes.delayqueue import BULK, PROMPT, QUANTUM, DelayQueue, Entry, Open
+from delayq.nodes.fairshare import BACKLOG, BEHIND_MS
 from delayq.nodes.flow import Bucket, Flow
 from delayq.nodes.ownership import Ownership
 from delayq.store.controls import Controls
@@ -15,6 +17,7 @@ from delayq.store.controls import Controls
 pytestmark = pytest.mark.timeout(10)
 
 NOW = 1_000_000
+LEAD = 20
 
 
 class Clock:
@@ -188,3 +191,69 @@ def test_a_bucket_says_when_it_will_hold_enough_tokens():
     b.tokens = 0.0
     assert b.when(1.0) in (20, 21)
     assert b.available(b.when(1.0)) >= 1.0
+
+
+# ---- lanes ---------------------------------------------------------------------------------------
+
+def burst(topic: str, n: int, due: int) -> list[Entry]:
+    return [Entry(f"{topic}-{i}", 0, due, topic=topic) for i in range(n)]
+
+
+def ids(entries: list[Entry]) -> list[str]:
+    return [e.task_id for e in entries]
+
+
+def test_the_first_tasks_of_a_burst_are_taken_by_the_prompt_lane_before_they_are_due():
+    clock = Clock()
+    q = DelayQueue(clock)
+    q.offer_many(burst("a", 10_000, NOW + 10))
+    assert q.take_due(1000, timeout=0, lane=BULK) == []
+    first = q.take_due(100, timeout=0, lead_ms=LEAD, lane=PROMPT)
+    assert len(first) == 100 and {e.topic for e in first} == {"a"}
+    clock.now += 10                 # the rest is due: a backlog, the bulk lane's
+    assert q.take_due(100, timeout=0, lead_ms=LEAD, lane=PROMPT) == []
+    assert len(q.take_due(1000, timeout=0, lane=BULK)) == 1000
+
+
+def test_a_topic_with_more_than_the_backlog_due_goes_to_the_bulk_lane_and_a_quiet_one_stays_prompt():
+    clock = Clock()
+    q = DelayQueue(clock)
+    q.offer_many(burst("a", BACKLOG + 1, NOW))
+    q.offer_many(burst("b", 3, NOW))
+    prompt = q.take_due(1000, timeout=0, lead_ms=LEAD, lane=PROMPT)
+    assert sorted(ids(prompt)) == ["b-0", "b-1", "b-2"]
+    bulk = q.take_due(1000, timeout=0, lane=BULK)
+    assert len(bulk) == BACKLOG + 1 and {e.topic for e in bulk} == {"a"}
+
+
+def test_a_topic_with_a_backlog_no_larger_than_the_limit_stays_prompt():
+    q = DelayQueue(Clock())
+    q.offer_many(burst("a", BACKLOG, NOW))
+    assert q.take_due(1000, timeout=0, lane=BULK) == []
+    assert len(q.take_due(1000, timeout=0, lead_ms=LEAD, lane=PROMPT)) == BACKLOG
+
+
+def test_a_topic_the_prompt_lane_fell_behind_on_goes_to_the_bulk_lane():
+    clock = Clock()
+    q = DelayQueue(clock)
+    q.offer(Entry("late", 0, NOW - BEHIND_MS + 1, topic="a"))
+    assert q.take_due(10, timeout=0, lane=BULK) == []
+    clock.now += 1
+    assert q.take_due(10, timeout=0, lead_ms=LEAD, lane=PROMPT) == []
+    assert ids(q.take_due(10, timeout=0, lane=BULK)) == ["late"]
+
+
+def test_the_two_lanes_take_every_task_once_and_each_topic_in_due_order():
+    clock = Clock()
+    q = DelayQueue(clock)
+    q.offer_many([Entry(f"a-{i}", 0, NOW - 50 + i % 200, topic="a") for i in range(5_000)])
+    q.offer_many([Entry(f"b-{i}", 0, NOW + 10 * i, topic="b") for i in range(50)])
+    taken: list[Entry] = []
+    for _ in range(400):
+        for lane, lead in ((PROMPT, LEAD), (BULK, 0)):
+            taken += q.take_due(100, timeout=0, lead_ms=lead, lane=lane)
+        clock.now += 5
+    assert len(taken) == 5_050 and len(set(ids(taken))) == 5_050
+    for topic in ("a", "b"):
+        dues = [e.at_ms for e in taken if e.topic == topic]
+        assert dues == sorted(dues)

@@ -141,14 +141,15 @@ def test_a_topic_with_a_few_tasks_fires_on_time_during_another_topics_burst(node
     a, b = Collector("delayq", burst), Collector("delayq", steady)
     try:
         with node.client() as c:
-            at = now_ms() + 1500
-            for _ in range(20):
+            # A burst that takes the node well over a second to drain (20,000 took 0.95-1.5 s).
+            at = now_ms() + 2500
+            for _ in range(40):
                 c.submitBatch([TaskSpec(topic=burst, dueAtMs=at) for _ in range(1000)])
             # B: one task every 20 ms from the burst's instant on, for 1.5 s.
             for i in range(75):
                 c.submit(TaskSpec(topic=steady, dueAtMs=at + 20 * i, payload=str(at + 20 * i).encode()))
         got_b = b.wait_for(75, 20)
-        got_a = a.wait_for(20_000, 60)
+        got_a = a.wait_for(40_000, 60)
         drain_ms = max(m.at_ms for m in got_a) - at
         late = sorted(m.at_ms - int(m.body) for m in got_b)
         assert drain_ms > 1000, f"the burst drained in {drain_ms} ms: too fast to show anything"

@@ -23,6 +23,7 @@ from delayq.db import make_engine, wait_until_answered
 from delayq.errors import Unavailable
 from delayq.master.election import Election
 from delayq.master.rebalancer import Rebalancer
+from delayq.master.reshard import ReshardJob, Resharder
 from delayq.nodes import dispatchlanes, hints
 from delayq.nodes.amqp.deadletters import DeadLetterer
 from delayq.nodes.amqp.params import amqp_parameters
@@ -38,6 +39,7 @@ from delayq.nodes.front.access import Access
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.clusterinfo import cluster_info
+from delayq.nodes.front.admin import AdminCalls, Front
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
 from delayq.nodes.front.server import ThriftServer
@@ -141,6 +143,12 @@ class NodeRuntime:
         self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.store.topic_of))
+        self.zk: ZkSession | None = None
+        self.standalone: Standalone | None = None
+        if s.zk.enabled:
+            self._build_cluster(s)
+        else:
+            self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
         self.handler = Handler(self.store, TaskWriter(self.writes), self.services, self.queue, self.ownership,
                                clock, self.results, self.metrics, self.access,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
@@ -155,7 +163,14 @@ class NodeRuntime:
         protocol = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
             string_length_limit=s.limits.max_frame_bytes, container_length_limit=s.limits.max_batch)
         self.submits = SubmitBatcher(self.handler.submit_many, protocol, max_batch=s.limits.max_batch)
-        self.calls = CallPool(DelayScheduler.Processor(self.handler), protocol, threads=s.limits.thrift_threads)
+        self.admin = AdminCalls(self.access, self.handler.answers, clock, self.engine, ClientStore(self.engine),
+                                cluster_info=self.cluster_info, zk=self.zk and self.zk.call,
+                                paths=self.zk and self.paths, reshards=self.zk and ReshardJob(
+                                    lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
+                                                           window_ms=s.scheduling.window_ms,
+                                                           scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
+        self.calls = CallPool(DelayScheduler.Processor(Front(self.handler, self.admin)), protocol,
+                              threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, max_connections=s.limits.thrift_workers,
                                    max_frame=s.limits.max_frame_bytes, idle_timeout=s.limits.idle_timeout_ms / 1000.0,
@@ -164,12 +179,6 @@ class NodeRuntime:
                                    closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
-        self.zk: ZkSession | None = None
-        self.standalone: Standalone | None = None
-        if s.zk.enabled:
-            self._build_cluster(s)
-        else:
-            self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
         self.metrics.gauges(self._gauges, self._counters)
         self.http = HealthServer(s.http.host, s.http.port, self.metrics, self._alive, self._ready, self._detail)
 
@@ -227,6 +236,8 @@ class NodeRuntime:
     def stop(self, timeout: float = 10.0) -> None:
         for part in (self.server, self.submits, self.calls, self.access, self.watch, self.quotas):
             part.stop()
+        if self.admin.reshards is not None:
+            self.admin.reshards.stop()
         if self.zk is not None:
             self.rebalancer.stop()
             self.zk.stop()

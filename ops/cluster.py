@@ -6,20 +6,18 @@ applied. Exit codes: 0 applied, 1 not applied in time (the intent stays recorded
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
-from typing import Callable
-
 import click
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import Unavailable
 from delayq.ops.audit import Outcome, recorded
 from delayq.ops.common import EXIT_USAGE, fail, load_settings
-from delayq.ops.intents import cluster_info, read_intents, update_intents, wait_applied, wait_for, zk_session
-from delayq.zkpaths import Intents, ZkPaths
+from delayq.master import intents as intents_
+from delayq.ops.intents import cluster_info, wait_applied, wait_for, zk_session
+from delayq.zkpaths import ZkPaths
 
 EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 3
 
@@ -35,32 +33,29 @@ def cluster_options(f):
     return f
 
 
-Check = Callable[[ttypes.ClusterInfo, Intents], "str | None"]
-
-
-def _change(config_file, endpoints, timeout_s, as_json, what: str, change: Callable[[Intents], Intents],
-            done: Callable[[ttypes.ClusterInfo, Intents], bool], check: Check = lambda info, i: None) -> None:
+def _change(config_file, endpoints, timeout_s, as_json, change: intents_.Change) -> None:
     """Check the request against the cluster (exit 2 naming what is wrong), record the intent, and
     wait, all within one --timeout, until the master applied it and the nodes report it."""
     settings = load_settings(config_file)
-    action, _, target = what.partition(" ")
+    action, _, target = change.what.partition(" ")
     with recorded(settings, action, target) as outcome:
-        _apply(settings, endpoints, timeout_s, as_json, what, change, done, check, outcome)
+        _apply(settings, endpoints, timeout_s, as_json, change, outcome)
 
 
-def _apply(settings, endpoints, timeout_s, as_json, what, change, done, check, outcome: Outcome) -> None:
+def _apply(settings, endpoints, timeout_s, as_json, change: intents_.Change, outcome: Outcome) -> None:
     deadline = time.monotonic() + timeout_s
+    what = change.what
     try:
-        with zk_session(settings) as zk:
+        with zk_session(settings) as call:
             paths = ZkPaths(settings.node.cluster)
             before = cluster_info(settings, list(endpoints))
-            problem = check(before, read_intents(zk, paths))
+            problem = change.check(before, intents_.read_intents(call, paths))
             if problem is not None:
                 fail(problem, EXIT_USAGE, as_json)
-            intents, zxid = update_intents(zk, paths, change)
-            applied = wait_applied(zk, paths, zxid, max(0.0, deadline - time.monotonic()))
-        info = None if applied is None else \
-            wait_for(settings, list(endpoints), lambda i: done(i, intents), max(0.0, deadline - time.monotonic()))
+            intents, zxid = intents_.update_intents(call, paths, change.apply)
+            applied = wait_applied(call, paths, zxid, max(0.0, deadline - time.monotonic()))
+        info = None if applied is None else wait_for(settings, list(endpoints), lambda i: change.done(i, intents),
+                                                     max(0.0, deadline - time.monotonic()))
     except Unavailable as e:
         fail(str(e), EXIT_UNAVAILABLE, as_json)
     report = {"intent": what, "applied": info is not None, "drained": sorted(intents.drained),
@@ -83,23 +78,6 @@ def _apply(settings, endpoints, timeout_s, as_json, what, change, done, check, o
         sys.exit(EXIT_TIMEOUT)
 
 
-def _members(info: ttypes.ClusterInfo) -> set[str]:
-    return {n.nodeId for n in info.nodes}
-
-
-def _unknown_node(node: str, info: ttypes.ClusterInfo, force: bool) -> str | None:
-    if force or node in _members(info):
-        return None
-    return (f"{node!r} is not a member of cluster {info.cluster!r} (members: {', '.join(sorted(_members(info)))}); "
-            "add --force for a node that will join later")
-
-
-def _shard_out_of_range(shard: int, info: ttypes.ClusterInfo) -> str | None:
-    if 0 <= shard < info.shardCount:
-        return None
-    return f"shard {shard} does not exist: cluster {info.cluster!r} has shards 0-{info.shardCount - 1}"
-
-
 def _per_node(info: ttypes.ClusterInfo) -> dict[str, int]:
     counts = {n.nodeId: 0 for n in info.nodes}
     for node in info.assignment.values():
@@ -113,11 +91,7 @@ def _per_node(info: ttypes.ClusterInfo) -> dict[str, int]:
 @cluster_options
 def drain(node: str, force: bool, endpoints, timeout_s, as_json, config_file) -> None:
     """Move every shard off NODE (it stays a member and keeps serving calls, but owns nothing)."""
-    _change(config_file, endpoints, timeout_s, as_json, f"drain {node}",
-            lambda i: dataclasses.replace(i, drained=i.drained | {node}),
-            # Pins win over a drain: a shard pinned to the node stays.
-            lambda info, i: all(i.pinned.get(s) == node for s, n in info.assignment.items() if n == node),
-            lambda info, i: _unknown_node(node, info, force))
+    _change(config_file, endpoints, timeout_s, as_json, intents_.drain(node, force))
 
 
 @click.command()
@@ -125,11 +99,7 @@ def drain(node: str, force: bool, endpoints, timeout_s, as_json, config_file) ->
 @cluster_options
 def undrain(node: str, endpoints, timeout_s, as_json, config_file) -> None:
     """Let NODE own shards again."""
-    _change(config_file, endpoints, timeout_s, as_json, f"undrain {node}",
-            lambda i: dataclasses.replace(i, drained=i.drained - {node}),
-            lambda info, i: node in info.assignment.values() or node not in {n.nodeId for n in info.nodes},
-            lambda info, i: None if node in i.drained else
-            f"{node!r} is not drained (drained: {', '.join(sorted(i.drained)) or 'none'})")
+    _change(config_file, endpoints, timeout_s, as_json, intents_.undrain(node))
 
 
 @click.command()
@@ -139,11 +109,7 @@ def undrain(node: str, endpoints, timeout_s, as_json, config_file) -> None:
 @cluster_options
 def pin(shard: int, node: str, force: bool, endpoints, timeout_s, as_json, config_file) -> None:
     """Keep SHARD on NODE (while NODE is a member), whatever the balance."""
-    _change(config_file, endpoints, timeout_s, as_json, f"pin {shard} {node}",
-            lambda i: dataclasses.replace(i, pinned={**i.pinned, shard: node}),
-            # For a node not (yet) a member, recorded is all there is to wait for.
-            lambda info, i: info.assignment.get(shard) == node or node not in _members(info),
-            lambda info, i: _shard_out_of_range(shard, info) or _unknown_node(node, info, force))
+    _change(config_file, endpoints, timeout_s, as_json, intents_.pin(shard, node, force))
 
 
 @click.command()
@@ -151,19 +117,14 @@ def pin(shard: int, node: str, force: bool, endpoints, timeout_s, as_json, confi
 @cluster_options
 def unpin(shard: int, endpoints, timeout_s, as_json, config_file) -> None:
     """Let the master place SHARD again."""
-    _change(config_file, endpoints, timeout_s, as_json, f"unpin {shard}",
-            lambda i: dataclasses.replace(i, pinned={k: v for k, v in i.pinned.items() if k != shard}),
-            lambda info, i: True,
-            lambda info, i: None if shard in i.pinned else
-            f"shard {shard} is not pinned (pinned: {', '.join(str(k) for k in sorted(i.pinned)) or 'none'})")
+    _change(config_file, endpoints, timeout_s, as_json, intents_.unpin(shard))
 
 
 @click.command()
 @cluster_options
 def rebalance(endpoints, timeout_s, as_json, config_file) -> None:
     """Ask the master for a fresh balanced assignment (ignoring where shards are now)."""
-    _change(config_file, endpoints, timeout_s, as_json, "rebalance",
-            lambda i: dataclasses.replace(i, rebalance=i.rebalance + 1), lambda info, i: True)
+    _change(config_file, endpoints, timeout_s, as_json, intents_.rebalance())
 
 
 @click.command()
@@ -172,8 +133,8 @@ def intents(endpoints, timeout_s, as_json, config_file) -> None:
     """Show what operators asked for: drained nodes, pinned shards, a reshard in progress."""
     settings = load_settings(config_file)
     try:
-        with zk_session(settings) as zk:
-            i = read_intents(zk, ZkPaths(settings.node.cluster))
+        with zk_session(settings) as call:
+            i = intents_.read_intents(call, ZkPaths(settings.node.cluster))
     except Unavailable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
@@ -210,17 +171,17 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
     from delayq.master.assignment import AssignmentInput, assign
     from delayq.clock import SYSTEM_CLOCK
     from delayq.db import make_engine
-    from delayq.ops.reshard import Resharder, plan
+    from delayq.master.reshard import Resharder, plan, refusal
 
     engine = make_engine(settings.mysql)
     try:
         p = plan(engine, target)
         info = cluster_info(settings, list(endpoints))
-        with zk_session(settings) as zk:
+        with zk_session(settings) as call:
             paths = ZkPaths(settings.node.cluster)
-            i = read_intents(zk, paths)
-            if i.shards not in (None, target):
-                raise click.UsageError(f"a reshard to {i.shards} shards is in progress: run it again with --shards {i.shards}")
+            i = intents_.read_intents(call, paths)
+            if refusal(i, target) is not None:
+                raise click.UsageError(f"{refusal(i, target)} (--shards {i.shards})")
             if p.current == target and i.shards is None:
                 click.echo(f"the cluster has {target} shards already")
                 return
@@ -236,9 +197,8 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
             if dry_run:
                 click.echo(json.dumps(report, indent=2) if as_json else _plan_text(report))
                 return
-            resharder = Resharder(engine, zk, paths, SYSTEM_CLOCK, window_ms=settings.scheduling.window_ms,
-                                  scan_ms=settings.scheduling.scan_interval_ms, margin_ms=margin_ms, batch=batch,
-                                  update_intents=update_intents)
+            resharder = Resharder(engine, call, paths, SYSTEM_CLOCK, window_ms=settings.scheduling.window_ms,
+                                  scan_ms=settings.scheduling.scan_interval_ms, margin_ms=margin_ms, batch=batch)
             with click.progressbar(length=max(1, p.rows), label=f"resharding {p.current} -> {target}",
                                    file=sys.stderr, show_pos=True) as bar:
                 moved = resharder.run(target, bar.update, timeout_s)

@@ -66,10 +66,11 @@ def _intents(settings: Settings) -> tuple[set[str], dict[int, str]]:
     """Drained nodes and pinned shards, as operators asked for them (none without ZooKeeper)."""
     if not settings.zk.enabled:
         return set(), {}
-    from delayq.ops.intents import read_intents, zk_session
+    from delayq.master.intents import read_intents
+    from delayq.ops.intents import zk_session
     from delayq.zkpaths import ZkPaths
-    with zk_session(settings) as zk:
-        i = read_intents(zk, ZkPaths(settings.node.cluster))
+    with zk_session(settings) as call:
+        i = read_intents(call, ZkPaths(settings.node.cluster))
     return set(i.drained), dict(i.pinned)
 
 

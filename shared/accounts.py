@@ -2,9 +2,10 @@
 
 `delayq db init --node-account NAME --node-url-file PATH`, run with an admin account, creates the
 account (or, run again, resets its grants to these and keeps its password) and writes the URL
-nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema, and only reads of the
-clients and the schema version: a node cannot grant itself a client's permissions. Operators'
-commands that change clients or the schema keep using an admin account.
+nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema; the audit log can be appended
+to, never changed; the schema version and the tenants are read only. It may change the clients,
+because a node serves the admin calls that manage them (delayq.nodes.front.admin). Operators'
+commands that change the schema or the tenants keep using an admin account.
 """
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from sqlalchemy.exc import ArgumentError
 
 ACCOUNT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _RW = "SELECT, INSERT, UPDATE, DELETE"
-# Table -> what nodes (and the operators' everyday commands: drain, redrive, purge, reshard) do to it.
+# Table -> what nodes (and the operators' everyday commands: drain, redrive, purge, reshard, clients) do to it.
 NODE_GRANTS = {
     "job_delay_task": _RW, "job_delay_task_execlog": _RW, "job_delay_task_backlog": _RW,
     "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
     "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
-    "job_client": "SELECT", "job_client_grant": "SELECT", "job_audit": "SELECT, INSERT",
+    "job_client": "SELECT, INSERT, UPDATE", "job_client_grant": _RW, "job_audit": "SELECT, INSERT",
     "job_tenant": "SELECT",
 }
 

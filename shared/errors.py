@@ -32,6 +32,13 @@ class InvalidService(DelayqError):
         self.field, self.reason = field, reason
 
 
+class InvalidRequest(DelayqError):
+    """An admin call's argument is wrong (a node that is not a member, a shard out of range, ...)."""
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
 class UnknownTopic(DelayqError):
     def __init__(self, topic: str):
         super().__init__(f"no enabled callback service for topic {topic!r}")

@@ -1,5 +1,7 @@
-"""Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel and reschedule call is
-recorded once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
+"""Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel and
+reschedule call, and every admin call that changes something (delayq.nodes.front.admin: drain,
+undrain, pin, unpin, reshard, redrive, and the clients' add, grant, revoke and rotate) is recorded
+once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
 client, its address, the call, its topic or task id, and how it ended (the answer, or the
 refusal or error it got).
 
@@ -25,7 +27,32 @@ AUDITED: dict[str, Callable[[Sequence], str]] = {
     "cancel": lambda args: str(args[0]) if args else "",
     "reschedule": lambda args: str(args[0]) if args else "",
     "setTopicControls": lambda args: _controls(args[0]) if args else "",
+    "drain": lambda args: _words(args[:1]),
+    "undrain": lambda args: _words(args[:1]),
+    "pin": lambda args: _words(args[:2]),
+    "unpin": lambda args: _words(args[:1]),
+    "reshard": lambda args: _words(args[:1]),
+    "redrive": lambda args: _redrive(args[0]) if args else "",
+    "addClient": lambda args: _words([args[0], *(_grant(g) for g in args[1] or ())]) if len(args) > 1 else "",
+    "grantClient": lambda args: _words([args[0], _grant(args[1])]) if len(args) > 1 else "",
+    "revokeClient": lambda args: _words([args[0], _grant(args[1])]) if len(args) > 1 else "",
+    "rotateClient": lambda args: _words(args[:1]),
 }
+
+
+def _words(values) -> str:
+    return " ".join(str(v) for v in values if v is not None and v != "")[:255]
+
+
+def _grant(g) -> str | None:
+    return None if g is None else f"{g.permission}:{g.pattern}"
+
+
+def _redrive(f) -> str:
+    if f is None:
+        return ""
+    return _words([f"topic={f.topic}" if f.topic else None, f"since={f.sinceMs}" if f.sinceMs is not None else None,
+                   f"until={f.untilMs}" if f.untilMs is not None else None, *(f"id={i}" for i in f.taskIds or ())])
 
 
 def _controls(t) -> str:
@@ -58,5 +85,7 @@ class Audit:
 
 def _outcome(method: str, result, error: Exception | None) -> str:
     if error is None:
-        return ttypes.CancelResult._VALUES_TO_NAMES.get(result, "ok") if method == "cancel" else "ok"
+        if method == "cancel":
+            return ttypes.CancelResult._VALUES_TO_NAMES.get(result, "ok")
+        return f"redriven {result.redriven}" if method == "redrive" else "ok"
     return type(error).__name__ if isinstance(error, errors.DelayqError) else "internal error"

@@ -20,7 +20,8 @@ from delayq.nodes.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = {errors.InvalidTask: "invalid", errors.InvalidService: "invalid", errors.UnknownTopic: "unknown_topic",
+OUTCOMES = {errors.InvalidTask: "invalid", errors.InvalidService: "invalid", errors.InvalidRequest: "invalid",
+            errors.UnknownTopic: "unknown_topic",
             errors.Conflict: "conflict", errors.NotFound: "not_found", errors.Unavailable: "unavailable",
             errors.StoreUnavailable: "unavailable", errors.BrokerUnavailable: "unavailable",
             errors.Unauthenticated: "unauthenticated", errors.Forbidden: "forbidden",
@@ -33,6 +34,8 @@ def as_declared(e: errors.DelayqError) -> Exception:
         return ttypes.InvalidTask(field=e.field, reason=e.reason, index=e.index)
     if isinstance(e, errors.InvalidService):
         return ttypes.InvalidService(field=e.field, reason=e.reason)
+    if isinstance(e, errors.InvalidRequest):
+        return ttypes.InvalidRequest(field=e.field, reason=e.reason)
     if isinstance(e, errors.UnknownTopic):
         return ttypes.UnknownTopic(topic=e.topic)
     if isinstance(e, errors.Conflict):

@@ -137,6 +137,48 @@ struct ClusterInfo {
   6: required map<i32, string> assignment,
 }
 
+// What operators asked of the cluster's layout (admin calls drain, pin, reshard; `delayq intents`).
+struct Intents {
+  1: required list<string> drained,        // nodes that own no shard
+  2: required map<i32, string> pinned,     // shard -> the node it stays on
+  3: optional i32 reshardTo,               // a reshard in progress: its shard count
+}
+
+struct ReshardStatus {
+  1: required i32 fromShards,
+  2: required i32 toShards,
+  3: required bool running,                // running on the node that answered
+  4: required i64 moved,                   // tasks moved by that run so far
+  5: optional string error,                // why that run stopped before the end (call again to resume)
+}
+
+// Which FAILED tasks to send again: those of a topic (due from sinceMs, before untilMs), or by id.
+struct RedriveFilter {
+  1: optional string topic,
+  2: optional i64 sinceMs,
+  3: optional i64 untilMs,
+  4: optional list<string> taskIds,        // at most 500
+}
+
+struct RedriveResult {
+  1: required i32 redriven,                // back to DELAY, due now, with a fresh set of retries
+  2: required bool more,                   // more match: call again
+}
+
+struct Grant {
+  1: required string permission,           // submit | cancel | read | report | admin
+  2: required string pattern,              // a topic, `*` for any run of characters
+}
+
+struct ClientInfo {
+  1: required string name,
+  2: required bool hasToken,               // false: certificate only, or revoked
+  3: required bool revoked,
+  4: required list<Grant> grants,
+  5: optional string tenant,
+  6: required i64 updatedAtMs,
+}
+
 exception InvalidTask {
   1: required string field,
   2: required string reason,
@@ -144,6 +186,12 @@ exception InvalidTask {
 }
 
 exception InvalidService {
+  1: required string field,
+  2: required string reason,
+}
+
+// An admin call's argument is wrong: names the argument and why (e.g. the members, the shard range).
+exception InvalidRequest {
   1: required string field,
   2: required string reason,
 }
@@ -248,4 +296,53 @@ service DelayScheduler {
   ClusterInfo cluster()
     throws (4: Unavailable unavailable,
     5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // ---- admin: the cluster's layout ------------------------------------------------------------
+  // Each records the intent in ZooKeeper and returns the intents as recorded; the master applies
+  // them within a moment (cluster() shows the assignment). force: for a node that is not a member yet.
+  Intents drain(1: string nodeId, 2: bool force)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  Intents undrain(1: string nodeId)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  Intents pin(1: i32 shard, 2: string nodeId, 3: bool force)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  Intents unpin(1: i32 shard)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  Intents intents()
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+
+  // Starts (or resumes) changing the shard count online, on the node that answers, and returns at
+  // once; call again with the same count for its progress.
+  ReshardStatus reshard(1: i32 shards)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+
+  // Sends FAILED tasks again, up to 5,000 per call (`more`: call again).
+  RedriveResult redrive(1: RedriveFilter filter)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+
+  // ---- admin: clients (like `delayq clients`; every node applies a change within a second) ------
+  // Returns the new client's token ("" with certificateOnly): shown this once, stored hashed.
+  string addClient(1: string name, 2: list<Grant> grants, 3: bool certificateOnly)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  void grantClient(1: string name, 2: Grant grant)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  // Takes one grant back; without a grant, revokes the client (its token and certificate stop working).
+  void revokeClient(1: string name, 2: Grant grant)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  // A new token; the old one stops working (a revoked client is reinstated).
+  string rotateClient(1: string name)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  list<ClientInfo> listClients()
+    throws (4: Unavailable unavailable, 5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 }

@@ -70,8 +70,6 @@ def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Ite
                 for r in rows])
             conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows])))
         yield len(rows)
-        if f.ids:
-            return
 
 
 def purge(engine: Engine, before_ms: int, batch: int = 1000) -> Iterator[tuple[int, int]]:

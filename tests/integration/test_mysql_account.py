@@ -1,5 +1,5 @@
 """The nodes' own MySQL account (`delayq db init --node-account`): a node runs a task's whole life
-with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the clients."""
+with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the audit log."""
 from __future__ import annotations
 
 import os
@@ -69,8 +69,10 @@ def _life(node, topic: str) -> None:
     "DROP TABLE job_delay_task",
     "CREATE TABLE sneaky (id INT)",
     "ALTER TABLE job_delay_task ADD COLUMN x INT",
-    "INSERT INTO job_client (name, token_sha256, revoked, created_ms, updated_ms) VALUES ('me', NULL, 0, 0, 0)",
-    "UPDATE job_client_grant SET pattern = '*'",
+    "DELETE FROM job_audit",
+    "UPDATE job_audit SET actor = 'someone else'",
+    "DELETE FROM job_client",
+    "DELETE FROM job_tenant",
     "DELETE FROM delayq_schema_version",
     "SELECT user FROM mysql.user",
 ])

@@ -104,6 +104,99 @@ class Iface(object):
     def cluster(self):
         pass
 
+    def drain(self, nodeId, force):
+        """
+        Parameters:
+         - nodeId
+         - force
+
+        """
+        pass
+
+    def undrain(self, nodeId):
+        """
+        Parameters:
+         - nodeId
+
+        """
+        pass
+
+    def pin(self, shard, nodeId, force):
+        """
+        Parameters:
+         - shard
+         - nodeId
+         - force
+
+        """
+        pass
+
+    def unpin(self, shard):
+        """
+        Parameters:
+         - shard
+
+        """
+        pass
+
+    def intents(self):
+        pass
+
+    def reshard(self, shards):
+        """
+        Parameters:
+         - shards
+
+        """
+        pass
+
+    def redrive(self, filter):
+        """
+        Parameters:
+         - filter
+
+        """
+        pass
+
+    def addClient(self, name, grants, certificateOnly):
+        """
+        Parameters:
+         - name
+         - grants
+         - certificateOnly
+
+        """
+        pass
+
+    def grantClient(self, name, grant):
+        """
+        Parameters:
+         - name
+         - grant
+
+        """
+        pass
+
+    def revokeClient(self, name, grant):
+        """
+        Parameters:
+         - name
+         - grant
+
+        """
+        pass
+
+    def rotateClient(self, name):
+        """
+        Parameters:
+         - name
+
+        """
+        pass
+
+    def listClients(self):
+        pass
+
 
 class Client(Iface):
     def __init__(self, iprot, oprot=None):
@@ -590,6 +683,482 @@ class Client(Iface):
             raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "cluster failed: unknown result")
 
+    def drain(self, nodeId, force):
+        """
+        Parameters:
+         - nodeId
+         - force
+
+        """
+        self.send_drain(nodeId, force)
+        return self.recv_drain()
+
+    def send_drain(self, nodeId, force):
+        self._oprot.writeMessageBegin('drain', TMessageType.CALL, self._seqid)
+        args = drain_args()
+        args.nodeId = nodeId
+        args.force = force
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_drain(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = drain_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "drain failed: unknown result")
+
+    def undrain(self, nodeId):
+        """
+        Parameters:
+         - nodeId
+
+        """
+        self.send_undrain(nodeId)
+        return self.recv_undrain()
+
+    def send_undrain(self, nodeId):
+        self._oprot.writeMessageBegin('undrain', TMessageType.CALL, self._seqid)
+        args = undrain_args()
+        args.nodeId = nodeId
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_undrain(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = undrain_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "undrain failed: unknown result")
+
+    def pin(self, shard, nodeId, force):
+        """
+        Parameters:
+         - shard
+         - nodeId
+         - force
+
+        """
+        self.send_pin(shard, nodeId, force)
+        return self.recv_pin()
+
+    def send_pin(self, shard, nodeId, force):
+        self._oprot.writeMessageBegin('pin', TMessageType.CALL, self._seqid)
+        args = pin_args()
+        args.shard = shard
+        args.nodeId = nodeId
+        args.force = force
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_pin(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = pin_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "pin failed: unknown result")
+
+    def unpin(self, shard):
+        """
+        Parameters:
+         - shard
+
+        """
+        self.send_unpin(shard)
+        return self.recv_unpin()
+
+    def send_unpin(self, shard):
+        self._oprot.writeMessageBegin('unpin', TMessageType.CALL, self._seqid)
+        args = unpin_args()
+        args.shard = shard
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_unpin(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = unpin_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "unpin failed: unknown result")
+
+    def intents(self):
+        self.send_intents()
+        return self.recv_intents()
+
+    def send_intents(self):
+        self._oprot.writeMessageBegin('intents', TMessageType.CALL, self._seqid)
+        args = intents_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_intents(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = intents_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "intents failed: unknown result")
+
+    def reshard(self, shards):
+        """
+        Parameters:
+         - shards
+
+        """
+        self.send_reshard(shards)
+        return self.recv_reshard()
+
+    def send_reshard(self, shards):
+        self._oprot.writeMessageBegin('reshard', TMessageType.CALL, self._seqid)
+        args = reshard_args()
+        args.shards = shards
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_reshard(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = reshard_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "reshard failed: unknown result")
+
+    def redrive(self, filter):
+        """
+        Parameters:
+         - filter
+
+        """
+        self.send_redrive(filter)
+        return self.recv_redrive()
+
+    def send_redrive(self, filter):
+        self._oprot.writeMessageBegin('redrive', TMessageType.CALL, self._seqid)
+        args = redrive_args()
+        args.filter = filter
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_redrive(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = redrive_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "redrive failed: unknown result")
+
+    def addClient(self, name, grants, certificateOnly):
+        """
+        Parameters:
+         - name
+         - grants
+         - certificateOnly
+
+        """
+        self.send_addClient(name, grants, certificateOnly)
+        return self.recv_addClient()
+
+    def send_addClient(self, name, grants, certificateOnly):
+        self._oprot.writeMessageBegin('addClient', TMessageType.CALL, self._seqid)
+        args = addClient_args()
+        args.name = name
+        args.grants = grants
+        args.certificateOnly = certificateOnly
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_addClient(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = addClient_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "addClient failed: unknown result")
+
+    def grantClient(self, name, grant):
+        """
+        Parameters:
+         - name
+         - grant
+
+        """
+        self.send_grantClient(name, grant)
+        self.recv_grantClient()
+
+    def send_grantClient(self, name, grant):
+        self._oprot.writeMessageBegin('grantClient', TMessageType.CALL, self._seqid)
+        args = grantClient_args()
+        args.name = name
+        args.grant = grant
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_grantClient(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = grantClient_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        return
+
+    def revokeClient(self, name, grant):
+        """
+        Parameters:
+         - name
+         - grant
+
+        """
+        self.send_revokeClient(name, grant)
+        self.recv_revokeClient()
+
+    def send_revokeClient(self, name, grant):
+        self._oprot.writeMessageBegin('revokeClient', TMessageType.CALL, self._seqid)
+        args = revokeClient_args()
+        args.name = name
+        args.grant = grant
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_revokeClient(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = revokeClient_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        return
+
+    def rotateClient(self, name):
+        """
+        Parameters:
+         - name
+
+        """
+        self.send_rotateClient(name)
+        return self.recv_rotateClient()
+
+    def send_rotateClient(self, name):
+        self._oprot.writeMessageBegin('rotateClient', TMessageType.CALL, self._seqid)
+        args = rotateClient_args()
+        args.name = name
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_rotateClient(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = rotateClient_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "rotateClient failed: unknown result")
+
+    def listClients(self):
+        self.send_listClients()
+        return self.recv_listClients()
+
+    def send_listClients(self):
+        self._oprot.writeMessageBegin('listClients', TMessageType.CALL, self._seqid)
+        args = listClients_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_listClients(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = listClients_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "listClients failed: unknown result")
+
 
 class Processor(Iface, TProcessor):
     def __init__(self, handler):
@@ -607,6 +1176,18 @@ class Processor(Iface, TProcessor):
         self._processMap["setTopicControls"] = Processor.process_setTopicControls
         self._processMap["listTopicControls"] = Processor.process_listTopicControls
         self._processMap["cluster"] = Processor.process_cluster
+        self._processMap["drain"] = Processor.process_drain
+        self._processMap["undrain"] = Processor.process_undrain
+        self._processMap["pin"] = Processor.process_pin
+        self._processMap["unpin"] = Processor.process_unpin
+        self._processMap["intents"] = Processor.process_intents
+        self._processMap["reshard"] = Processor.process_reshard
+        self._processMap["redrive"] = Processor.process_redrive
+        self._processMap["addClient"] = Processor.process_addClient
+        self._processMap["grantClient"] = Processor.process_grantClient
+        self._processMap["revokeClient"] = Processor.process_revokeClient
+        self._processMap["rotateClient"] = Processor.process_rotateClient
+        self._processMap["listClients"] = Processor.process_listClients
         self._on_message_begin = None
 
     def on_message_begin(self, func):
@@ -1064,6 +1645,423 @@ class Processor(Iface, TProcessor):
         oprot.writeMessageEnd()
         oprot.trans.flush()
 
+    def process_drain(self, seqid, iprot, oprot):
+        args = drain_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = drain_result()
+        try:
+            result.success = self._handler.drain(args.nodeId, args.force)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("drain", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_undrain(self, seqid, iprot, oprot):
+        args = undrain_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = undrain_result()
+        try:
+            result.success = self._handler.undrain(args.nodeId)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("undrain", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_pin(self, seqid, iprot, oprot):
+        args = pin_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = pin_result()
+        try:
+            result.success = self._handler.pin(args.shard, args.nodeId, args.force)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("pin", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_unpin(self, seqid, iprot, oprot):
+        args = unpin_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = unpin_result()
+        try:
+            result.success = self._handler.unpin(args.shard)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("unpin", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_intents(self, seqid, iprot, oprot):
+        args = intents_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = intents_result()
+        try:
+            result.success = self._handler.intents()
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("intents", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_reshard(self, seqid, iprot, oprot):
+        args = reshard_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = reshard_result()
+        try:
+            result.success = self._handler.reshard(args.shards)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("reshard", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_redrive(self, seqid, iprot, oprot):
+        args = redrive_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = redrive_result()
+        try:
+            result.success = self._handler.redrive(args.filter)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("redrive", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_addClient(self, seqid, iprot, oprot):
+        args = addClient_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = addClient_result()
+        try:
+            result.success = self._handler.addClient(args.name, args.grants, args.certificateOnly)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("addClient", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_grantClient(self, seqid, iprot, oprot):
+        args = grantClient_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = grantClient_result()
+        try:
+            self._handler.grantClient(args.name, args.grant)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("grantClient", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_revokeClient(self, seqid, iprot, oprot):
+        args = revokeClient_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = revokeClient_result()
+        try:
+            self._handler.revokeClient(args.name, args.grant)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("revokeClient", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_rotateClient(self, seqid, iprot, oprot):
+        args = rotateClient_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = rotateClient_result()
+        try:
+            result.success = self._handler.rotateClient(args.name)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("rotateClient", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_listClients(self, seqid, iprot, oprot):
+        args = listClients_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = listClients_result()
+        try:
+            result.success = self._handler.listClients()
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("listClients", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
 # HELPER FUNCTIONS AND STRUCTURES
 
 
@@ -1438,11 +2436,11 @@ class submitBatch_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.tasks = []
-                    (_etype35, _size32) = iprot.readListBegin()
-                    for _i36 in range(_size32):
-                        _elem37 = TaskSpec()
-                        _elem37.read(iprot)
-                        self.tasks.append(_elem37)
+                    (_etype65, _size62) = iprot.readListBegin()
+                    for _i66 in range(_size62):
+                        _elem67 = TaskSpec()
+                        _elem67.read(iprot)
+                        self.tasks.append(_elem67)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1459,8 +2457,8 @@ class submitBatch_args(object):
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter38 in self.tasks:
-                iter38.write(oprot)
+            for iter68 in self.tasks:
+                iter68.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1523,11 +2521,11 @@ class submitBatch_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype42, _size39) = iprot.readListBegin()
-                    for _i43 in range(_size39):
-                        _elem44 = TaskRef()
-                        _elem44.read(iprot)
-                        self.success.append(_elem44)
+                    (_etype72, _size69) = iprot.readListBegin()
+                    for _i73 in range(_size69):
+                        _elem74 = TaskRef()
+                        _elem74.read(iprot)
+                        self.success.append(_elem74)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1579,8 +2577,8 @@ class submitBatch_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter45 in self.success:
-                iter45.write(oprot)
+            for iter75 in self.success:
+                iter75.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.invalid is not None:
@@ -2441,11 +3439,11 @@ class listServices_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype49, _size46) = iprot.readListBegin()
-                    for _i50 in range(_size46):
-                        _elem51 = CallbackService()
-                        _elem51.read(iprot)
-                        self.success.append(_elem51)
+                    (_etype79, _size76) = iprot.readListBegin()
+                    for _i80 in range(_size76):
+                        _elem81 = CallbackService()
+                        _elem81.read(iprot)
+                        self.success.append(_elem81)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2477,8 +3475,8 @@ class listServices_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter52 in self.success:
-                iter52.write(oprot)
+            for iter82 in self.success:
+                iter82.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:
@@ -2999,11 +3997,11 @@ class listTopicControls_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype56, _size53) = iprot.readListBegin()
-                    for _i57 in range(_size53):
-                        _elem58 = TopicControls()
-                        _elem58.read(iprot)
-                        self.success.append(_elem58)
+                    (_etype86, _size83) = iprot.readListBegin()
+                    for _i87 in range(_size83):
+                        _elem88 = TopicControls()
+                        _elem88.read(iprot)
+                        self.success.append(_elem88)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3035,8 +4033,8 @@ class listTopicControls_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter59 in self.success:
-                iter59.write(oprot)
+            for iter89 in self.success:
+                iter89.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:
@@ -3214,6 +4212,2123 @@ class cluster_result(object):
 all_structs.append(cluster_result)
 cluster_result.thrift_spec = (
     (0, TType.STRUCT, 'success', [ClusterInfo, None], None, ),  # 0
+    None,  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class drain_args(object):
+    """
+    Attributes:
+     - nodeId
+     - force
+
+    """
+
+
+    def __init__(self, nodeId=None, force=None,):
+        self.nodeId = nodeId
+        self.force = force
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.nodeId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    self.force = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('drain_args')
+        if self.nodeId is not None:
+            oprot.writeFieldBegin('nodeId', TType.STRING, 1)
+            oprot.writeString(self.nodeId.encode('utf-8') if sys.version_info[0] == 2 else self.nodeId)
+            oprot.writeFieldEnd()
+        if self.force is not None:
+            oprot.writeFieldBegin('force', TType.BOOL, 2)
+            oprot.writeBool(self.force)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(drain_args)
+drain_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'nodeId', 'UTF8', None, ),  # 1
+    (2, TType.BOOL, 'force', None, None, ),  # 2
+)
+
+
+class drain_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Intents()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('drain_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(drain_result)
+drain_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class undrain_args(object):
+    """
+    Attributes:
+     - nodeId
+
+    """
+
+
+    def __init__(self, nodeId=None,):
+        self.nodeId = nodeId
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.nodeId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('undrain_args')
+        if self.nodeId is not None:
+            oprot.writeFieldBegin('nodeId', TType.STRING, 1)
+            oprot.writeString(self.nodeId.encode('utf-8') if sys.version_info[0] == 2 else self.nodeId)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(undrain_args)
+undrain_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'nodeId', 'UTF8', None, ),  # 1
+)
+
+
+class undrain_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Intents()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('undrain_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(undrain_result)
+undrain_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class pin_args(object):
+    """
+    Attributes:
+     - shard
+     - nodeId
+     - force
+
+    """
+
+
+    def __init__(self, shard=None, nodeId=None, force=None,):
+        self.shard = shard
+        self.nodeId = nodeId
+        self.force = force
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.shard = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.nodeId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.BOOL:
+                    self.force = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('pin_args')
+        if self.shard is not None:
+            oprot.writeFieldBegin('shard', TType.I32, 1)
+            oprot.writeI32(self.shard)
+            oprot.writeFieldEnd()
+        if self.nodeId is not None:
+            oprot.writeFieldBegin('nodeId', TType.STRING, 2)
+            oprot.writeString(self.nodeId.encode('utf-8') if sys.version_info[0] == 2 else self.nodeId)
+            oprot.writeFieldEnd()
+        if self.force is not None:
+            oprot.writeFieldBegin('force', TType.BOOL, 3)
+            oprot.writeBool(self.force)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(pin_args)
+pin_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'shard', None, None, ),  # 1
+    (2, TType.STRING, 'nodeId', 'UTF8', None, ),  # 2
+    (3, TType.BOOL, 'force', None, None, ),  # 3
+)
+
+
+class pin_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Intents()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('pin_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(pin_result)
+pin_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class unpin_args(object):
+    """
+    Attributes:
+     - shard
+
+    """
+
+
+    def __init__(self, shard=None,):
+        self.shard = shard
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.shard = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('unpin_args')
+        if self.shard is not None:
+            oprot.writeFieldBegin('shard', TType.I32, 1)
+            oprot.writeI32(self.shard)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(unpin_args)
+unpin_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'shard', None, None, ),  # 1
+)
+
+
+class unpin_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Intents()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('unpin_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(unpin_result)
+unpin_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class intents_args(object):
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('intents_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(intents_args)
+intents_args.thrift_spec = (
+)
+
+
+class intents_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Intents()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('intents_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(intents_result)
+intents_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class reshard_args(object):
+    """
+    Attributes:
+     - shards
+
+    """
+
+
+    def __init__(self, shards=None,):
+        self.shards = shards
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.shards = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('reshard_args')
+        if self.shards is not None:
+            oprot.writeFieldBegin('shards', TType.I32, 1)
+            oprot.writeI32(self.shards)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(reshard_args)
+reshard_args.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'shards', None, None, ),  # 1
+)
+
+
+class reshard_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = ReshardStatus()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('reshard_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(reshard_result)
+reshard_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [ReshardStatus, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class redrive_args(object):
+    """
+    Attributes:
+     - filter
+
+    """
+
+
+    def __init__(self, filter=None,):
+        self.filter = filter
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.filter = RedriveFilter()
+                    self.filter.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('redrive_args')
+        if self.filter is not None:
+            oprot.writeFieldBegin('filter', TType.STRUCT, 1)
+            self.filter.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(redrive_args)
+redrive_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'filter', [RedriveFilter, None], None, ),  # 1
+)
+
+
+class redrive_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = RedriveResult()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('redrive_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(redrive_result)
+redrive_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [RedriveResult, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class addClient_args(object):
+    """
+    Attributes:
+     - name
+     - grants
+     - certificateOnly
+
+    """
+
+
+    def __init__(self, name=None, grants=None, certificateOnly=None,):
+        self.name = name
+        self.grants = grants
+        self.certificateOnly = certificateOnly
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.grants = []
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = Grant()
+                        _elem95.read(iprot)
+                        self.grants.append(_elem95)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.BOOL:
+                    self.certificateOnly = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('addClient_args')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.grants is not None:
+            oprot.writeFieldBegin('grants', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRUCT, len(self.grants))
+            for iter96 in self.grants:
+                iter96.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.certificateOnly is not None:
+            oprot.writeFieldBegin('certificateOnly', TType.BOOL, 3)
+            oprot.writeBool(self.certificateOnly)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(addClient_args)
+addClient_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+    (2, TType.LIST, 'grants', (TType.STRUCT, [Grant, None], False), None, ),  # 2
+    (3, TType.BOOL, 'certificateOnly', None, None, ),  # 3
+)
+
+
+class addClient_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRING:
+                    self.success = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('addClient_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRING, 0)
+            oprot.writeString(self.success.encode('utf-8') if sys.version_info[0] == 2 else self.success)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(addClient_result)
+addClient_result.thrift_spec = (
+    (0, TType.STRING, 'success', 'UTF8', None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class grantClient_args(object):
+    """
+    Attributes:
+     - name
+     - grant
+
+    """
+
+
+    def __init__(self, name=None, grant=None,):
+        self.name = name
+        self.grant = grant
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.grant = Grant()
+                    self.grant.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('grantClient_args')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.grant is not None:
+            oprot.writeFieldBegin('grant', TType.STRUCT, 2)
+            self.grant.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(grantClient_args)
+grantClient_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+    (2, TType.STRUCT, 'grant', [Grant, None], None, ),  # 2
+)
+
+
+class grantClient_result(object):
+    """
+    Attributes:
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('grantClient_result')
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(grantClient_result)
+grantClient_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class revokeClient_args(object):
+    """
+    Attributes:
+     - name
+     - grant
+
+    """
+
+
+    def __init__(self, name=None, grant=None,):
+        self.name = name
+        self.grant = grant
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.grant = Grant()
+                    self.grant.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('revokeClient_args')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.grant is not None:
+            oprot.writeFieldBegin('grant', TType.STRUCT, 2)
+            self.grant.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(revokeClient_args)
+revokeClient_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+    (2, TType.STRUCT, 'grant', [Grant, None], None, ),  # 2
+)
+
+
+class revokeClient_result(object):
+    """
+    Attributes:
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('revokeClient_result')
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(revokeClient_result)
+revokeClient_result.thrift_spec = (
+    None,  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class rotateClient_args(object):
+    """
+    Attributes:
+     - name
+
+    """
+
+
+    def __init__(self, name=None,):
+        self.name = name
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('rotateClient_args')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(rotateClient_args)
+rotateClient_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+)
+
+
+class rotateClient_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRING:
+                    self.success = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('rotateClient_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRING, 0)
+            oprot.writeString(self.success.encode('utf-8') if sys.version_info[0] == 2 else self.success)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(rotateClient_result)
+rotateClient_result.thrift_spec = (
+    (0, TType.STRING, 'success', 'UTF8', None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class listClients_args(object):
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('listClients_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(listClients_args)
+listClients_args.thrift_spec = (
+)
+
+
+class listClients_result(object):
+    """
+    Attributes:
+     - success
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.LIST:
+                    self.success = []
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = ClientInfo()
+                        _elem102.read(iprot)
+                        self.success.append(_elem102)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('listClients_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.LIST, 0)
+            oprot.writeListBegin(TType.STRUCT, len(self.success))
+            for iter103 in self.success:
+                iter103.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(listClients_result)
+listClients_result.thrift_spec = (
+    (0, TType.LIST, 'success', (TType.STRUCT, [ClientInfo, None], False), None, ),  # 0
     None,  # 1
     None,  # 2
     None,  # 3

@@ -1232,6 +1232,589 @@ class ClusterInfo(object):
         return not (self == other)
 
 
+class Intents(object):
+    """
+    Attributes:
+     - drained
+     - pinned
+     - reshardTo
+
+    """
+
+
+    def __init__(self, drained=None, pinned=None, reshardTo=None,):
+        self.drained = drained
+        self.pinned = pinned
+        self.reshardTo = reshardTo
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.drained = []
+                    (_etype35, _size32) = iprot.readListBegin()
+                    for _i36 in range(_size32):
+                        _elem37 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.drained.append(_elem37)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.MAP:
+                    self.pinned = {}
+                    (_ktype39, _vtype40, _size38) = iprot.readMapBegin()
+                    for _i42 in range(_size38):
+                        _key43 = iprot.readI32()
+                        _val44 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.pinned[_key43] = _val44
+                    iprot.readMapEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.reshardTo = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('Intents')
+        if self.drained is not None:
+            oprot.writeFieldBegin('drained', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRING, len(self.drained))
+            for iter45 in self.drained:
+                oprot.writeString(iter45.encode('utf-8') if sys.version_info[0] == 2 else iter45)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.pinned is not None:
+            oprot.writeFieldBegin('pinned', TType.MAP, 2)
+            oprot.writeMapBegin(TType.I32, TType.STRING, len(self.pinned))
+            for kiter46, viter47 in self.pinned.items():
+                oprot.writeI32(kiter46)
+                oprot.writeString(viter47.encode('utf-8') if sys.version_info[0] == 2 else viter47)
+            oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.reshardTo is not None:
+            oprot.writeFieldBegin('reshardTo', TType.I32, 3)
+            oprot.writeI32(self.reshardTo)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.drained is None:
+            raise TProtocolException(message='Required field drained is unset!')
+        if self.pinned is None:
+            raise TProtocolException(message='Required field pinned is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class ReshardStatus(object):
+    """
+    Attributes:
+     - fromShards
+     - toShards
+     - running
+     - moved
+     - error
+
+    """
+
+
+    def __init__(self, fromShards=None, toShards=None, running=None, moved=None, error=None,):
+        self.fromShards = fromShards
+        self.toShards = toShards
+        self.running = running
+        self.moved = moved
+        self.error = error
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.fromShards = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.toShards = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.BOOL:
+                    self.running = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.moved = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.error = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ReshardStatus')
+        if self.fromShards is not None:
+            oprot.writeFieldBegin('fromShards', TType.I32, 1)
+            oprot.writeI32(self.fromShards)
+            oprot.writeFieldEnd()
+        if self.toShards is not None:
+            oprot.writeFieldBegin('toShards', TType.I32, 2)
+            oprot.writeI32(self.toShards)
+            oprot.writeFieldEnd()
+        if self.running is not None:
+            oprot.writeFieldBegin('running', TType.BOOL, 3)
+            oprot.writeBool(self.running)
+            oprot.writeFieldEnd()
+        if self.moved is not None:
+            oprot.writeFieldBegin('moved', TType.I64, 4)
+            oprot.writeI64(self.moved)
+            oprot.writeFieldEnd()
+        if self.error is not None:
+            oprot.writeFieldBegin('error', TType.STRING, 5)
+            oprot.writeString(self.error.encode('utf-8') if sys.version_info[0] == 2 else self.error)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.fromShards is None:
+            raise TProtocolException(message='Required field fromShards is unset!')
+        if self.toShards is None:
+            raise TProtocolException(message='Required field toShards is unset!')
+        if self.running is None:
+            raise TProtocolException(message='Required field running is unset!')
+        if self.moved is None:
+            raise TProtocolException(message='Required field moved is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class RedriveFilter(object):
+    """
+    Attributes:
+     - topic
+     - sinceMs
+     - untilMs
+     - taskIds
+
+    """
+
+
+    def __init__(self, topic=None, sinceMs=None, untilMs=None, taskIds=None,):
+        self.topic = topic
+        self.sinceMs = sinceMs
+        self.untilMs = untilMs
+        self.taskIds = taskIds
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.topic = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.sinceMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.untilMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.LIST:
+                    self.taskIds = []
+                    (_etype51, _size48) = iprot.readListBegin()
+                    for _i52 in range(_size48):
+                        _elem53 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.taskIds.append(_elem53)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('RedriveFilter')
+        if self.topic is not None:
+            oprot.writeFieldBegin('topic', TType.STRING, 1)
+            oprot.writeString(self.topic.encode('utf-8') if sys.version_info[0] == 2 else self.topic)
+            oprot.writeFieldEnd()
+        if self.sinceMs is not None:
+            oprot.writeFieldBegin('sinceMs', TType.I64, 2)
+            oprot.writeI64(self.sinceMs)
+            oprot.writeFieldEnd()
+        if self.untilMs is not None:
+            oprot.writeFieldBegin('untilMs', TType.I64, 3)
+            oprot.writeI64(self.untilMs)
+            oprot.writeFieldEnd()
+        if self.taskIds is not None:
+            oprot.writeFieldBegin('taskIds', TType.LIST, 4)
+            oprot.writeListBegin(TType.STRING, len(self.taskIds))
+            for iter54 in self.taskIds:
+                oprot.writeString(iter54.encode('utf-8') if sys.version_info[0] == 2 else iter54)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class RedriveResult(object):
+    """
+    Attributes:
+     - redriven
+     - more
+
+    """
+
+
+    def __init__(self, redriven=None, more=None,):
+        self.redriven = redriven
+        self.more = more
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.redriven = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    self.more = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('RedriveResult')
+        if self.redriven is not None:
+            oprot.writeFieldBegin('redriven', TType.I32, 1)
+            oprot.writeI32(self.redriven)
+            oprot.writeFieldEnd()
+        if self.more is not None:
+            oprot.writeFieldBegin('more', TType.BOOL, 2)
+            oprot.writeBool(self.more)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.redriven is None:
+            raise TProtocolException(message='Required field redriven is unset!')
+        if self.more is None:
+            raise TProtocolException(message='Required field more is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class Grant(object):
+    """
+    Attributes:
+     - permission
+     - pattern
+
+    """
+
+
+    def __init__(self, permission=None, pattern=None,):
+        self.permission = permission
+        self.pattern = pattern
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.permission = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.pattern = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('Grant')
+        if self.permission is not None:
+            oprot.writeFieldBegin('permission', TType.STRING, 1)
+            oprot.writeString(self.permission.encode('utf-8') if sys.version_info[0] == 2 else self.permission)
+            oprot.writeFieldEnd()
+        if self.pattern is not None:
+            oprot.writeFieldBegin('pattern', TType.STRING, 2)
+            oprot.writeString(self.pattern.encode('utf-8') if sys.version_info[0] == 2 else self.pattern)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.permission is None:
+            raise TProtocolException(message='Required field permission is unset!')
+        if self.pattern is None:
+            raise TProtocolException(message='Required field pattern is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class ClientInfo(object):
+    """
+    Attributes:
+     - name
+     - hasToken
+     - revoked
+     - grants
+     - tenant
+     - updatedAtMs
+
+    """
+
+
+    def __init__(self, name=None, hasToken=None, revoked=None, grants=None, tenant=None, updatedAtMs=None,):
+        self.name = name
+        self.hasToken = hasToken
+        self.revoked = revoked
+        self.grants = grants
+        self.tenant = tenant
+        self.updatedAtMs = updatedAtMs
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.name = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    self.hasToken = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.BOOL:
+                    self.revoked = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.LIST:
+                    self.grants = []
+                    (_etype58, _size55) = iprot.readListBegin()
+                    for _i59 in range(_size55):
+                        _elem60 = Grant()
+                        _elem60.read(iprot)
+                        self.grants.append(_elem60)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.tenant = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.updatedAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('ClientInfo')
+        if self.name is not None:
+            oprot.writeFieldBegin('name', TType.STRING, 1)
+            oprot.writeString(self.name.encode('utf-8') if sys.version_info[0] == 2 else self.name)
+            oprot.writeFieldEnd()
+        if self.hasToken is not None:
+            oprot.writeFieldBegin('hasToken', TType.BOOL, 2)
+            oprot.writeBool(self.hasToken)
+            oprot.writeFieldEnd()
+        if self.revoked is not None:
+            oprot.writeFieldBegin('revoked', TType.BOOL, 3)
+            oprot.writeBool(self.revoked)
+            oprot.writeFieldEnd()
+        if self.grants is not None:
+            oprot.writeFieldBegin('grants', TType.LIST, 4)
+            oprot.writeListBegin(TType.STRUCT, len(self.grants))
+            for iter61 in self.grants:
+                iter61.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.tenant is not None:
+            oprot.writeFieldBegin('tenant', TType.STRING, 5)
+            oprot.writeString(self.tenant.encode('utf-8') if sys.version_info[0] == 2 else self.tenant)
+            oprot.writeFieldEnd()
+        if self.updatedAtMs is not None:
+            oprot.writeFieldBegin('updatedAtMs', TType.I64, 6)
+            oprot.writeI64(self.updatedAtMs)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.name is None:
+            raise TProtocolException(message='Required field name is unset!')
+        if self.hasToken is None:
+            raise TProtocolException(message='Required field hasToken is unset!')
+        if self.revoked is None:
+            raise TProtocolException(message='Required field revoked is unset!')
+        if self.grants is None:
+            raise TProtocolException(message='Required field grants is unset!')
+        if self.updatedAtMs is None:
+            raise TProtocolException(message='Required field updatedAtMs is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class InvalidTask(TException):
     """
     Attributes:
@@ -1392,6 +1975,96 @@ class InvalidService(TException):
             oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
             return
         oprot.writeStructBegin('InvalidService')
+        if self.field is not None:
+            oprot.writeFieldBegin('field', TType.STRING, 1)
+            oprot.writeString(self.field.encode('utf-8') if sys.version_info[0] == 2 else self.field)
+            oprot.writeFieldEnd()
+        if self.reason is not None:
+            oprot.writeFieldBegin('reason', TType.STRING, 2)
+            oprot.writeString(self.reason.encode('utf-8') if sys.version_info[0] == 2 else self.reason)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.field is None:
+            raise TProtocolException(message='Required field field is unset!')
+        if self.reason is None:
+            raise TProtocolException(message='Required field reason is unset!')
+        return
+
+    def __str__(self):
+        return repr(self)
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class InvalidRequest(TException):
+    """
+    Attributes:
+     - field
+     - reason
+
+    """
+
+
+    def __init__(self, field=None, reason=None,):
+        super(InvalidRequest, self).__setattr__('field', field)
+        super(InvalidRequest, self).__setattr__('reason', reason)
+
+    def __setattr__(self, *args):
+        raise TypeError("can't modify immutable instance")
+
+    def __delattr__(self, *args):
+        raise TypeError("can't modify immutable instance")
+
+    def __hash__(self):
+        return hash(self.__class__) ^ hash((self.field, self.reason, ))
+
+    @classmethod
+    def read(cls, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and cls.thrift_spec is not None:
+            return iprot._fast_decode(None, iprot, [cls, cls.thrift_spec])
+        iprot.readStructBegin()
+        field = None
+        reason = None
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    field = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    reason = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+        return cls(
+            field=field,
+            reason=reason,
+        )
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('InvalidRequest')
         if self.field is not None:
             oprot.writeFieldBegin('field', TType.STRING, 1)
             oprot.writeString(self.field.encode('utf-8') if sys.version_info[0] == 2 else self.field)
@@ -2114,6 +2787,52 @@ ClusterInfo.thrift_spec = (
     (5, TType.LIST, 'nodes', (TType.STRUCT, [NodeInfo, None], False), None, ),  # 5
     (6, TType.MAP, 'assignment', (TType.I32, None, TType.STRING, 'UTF8', False), None, ),  # 6
 )
+all_structs.append(Intents)
+Intents.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'drained', (TType.STRING, 'UTF8', False), None, ),  # 1
+    (2, TType.MAP, 'pinned', (TType.I32, None, TType.STRING, 'UTF8', False), None, ),  # 2
+    (3, TType.I32, 'reshardTo', None, None, ),  # 3
+)
+all_structs.append(ReshardStatus)
+ReshardStatus.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'fromShards', None, None, ),  # 1
+    (2, TType.I32, 'toShards', None, None, ),  # 2
+    (3, TType.BOOL, 'running', None, None, ),  # 3
+    (4, TType.I64, 'moved', None, None, ),  # 4
+    (5, TType.STRING, 'error', 'UTF8', None, ),  # 5
+)
+all_structs.append(RedriveFilter)
+RedriveFilter.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'topic', 'UTF8', None, ),  # 1
+    (2, TType.I64, 'sinceMs', None, None, ),  # 2
+    (3, TType.I64, 'untilMs', None, None, ),  # 3
+    (4, TType.LIST, 'taskIds', (TType.STRING, 'UTF8', False), None, ),  # 4
+)
+all_structs.append(RedriveResult)
+RedriveResult.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'redriven', None, None, ),  # 1
+    (2, TType.BOOL, 'more', None, None, ),  # 2
+)
+all_structs.append(Grant)
+Grant.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'permission', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'pattern', 'UTF8', None, ),  # 2
+)
+all_structs.append(ClientInfo)
+ClientInfo.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'name', 'UTF8', None, ),  # 1
+    (2, TType.BOOL, 'hasToken', None, None, ),  # 2
+    (3, TType.BOOL, 'revoked', None, None, ),  # 3
+    (4, TType.LIST, 'grants', (TType.STRUCT, [Grant, None], False), None, ),  # 4
+    (5, TType.STRING, 'tenant', 'UTF8', None, ),  # 5
+    (6, TType.I64, 'updatedAtMs', None, None, ),  # 6
+)
 all_structs.append(InvalidTask)
 InvalidTask.thrift_spec = (
     None,  # 0
@@ -2123,6 +2842,12 @@ InvalidTask.thrift_spec = (
 )
 all_structs.append(InvalidService)
 InvalidService.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'field', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'reason', 'UTF8', None, ),  # 2
+)
+all_structs.append(InvalidRequest)
+InvalidRequest.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'field', 'UTF8', None, ),  # 1
     (2, TType.STRING, 'reason', 'UTF8', None, ),  # 2

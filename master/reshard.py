@@ -13,24 +13,32 @@
 
 Nothing is lost or fired twice: a claim only takes a task of a shard its node holds at its epoch
 and re-reads the row under lock, so a memory copy left behind by a move can only fail to claim.
+
+Run by the `delayq reshard` command and by a node serving an admin's `reshard` call
+(delayq.nodes.front.admin). Each step is idempotent: a run stopped anywhere is resumed by running
+it again with the same target. Two runs to the same target at once only share the work; a run to
+another target is refused while one is recorded in the intents.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from kazoo.exceptions import NoNodeError
 from sqlalchemy import Engine, delete, func, insert, select, update
 
 from delayq import tables
 from delayq.clock import Clock
 from delayq.db import unavailable_on_failure
-from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
+from delayq.errors import LOCK_CONFLICTS, StoreUnavailable, Unavailable
 from delayq.lifecycle import Status
+from delayq.master.intents import Call, update_intents
 from delayq.schema import shard_count
-from delayq.zkpaths import AssignmentDoc, ZkPaths
+from delayq.zkpaths import AssignmentDoc, Intents, ZkPaths
 
 log = logging.getLogger(__name__)
 TASK, SHARD, META = tables.task, tables.shard, tables.meta
@@ -71,17 +79,29 @@ def plan(engine: Engine, target: int) -> Plan:
     return Plan(current, target, dict(sorted(counts.items())))
 
 
-class Resharder:
-    """Runs the procedure above. `zk` is a started kazoo client; `progress(moved)` is called per batch."""
+def refusal(intents: Intents, target: int) -> str | None:
+    """Why a reshard to `target` may not start now, or None."""
+    if intents.shards not in (None, target):
+        return f"a reshard to {intents.shards} shards is in progress: run it again with {intents.shards} shards"
+    return None
 
-    def __init__(self, engine: Engine, zk, paths: ZkPaths, clock: Clock, *, window_ms: int, scan_ms: int,
-                 margin_ms: int = MARGIN_MS, batch: int = 5000, update_intents: Callable[..., tuple]):
-        self._engine, self._zk, self._paths, self._clock = engine, zk, paths, clock
+
+class Stopped(Exception):
+    """The run was asked to stop (its node is stopping); run it again to resume."""
+
+
+class Resharder:
+    """Runs the procedure above. `call` makes ZooKeeper calls (delayq.master.intents); `progress(moved)`
+    is called per batch; setting `stop` ends the run between batches (Stopped)."""
+
+    def __init__(self, engine: Engine, call: Call, paths: ZkPaths, clock: Clock, *, window_ms: int, scan_ms: int,
+                 margin_ms: int = MARGIN_MS, batch: int = 5000, stop: threading.Event | None = None):
+        self._engine, self._call, self._paths, self._clock = engine, call, paths, clock
         # Beyond this from now, no node holds a task in memory (its window, two scans, and room
         # for clocks that disagree or a node configured with a longer window).
         self._far_ms = window_ms + 2 * scan_ms + margin_ms
         self._batch = batch
-        self._update_intents = update_intents
+        self._stop = stop or threading.Event()
 
     def run(self, target: int, progress: Callable[[int], None], timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s
@@ -91,14 +111,14 @@ class Resharder:
                 have = {r.shard_id for r in conn.execute(select(SHARD.c.shard_id))}
                 conn.execute(insert(SHARD), [{"shard_id": s, "owner": None, "epoch": 0, "updated_ms": self._clock.now_ms()}
                                          for s in range(current, target) if s not in have])
-        self._update_intents(self._zk, self._paths, lambda i: dataclasses.replace(i, shards=target))
+        update_intents(self._call, self._paths, lambda i: dataclasses.replace(i, shards=target))
         self._wait_assignment(lambda d: d.active == target and len(d.shards) >= max(current, target), deadline)
         moved = self._move(current, target, progress, deadline)
         if target < current:
             moved += self._finish_shrink(target)
         with unavailable_on_failure(), self._engine.begin() as conn:
             conn.execute(update(META).where(META.c.name == "shard_count").values(value=str(target)))
-        self._update_intents(self._zk, self._paths, lambda i: dataclasses.replace(i, shards=None))
+        update_intents(self._call, self._paths, lambda i: dataclasses.replace(i, shards=None))
         self._wait_assignment(lambda d: len(d.shards) == target and d.active == target, deadline)
         log.info("resharded from %d to %d shards: %d tasks moved", current, target, moved)
         return moved
@@ -112,6 +132,7 @@ class Resharder:
             moved += n
             if n:
                 progress(n)
+                self._pause(0)
                 continue
             if target > current:
                 return moved     # growing: tasks due soon may stay on their old shards
@@ -121,7 +142,7 @@ class Resharder:
                 return moved
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{left} tasks due soon are still on shards >= {target}")
-            time.sleep(0.5)      # they fire within the window, or become movable
+            self._pause(0.5)     # they fire within the window, or become movable
 
     def _move_batch(self, where, target: int) -> int:
         """Pick a batch with a plain read, then move those rows by primary key (the condition checked
@@ -139,7 +160,7 @@ class Resharder:
                 if e.code not in LOCK_CONFLICTS or attempt == 4:
                     raise
                 log.info("reshard batch hit a lock conflict; retrying: %s", e)
-                time.sleep(0.05 * (attempt + 1))
+                self._pause(0.05 * (attempt + 1))
         return 0
 
     def _finish_shrink(self, target: int) -> int:
@@ -151,11 +172,75 @@ class Resharder:
     def _wait_assignment(self, done: Callable[[AssignmentDoc], bool], deadline: float) -> None:
         while True:
             try:
-                doc = AssignmentDoc.decode(self._zk.get(self._paths.assignment)[0])
-            except Exception:  # noqa: BLE001 - NoNode before a master wrote one: keep waiting
+                doc = AssignmentDoc.decode(self._call("get", self._paths.assignment)[0])
+            except NoNodeError:      # before a master wrote one: keep waiting
                 doc = AssignmentDoc(0)
             if done(doc):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("the master did not apply the reshard in time (is a master running?)")
-            time.sleep(0.2)
+            self._pause(0.2)
+
+    def _pause(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise Stopped("stopped before the end; run it again to resume")
+
+
+@dataclass(frozen=True)
+class Progress:
+    current: int
+    target: int
+    running: bool
+    moved: int
+    error: str | None = None
+
+
+class ReshardJob:
+    """A node's reshard, started by an admin call: one run at a time, on a thread of its own
+    ("reshard") that `stop()` ends between batches. The caller polls `progress`."""
+
+    def __init__(self, make: Callable[[threading.Event], Resharder], timeout_s: float = 3600.0):
+        self._make, self._timeout_s = make, timeout_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._progress: Progress | None = None
+
+    def start(self, current: int, target: int) -> Progress:
+        """Start a run to `target` unless one is running (then: its progress)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return self._progress
+            if self._stop.is_set():
+                raise Unavailable("the node is stopping")
+            self._progress = Progress(current, target, True, 0)
+            self._thread = threading.Thread(target=self._run, args=(target,), name="reshard", daemon=True)
+            self._thread.start()
+            return self._progress
+
+    @property
+    def progress(self) -> Progress | None:
+        with self._lock:
+            return self._progress
+
+    def _run(self, target: int) -> None:
+        def moved(n: int) -> None:
+            with self._lock:
+                self._progress = dataclasses.replace(self._progress, moved=self._progress.moved + n)
+        error = None
+        try:
+            self._make(self._stop).run(target, moved, self._timeout_s)
+        except (Stopped, TimeoutError) as e:
+            error = str(e)
+        except Exception as e:  # noqa: BLE001 - MySQL or ZooKeeper down: reported, resumed by calling again
+            log.warning("reshard to %d shards stopped: %s", target, e)
+            error = f"stopped: {e}"
+        with self._lock:
+            self._progress = dataclasses.replace(self._progress, running=False, error=error)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(10)

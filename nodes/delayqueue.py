@@ -111,6 +111,11 @@ class DelayQueue:
         with self._cond:
             return self._live.pop(task_id, None) is not None
 
+    def entries_of(self, topic: str) -> list[Entry]:
+        """The topic's entries now (a copy; costs the topic's entries, not the queue's)."""
+        with self._cond:
+            return self._topics.entries(topic)
+
     def remove_shards(self, shards: set[int]) -> int:
         """Forget every entry of these shards (the node lost them)."""
         with self._cond:

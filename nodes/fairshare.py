@@ -86,6 +86,15 @@ class Topics:
         self._credit.pop(topic, None)
         return dropped
 
+    def entries(self, topic: str) -> list[Entry]:
+        """The topic's live entries (stale heap items skipped)."""
+        out = []
+        for _, seq, tid in self._heaps.get(topic, ()):
+            current = self._live.get(tid)
+            if current is not None and current[1] == seq:
+                out.append(current[0])
+        return out
+
     def clear(self) -> None:
         self._heaps.clear()
         self._index.clear()

@@ -222,13 +222,21 @@ class Flow:
 
 
 def follow(watch: ServicesWatch, services: ServiceRegistry, flow: Flow, queue: DelayQueue,
-           rescan: Callable[[], None], metrics: Metrics) -> None:
+           rescan: Callable[[], None], metrics: Metrics, spread: Callable[[str], int] = lambda topic: 0) -> None:
     """Apply every re-read of the services to the flow and the queue: paused topics leave memory,
-    resumed ones are read again (rescan); per-topic figures go to the metrics."""
+    resumed ones are read again (rescan), topics that got a rate limit spread over every shard
+    (delayq.nodes.spread); per-topic figures go to the metrics."""
+    rated: set[str] | None = None           # until the first read: a node starting spreads nothing
+
     def apply() -> None:
+        nonlocal rated
         controls = services.all_controls()
         limited = set(flow.limited())
         flow.apply(controls)
+        now_rated = {t for t, c in controls.items() if c.max_fire_rate is not None}
+        for topic in sorted(now_rated - (rated if rated is not None else now_rated)):
+            spread(topic)
+        rated = now_rated
         dropped, resumed = queue.pause(t for t, c in controls.items() if c.paused)
         if dropped:
             log.info("paused topics: %d queued tasks left to MySQL until they resume", dropped)

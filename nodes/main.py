@@ -40,6 +40,7 @@ from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.clusterinfo import cluster_info
 from delayq.nodes.front.admin import AdminCalls, Front
+from delayq.nodes.spread import spreader
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
 from delayq.nodes.front.server import ThriftServer
@@ -135,7 +136,8 @@ class NodeRuntime:
                                               claimers=s.scheduling.write_concurrency)
         sec = s.security
         self.watch = ServicesWatch(self.engine, self.services, poll_ms=sec.clients_poll_ms)
-        follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics)
+        follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
+               spreader(self.writes, self.queue, self.ownership, lambda entries: hints.write(self.writes, entries)))
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.watch,
                                    live=lambda: 1 if self.zk is None else self.membership.live)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure,

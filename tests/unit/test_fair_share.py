@@ -257,3 +257,60 @@ def test_the_two_lanes_take_every_task_once_and_each_topic_in_due_order():
     for topic in ("a", "b"):
         dues = [e.at_ms for e in taken if e.topic == topic]
         assert dues == sorted(dues)
+
+
+# ---- a topic that gets a rate limit spreads over every shard (delayq.nodes.spread) -------------------
+
+class Watch:
+    def __init__(self):
+        self.listeners = []
+
+    def on_change(self, listener):
+        self.listeners.append(listener)
+
+    def changed(self):
+        for listener in self.listeners:
+            listener()
+
+
+class Services:
+    def __init__(self):
+        self.controls: dict[str, Controls] = {}
+
+    def all_controls(self):
+        return dict(self.controls)
+
+
+class Metrics:
+    def topic_gauges(self, figures):
+        pass
+
+
+def test_a_topic_spreads_once_when_it_gets_a_rate_limit_and_not_at_the_first_read():
+    from delayq.nodes.flow import follow
+    watch, services, spread = Watch(), Services(), []
+    services.controls = {"old": Controls(max_fire_rate=10.0), "capped": Controls(max_in_flight=3)}
+    follow(watch, services, Flow(Ownership("n1")), DelayQueue(Clock()), lambda: None, Metrics(),
+           lambda topic: spread.append(topic) or 0)
+    watch.changed()                 # the first read: limits set before this node started
+    assert spread == []
+    services.controls["new"] = Controls(max_fire_rate=5.0)
+    services.controls["capped"] = Controls(max_in_flight=4)
+    watch.changed()
+    watch.changed()                 # unchanged: nothing more
+    assert spread == ["new"]
+    del services.controls["new"]
+    watch.changed()
+    services.controls["new"] = Controls(max_fire_rate=7.0)
+    watch.changed()
+    assert spread == ["new", "new"]
+
+
+def test_a_topics_entries_are_its_live_ones_only():
+    q = DelayQueue(Clock())
+    q.offer_many([*entries("a", 5), *entries("b", 3)])
+    q.remove("a-1")
+    q.offer(Entry("a-2", 7, NOW + 50, topic="a"))        # re-timed: one entry, the new one
+    got = sorted(q.entries_of("a"), key=lambda e: e.task_id)
+    assert [(e.task_id, e.shard_id) for e in got] == [("a-0", 0), ("a-2", 7), ("a-3", 0), ("a-4", 0)]
+    assert q.entries_of("nobody") == []

@@ -1,0 +1,59 @@
+"""Spreading a topic's tasks over every shard when it gets a rate limit.
+
+A task due within the window goes to a shard of the node that takes it (straight into its memory),
+but for a topic with a rate limit: each node fires its part of the rate, by its part of the shards
+(delayq.nodes.flow), so such a topic's tasks must spread over every shard
+(delayq.nodes.front.handler). Tasks taken before the limit was set sit on the shards of the nodes
+that took them and would drain at those nodes' part of the rate only. So when a topic gets a rate
+limit, every node moves the tasks of it that its memory holds onto shards picked by task id over
+all of the cluster's (delayq.store.placement), tells the new owners (hints), and keeps those that
+stayed its own.
+
+Runs on the thread that applies a change of the services (ServicesWatch); a topic's memory holds
+at most its budget of tasks (delayq.nodes.flow.Flow.limited), so this moves at most that many.
+"""
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Callable, Sequence
+
+from sqlalchemy import Engine
+
+from delayq import errors
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.ownership import Ownership
+from delayq.store import placement
+
+log = logging.getLogger(__name__)
+BATCH = 1000
+
+
+def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership,
+             hint: Callable[[Sequence[Entry]], None]) -> Callable[[str], int]:
+    def spread(topic: str) -> int:
+        every, mine = ownership.all_shards(), ownership.shards()
+        if not every:
+            return 0
+        entries = [e for e in queue.entries_of(topic) if e.shard_id in mine]
+        moves = {e.task_id: every[zlib.crc32(e.task_id.encode()) % len(every)] for e in entries}
+        entries = [e for e in entries if moves[e.task_id] != e.shard_id]
+        moved = 0
+        for i in range(0, len(entries), BATCH):
+            batch = entries[i:i + BATCH]
+            try:
+                done = placement.move(engine, {e.task_id: moves[e.task_id] for e in batch})
+            except errors.Unavailable as e:
+                log.warning("could not spread %s's tasks over the cluster: %s; they fire at this node's share "
+                            "of its rate", topic, e)
+                break
+            placed = [Entry(e.task_id, moves[e.task_id], e.due_ms, topic=e.topic) for e in batch if e.task_id in done]
+            for e in placed:
+                queue.remove(e.task_id)
+            queue.offer_many(e for e in placed if e.shard_id in mine)
+            hint([e for e in placed if e.shard_id not in mine])
+            moved += len(placed)
+        if moved:
+            log.info("topic %s has a rate limit now: %d of its tasks moved onto every node's shards", topic, moved)
+        return moved
+    return spread

@@ -146,16 +146,22 @@ def _per_second(got: list) -> list[int]:
     return [counts[s] for s in range(max(counts) + 1)]
 
 
+def _fired_ms(got: list) -> list[int]:
+    """When the nodes published each message (x-delayq-dispatched-at): the fire rate a limit holds.
+    Arrivals at the collector add the broker's and the collector's own stalls on a busy machine."""
+    return [m.headers["x-delayq-dispatched-at"] for m in got]
+
+
 def _limited_drain(got: list, ids: list[str], what: str) -> None:
-    """Every task of `ids` arrived (`got`), never more than RATE + 10% in one second, and no
-    faster than RATE lets them."""
+    """Every task of `ids` arrived (`got`), never fired more than RATE + 10% in one second, and
+    no faster than RATE lets them."""
     arrivals = [m.at_ms for m in got]
-    most = most_in_one_second(arrivals)
+    most = most_in_one_second(_fired_ms(got))
     span_s = (max(arrivals) - min(arrivals)) / 1000
-    print(f"{what}: {len(got)} arrivals of {len(ids)} tasks in {span_s:.2f} s, at most {most} in one second "
-          f"(limit {RATE:.0f}/s); per second {_per_second(got)}")
+    print(f"{what}: {len(got)} arrivals of {len(ids)} tasks in {span_s:.2f} s, at most {most} fired in one second "
+          f"({most_in_one_second(arrivals)} arrived) (limit {RATE:.0f}/s); per second {_per_second(got)}")
     assert {m.headers["x-delayq-task-id"] for m in got} == set(ids), "a task never arrived"
-    assert most <= RATE * OVER, f"{most} tasks arrived within one second; the limit is {RATE:.0f}/s"
+    assert most <= RATE * OVER, f"{most} tasks fired within one second; the limit is {RATE:.0f}/s"
     # The limit is not met by firing nothing, nor the figure above by a collector that fell behind:
     # at RATE, with BURST up front, the drain takes this long.
     assert span_s >= (len(ids) - BURST) / RATE, f"{len(ids)} tasks drained in {span_s:.2f} s: faster than {RATE:.0f}/s"
@@ -198,7 +204,7 @@ def _through_one_node(nodes, topic: str, fired: Collector, limit_first: bool) ->
     span_s = (max(m.at_ms for m in got) - min(m.at_ms for m in got)) / 1000
     print(f"through one node, limit set {'before' if limit_first else 'after'}: {len(ids)} tasks in {span_s:.2f} s "
           f"({len(ids) / span_s:.0f}/s); per second {_per_second(got)}")
-    assert most_in_one_second([m.at_ms for m in got]) <= RATE * OVER
+    assert most_in_one_second(_fired_ms(got)) <= RATE * OVER
     assert span_s <= 1.5 * len(ids) / RATE, \
         f"the cluster fired {len(ids) / span_s:.0f} tasks/s; the limit is {RATE:.0f}/s"
 
@@ -215,12 +221,10 @@ def test_a_rate_limit_is_reached_when_every_task_is_submitted_through_one_node(n
         fired.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "tasks due within the window went to shards of the node that took them (the topic had no limit "
-    "yet: nodes/front/handler.py _prepare); nodes/flow.py gives that node only its part of the shards' "
-    "rate, so they drain at 5/16 or 6/16 of the limit"))
 @pytest.mark.timeout(60)
 def test_a_rate_limit_set_on_tasks_already_submitted_through_one_node_is_reached(nodes):
+    # Taken before the limit, the tasks sit on the shards of the node that took them; with the
+    # limit, every node moves those it holds onto every node's shards (delayq.nodes.spread).
     topic = _topic(nodes)
     fired = Collector("delayq", topic)
     try:

@@ -15,7 +15,7 @@ from thrift.protocol import TBinaryProtocol
 
 from delayq import schema
 from delayq.access.tls import server_context
-from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
 from delayq.config import Settings, check_node
 from delayq.coordination import ZkSession
@@ -36,11 +36,9 @@ from delayq.nodes.delayqueue import DelayQueue
 from delayq.nodes.dispatcher import Dispatcher
 from delayq.nodes.flow import Flow, follow
 from delayq.nodes.front.access import Access
+from delayq.nodes.front.admin import AdminCalls, Front
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
-from delayq.nodes.front.clusterinfo import cluster_info
-from delayq.nodes.front.admin import AdminCalls, Front
-from delayq.nodes.spread import spreader
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
 from delayq.nodes.front.server import ThriftServer
@@ -49,17 +47,18 @@ from delayq.nodes.http import HealthServer
 from delayq.nodes.loader import Loader
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outages import OutageGrace
+from delayq.nodes.probes import Probes
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.recorder import Recorder
 from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.skew import ReferenceClock
+from delayq.nodes.spread import spreader
 from delayq.nodes.standalone import Standalone
 from delayq.nodes.validation import Limits
 from delayq.nodes.watch import ServicesWatch
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
-from delayq.nodes.zk.view import read_view
 from delayq.store.audit import AuditLog
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore
@@ -79,6 +78,7 @@ class NodeRuntime:
         self.reference = ReferenceClock()
         self.clock = clock = clock or self.reference
         self.metrics = Metrics()
+        self.probes = Probes(self)            # reads the parts built below, once the node runs
         self.engine = make_engine(s.mysql)
         self.clockcheck = ClockCheck(self.engine, self.reference, self.metrics,
                                      interval_ms=s.scheduling.clock_check_ms,
@@ -158,7 +158,7 @@ class NodeRuntime:
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
                                hint=lambda entries: hints.write(self.writes, entries),
                                audit=Audit(AuditLog(self.engine), clock), controls=ControlStore(self.engine, clock),
-                               quotas=self.quotas, cluster_info=self.cluster_info)
+                               quotas=self.quotas, cluster_info=self.probes.cluster_info)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
         # longer than the largest batch is refused while decoding, before anything is built (a frame
         # of 8 MiB could claim millions of tasks), and the SubmitBatcher answers it as too large.
@@ -166,7 +166,7 @@ class NodeRuntime:
             string_length_limit=s.limits.max_frame_bytes, container_length_limit=s.limits.max_batch)
         self.submits = SubmitBatcher(self.handler.submit_many, protocol, max_batch=s.limits.max_batch)
         self.admin = AdminCalls(self.access, self.handler.answers, clock, self.engine, ClientStore(self.engine),
-                                cluster_info=self.cluster_info, zk=self.zk and self.zk.call,
+                                cluster_info=self.probes.cluster_info, zk=self.zk and self.zk.call,
                                 paths=self.zk and self.paths, reshards=self.zk and ReshardJob(
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
@@ -181,8 +181,9 @@ class NodeRuntime:
                                    closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
-        self.metrics.gauges(self._gauges, self._counters)
-        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self._alive, self._ready, self._detail)
+        self.metrics.gauges(self.probes.gauges, self.probes.counters)
+        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
+                                 self.probes.detail)
 
     def _build_cluster(self, s: Settings) -> None:
         """ZooKeeper mode: membership, the assignment follower, and the master role (election and
@@ -191,17 +192,12 @@ class NodeRuntime:
         self.paths = ZkPaths(s.node.cluster)
         self.zk = ZkSession(s.zk)
         endpoint = f"{s.node.advertise_host}:{s.node.port}"
-        self.membership = Membership(self.zk, self.paths, s.node.node_id, endpoint, self._stats)
+        self.membership = Membership(self.zk, self.paths, s.node.node_id, endpoint, self.probes.stats)
         self.follower = AssignmentFollower(self.zk, self.paths, self.ownership, lambda: self.membership.member,
                                            self.epochs.shard_ids)
         self.rebalancer = Rebalancer(self.zk, self.paths, self.epochs, self.clock, lambda: self.membership.member)
         self.election = Election(self.zk, self.paths, lambda: self.membership.member, self.rebalancer.set_leader)
         self.zk.subscribe(lambda state, _sid: state != "connected" and self.metrics.errors.labels("zookeeper").inc())
-
-    def _stats(self) -> dict:
-        """This node's figures as it publishes them to ZooKeeper."""
-        return {"shards": len(self.ownership.shards()), "queue": len(self.queue),
-                "clock_offset_ms": self.clockcheck.offset_ms, "held_topics": dict(self.dispatcher.held_topics)}
 
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:
@@ -225,7 +221,7 @@ class NodeRuntime:
                      self.server):
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
-                 len(self.ownership.shards()), self._epoch(), self.settings.scheduling.window_ms)
+                 len(self.ownership.shards()), self.probes.epoch(), self.settings.scheduling.window_ms)
 
     def _mysql_ready(self) -> None:
         """Schema and shards there, services loaded; a standalone node takes its shards."""
@@ -255,66 +251,3 @@ class NodeRuntime:
         self.writes.dispose()
         self.http.stop()
         log.info("node %s stopped", self.settings.node.node_id)
-
-    # ---- metrics, health and cluster info -----------------------------------------------------
-
-    def _epoch(self) -> int:
-        return self.standalone.epoch if self.standalone is not None else self.follower.epoch
-
-    def _gauges(self) -> dict[str, float]:
-        g = {"queue_size": len(self.queue), "shards_owned": len(self.ownership.shards()),
-             "unconfirmed_publishes": self.publisher.in_flight + self.dispatcher.publisher.in_flight,
-             "recorder_backlog": self.recorder.backlog,
-             "assignment_epoch": self._epoch()}
-        if self.zk is None:
-            g.update(is_master=1, zookeeper_connected=0)
-        else:
-            g.update(is_master=int(self.election.leader), zookeeper_connected=int(self.zk.state == "connected"))
-        try:
-            in_flight, overdue = self.store.in_flight(self.ownership.shards(), self.clock.now_ms())
-            g.update(in_flight_attempts=in_flight, overdue_attempts=overdue)
-        except Unavailable:
-            pass     # the scrape still answers; the error shows in delayq_dependency_errors_total
-        return g
-
-    def _counters(self) -> dict[str, float]:
-        return {"catchup_tasks_total": self.loader.caught_up, "window_scans_total": self.loader.scans}
-
-    def _alive(self) -> dict[str, str | None]:
-        threads = {"dispatcher": self.dispatcher, "loader": self.loader, "recorder": self.recorder,
-                   "submits": self.submits, "thrift-calls": self.calls, "thrift-io": self.server,
-                   "clock-check": self.clockcheck, "deadlines": self.deadlines,
-                   "hints": self.hints, "access": self.access, "services-watch": self.watch,
-                   "quotas": self.quotas}
-        return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
-
-    def _ready(self) -> dict[str, str | None]:
-        checks: dict[str, str | None] = {}
-        if self.zk is not None:
-            checks["zookeeper"] = None if self.zk.state == "connected" else f"session {self.zk.state}"
-            checks["assignment"] = None if self.follower.epoch > 0 else "no assignment received yet"
-        else:
-            checks["assignment"] = None if self.ownership.shards() else "no shards"
-        try:
-            self.store.ping()
-            checks["mysql"] = None
-        except Unavailable as e:
-            checks["mysql"] = str(e)
-        checks["rabbitmq"] = None if self.publisher.ready and self.dispatcher.ready else "publisher channel not open"
-        return checks
-
-    def _detail(self) -> dict:
-        clock = self.clockcheck.describe()
-        offset = self.clockcheck.offset_ms
-        return {"clock_offset_ms": None if offset is None else int(round(offset)),
-                "held_topics": dict(self.dispatcher.held_topics),
-                **({"clock": f"this machine's clock is {clock} MySQL's; due times follow MySQL's"} if clock else {})}
-
-    def cluster_info(self) -> ttypes.ClusterInfo:
-        s = self.settings
-        if self.standalone is not None:
-            view = self.standalone.view(f"{s.node.advertise_host}:{self.server.port}")
-            me = self.standalone.member
-        else:
-            view, me = read_view(self.zk, self.paths), self.membership.member
-        return cluster_info(s.node.cluster, view, me, self._stats(), len(self.ownership.all_shards()))

@@ -1,0 +1,97 @@
+"""Probes: what a node says about itself, read from its parts and never changing them: the gauges
+and counters of /metrics, /healthz (every thread alive), /readyz (ZooKeeper, the assignment, MySQL,
+RabbitMQ), the detail both show, and the cluster() call's view.
+
+Built by NodeRuntime (delayq.nodes.main) once its parts exist; each method runs on the thread that
+asks (the HTTP server's, a Thrift call's).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.errors import Unavailable
+from delayq.nodes.front.clusterinfo import cluster_info
+from delayq.nodes.zk.view import read_view
+
+if TYPE_CHECKING:
+    from delayq.nodes.main import NodeRuntime
+
+
+class Probes:
+    def __init__(self, node: "NodeRuntime"):
+        self._node = node
+
+    def epoch(self) -> int:
+        n = self._node
+        return n.standalone.epoch if n.standalone is not None else n.follower.epoch
+
+    def stats(self) -> dict:
+        """This node's figures as it publishes them to ZooKeeper."""
+        n = self._node
+        return {"shards": len(n.ownership.shards()), "queue": len(n.queue),
+                "clock_offset_ms": n.clockcheck.offset_ms, "held_topics": dict(n.dispatcher.held_topics)}
+
+    def gauges(self) -> dict[str, float]:
+        n = self._node
+        g = {"queue_size": len(n.queue), "shards_owned": len(n.ownership.shards()),
+             "unconfirmed_publishes": n.publisher.in_flight + n.dispatcher.publisher.in_flight,
+             "recorder_backlog": n.recorder.backlog,
+             "assignment_epoch": self.epoch()}
+        if n.zk is None:
+            g.update(is_master=1, zookeeper_connected=0)
+        else:
+            g.update(is_master=int(n.election.leader), zookeeper_connected=int(n.zk.state == "connected"))
+        try:
+            in_flight, overdue = n.store.in_flight(n.ownership.shards(), n.clock.now_ms())
+            g.update(in_flight_attempts=in_flight, overdue_attempts=overdue)
+        except Unavailable:
+            pass     # the scrape still answers; the error shows in delayq_dependency_errors_total
+        return g
+
+    def counters(self) -> dict[str, float]:
+        n = self._node
+        return {"catchup_tasks_total": n.loader.caught_up, "window_scans_total": n.loader.scans}
+
+    def alive(self) -> dict[str, str | None]:
+        n = self._node
+        threads = {"dispatcher": n.dispatcher, "loader": n.loader, "recorder": n.recorder,
+                   "submits": n.submits, "thrift-calls": n.calls, "thrift-io": n.server,
+                   "clock-check": n.clockcheck, "deadlines": n.deadlines,
+                   "hints": n.hints, "access": n.access, "services-watch": n.watch,
+                   "quotas": n.quotas}
+        return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
+
+    def ready(self) -> dict[str, str | None]:
+        n = self._node
+        checks: dict[str, str | None] = {}
+        if n.zk is not None:
+            checks["zookeeper"] = None if n.zk.state == "connected" else f"session {n.zk.state}"
+            checks["assignment"] = None if n.follower.epoch > 0 else "no assignment received yet"
+        else:
+            checks["assignment"] = None if n.ownership.shards() else "no shards"
+        try:
+            n.store.ping()
+            checks["mysql"] = None
+        except Unavailable as e:
+            checks["mysql"] = str(e)
+        checks["rabbitmq"] = None if n.publisher.ready and n.dispatcher.ready else "publisher channel not open"
+        return checks
+
+    def detail(self) -> dict:
+        n = self._node
+        clock = n.clockcheck.describe()
+        offset = n.clockcheck.offset_ms
+        return {"clock_offset_ms": None if offset is None else int(round(offset)),
+                "held_topics": dict(n.dispatcher.held_topics),
+                **({"clock": f"this machine's clock is {clock} MySQL's; due times follow MySQL's"} if clock else {})}
+
+    def cluster_info(self) -> ttypes.ClusterInfo:
+        n = self._node
+        s = n.settings
+        if n.standalone is not None:
+            view = n.standalone.view(f"{s.node.advertise_host}:{n.server.port}")
+            me = n.standalone.member
+        else:
+            view, me = read_view(n.zk, n.paths), n.membership.member
+        return cluster_info(s.node.cluster, view, me, self.stats(), len(n.ownership.all_shards()))

@@ -323,6 +323,26 @@ def check_nodes(compose: dict, dockerfile: str) -> list[str]:
     return problems
 
 
+def check_rabbitmq(compose: dict, dockerfile: str) -> list[str]:
+    """Every delayq service reaches RabbitMQ as the user and vhost the rabbitmq service makes
+    (RABBITMQ_DEFAULT_*), never as guest."""
+    from urllib.parse import unquote, urlsplit
+    svcs = services(compose)
+    rabbit = environment(svcs.get("rabbitmq", {}))
+    user, password = rabbit.get("RABBITMQ_DEFAULT_USER", "guest"), rabbit.get("RABBITMQ_DEFAULT_PASS", "guest")
+    vhost = rabbit.get("RABBITMQ_DEFAULT_VHOST", "/")
+    problems = [] if user != "guest" else ["rabbitmq: delayq runs as guest (set RABBITMQ_DEFAULT_USER)"]
+    for name, svc in svcs.items():
+        url = environment(svc).get("DELAYQ_AMQP_URL")
+        if not url:
+            continue
+        u = urlsplit(url)
+        if (u.username, u.password, unquote(u.path[1:]) or "/") != (user, password, vhost):
+            problems.append(f"{name}: DELAYQ_AMQP_URL is {u.username}@vhost {unquote(u.path[1:])!r}; "
+                            f"rabbitmq makes {user}@vhost {vhost!r}")
+    return problems
+
+
 def check_images(compose: dict, dockerfile: str) -> list[str]:
     problems = []
     for name, pattern in IMAGES.items():
@@ -368,6 +388,7 @@ CHECKS: dict[str, Check] = {
     "depends_on": check_depends_on,
     "nodes": check_nodes,
     "images": check_images,
+    "rabbitmq": check_rabbitmq,
     "dockerfile": check_dockerfile,
 }
 
@@ -456,6 +477,9 @@ BREAKAGES: list[tuple[str, str, Callable[[dict], None] | None, Callable[[str], s
     ("nodes", "no certificate", _env("node2", DELAYQ_TLS_CERT_FILE=""), None),
     ("nodes", "node account elsewhere", _env("node3", DELAYQ_MYSQL_URL_FILE="/elsewhere/url"), None),
     ("nodes", "demo endpoint not a node", _set("demo", "command", ["demo", "--endpoint", "mysql:9090"]), None),
+    ("rabbitmq", "guest again", _set("rabbitmq", "environment", {}), None),
+    ("rabbitmq", "another vhost", _env("node2", DELAYQ_AMQP_URL="amqp://delayq:compose-development-only@rabbitmq/x"),
+     None),
     ("images", "zookeeper 3.9", _set("zookeeper", "image", "zookeeper:3.9"), None),
     ("images", "mysql 5.7", _set("mysql", "image", "mysql:5.7"), None),
     ("images", "rabbitmq without UI", _set("rabbitmq", "image", "rabbitmq:3"), None),

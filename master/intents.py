@@ -64,7 +64,7 @@ def update_intents(call: Call, paths: ZkPaths, change: Callable[[Intents], Inten
 class Change:
     what: str                                                       # e.g. "drain n2"
     apply: Callable[[Intents], Intents]
-    check: Callable[[ttypes.ClusterInfo, Intents], str | None]      # why it is refused, or None
+    check: Callable[[ttypes.ClusterInfo, Intents], tuple[str, str] | None]   # (argument, why) it is refused
     done: Callable[[ttypes.ClusterInfo, Intents], bool]             # the cluster shows it applied
 
 
@@ -72,23 +72,28 @@ def members(info: ttypes.ClusterInfo) -> set[str]:
     return {n.nodeId for n in info.nodes}
 
 
-def _unknown_node(node: str, info: ttypes.ClusterInfo, force: bool) -> str | None:
+MAX_DRAINED = 1000      # nodes drained at once: the intents znode stays far below ZooKeeper's 1 MB
+
+
+def _unknown_node(node: str, info: ttypes.ClusterInfo, force: bool) -> tuple[str, str] | None:
     if force or node in members(info):
         return None
-    return (f"{node!r} is not a member of cluster {info.cluster!r} (members: {', '.join(sorted(members(info)))}); "
-            "force it (--force) for a node that will join later")
+    return "nodeId", (f"{node!r} is not a member of cluster {info.cluster!r} "
+                      f"(members: {', '.join(sorted(members(info)))}); force it for a node that will join later")
 
 
-def _shard_out_of_range(shard: int, info: ttypes.ClusterInfo) -> str | None:
+def _shard_out_of_range(shard: int, info: ttypes.ClusterInfo) -> tuple[str, str] | None:
     if 0 <= shard < info.shardCount:
         return None
-    return f"shard {shard} does not exist: cluster {info.cluster!r} has shards 0-{info.shardCount - 1}"
+    return "shard", f"shard {shard} does not exist: cluster {info.cluster!r} has shards 0-{info.shardCount - 1}"
 
 
 def drain(node: str, force: bool = False) -> Change:
     """Move every shard off the node (it stays a member and keeps serving calls)."""
     return Change(f"drain {node}", lambda i: dataclasses.replace(i, drained=i.drained | {node}),
-                  lambda info, i: _unknown_node(node, info, force),
+                  lambda info, i: _unknown_node(node, info, force) or (
+                      ("nodeId", f"{len(i.drained)} nodes are drained already, at most {MAX_DRAINED}")
+                      if node not in i.drained and len(i.drained) >= MAX_DRAINED else None),
                   # Pins win over a drain: a shard pinned to the node stays.
                   lambda info, i: all(i.pinned.get(s) == node for s, n in info.assignment.items() if n == node))
 
@@ -96,7 +101,7 @@ def drain(node: str, force: bool = False) -> Change:
 def undrain(node: str) -> Change:
     return Change(f"undrain {node}", lambda i: dataclasses.replace(i, drained=i.drained - {node}),
                   lambda info, i: None if node in i.drained else
-                  f"{node!r} is not drained (drained: {', '.join(sorted(i.drained)) or 'none'})",
+                  ("nodeId", f"{node!r} is not drained (drained: {', '.join(sorted(i.drained)) or 'none'})"),
                   lambda info, i: node in info.assignment.values() or node not in members(info))
 
 
@@ -111,7 +116,7 @@ def unpin(shard: int) -> Change:
     return Change(f"unpin {shard}",
                   lambda i: dataclasses.replace(i, pinned={k: v for k, v in i.pinned.items() if k != shard}),
                   lambda info, i: None if shard in i.pinned else
-                  f"shard {shard} is not pinned (pinned: {', '.join(str(k) for k in sorted(i.pinned)) or 'none'})",
+                  ("shard", f"shard {shard} is not pinned (pinned: {', '.join(str(k) for k in sorted(i.pinned)) or 'none'})"),
                   lambda info, i: True)
 
 

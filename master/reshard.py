@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from sqlalchemy import Engine, delete, func, insert, select, update
 
 from delayq import tables
@@ -36,7 +36,7 @@ from delayq.clock import Clock
 from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable, Unavailable
 from delayq.lifecycle import Status
-from delayq.master.intents import Call, update_intents
+from delayq.master.intents import Call, read_intents, update_intents
 from delayq.schema import shard_count
 from delayq.zkpaths import AssignmentDoc, Intents, ZkPaths
 
@@ -86,6 +86,29 @@ def refusal(intents: Intents, target: int) -> str | None:
     return None
 
 
+class Conflict(Exception):
+    """Another reshard's target is recorded (the message says which)."""
+
+
+def claim(call: Call, paths: ZkPaths, target: int) -> None:
+    """Record `target` as the reshard in progress, unless another target is (Conflict): written
+    with a version check, so two runs to different targets never both go ahead."""
+    def change(i: Intents) -> Intents:
+        problem = refusal(i, target)
+        if problem is not None:
+            raise Conflict(problem)
+        return dataclasses.replace(i, shards=target)
+    update_intents(call, paths, change)
+
+
+def _release(call: Call, paths: ZkPaths, target: int) -> None:
+    def change(i: Intents) -> Intents:
+        if i.shards != target:
+            raise Conflict(f"the reshard recorded is now {i.shards}, not {target}: left to that one")
+        return dataclasses.replace(i, shards=None)
+    update_intents(call, paths, change)
+
+
 class Stopped(Exception):
     """The run was asked to stop (its node is stopping); run it again to resume."""
 
@@ -104,21 +127,25 @@ class Resharder:
         self._stop = stop or threading.Event()
 
     def run(self, target: int, progress: Callable[[int], None], timeout_s: float) -> int:
+        """Conflict when another target is recorded; TimeoutError, Stopped, or MySQL's and
+        ZooKeeper's errors stop it part way: running it again resumes."""
         deadline = time.monotonic() + timeout_s
+        claim(self._call, self._paths, target)
         with unavailable_on_failure(), self._engine.begin() as conn:
             current = shard_count(conn)
             if target > current:
                 have = {r.shard_id for r in conn.execute(select(SHARD.c.shard_id))}
                 conn.execute(insert(SHARD), [{"shard_id": s, "owner": None, "epoch": 0, "updated_ms": self._clock.now_ms()}
                                          for s in range(current, target) if s not in have])
-        update_intents(self._call, self._paths, lambda i: dataclasses.replace(i, shards=target))
         self._wait_assignment(lambda d: d.active == target and len(d.shards) >= max(current, target), deadline)
         moved = self._move(current, target, progress, deadline)
         if target < current:
             moved += self._finish_shrink(target)
+        if read_intents(self._call, self._paths).shards != target:
+            raise Conflict(f"the reshard recorded changed while this one to {target} ran")
         with unavailable_on_failure(), self._engine.begin() as conn:
             conn.execute(update(META).where(META.c.name == "shard_count").values(value=str(target)))
-        update_intents(self._call, self._paths, lambda i: dataclasses.replace(i, shards=None))
+        _release(self._call, self._paths, target)
         self._wait_assignment(lambda d: len(d.shards) == target and d.active == target, deadline)
         log.info("resharded from %d to %d shards: %d tasks moved", current, target, moved)
         return moved
@@ -175,6 +202,9 @@ class Resharder:
                 doc = AssignmentDoc.decode(self._call("get", self._paths.assignment)[0])
             except NoNodeError:      # before a master wrote one: keep waiting
                 doc = AssignmentDoc(0)
+            except (KazooException, Unavailable) as e:       # ZooKeeper away for a moment: keep waiting
+                log.info("reshard: could not read the assignment (%s); waiting", e)
+                doc = AssignmentDoc(0)
             if done(doc):
                 return
             if time.monotonic() > deadline:
@@ -205,18 +235,26 @@ class ReshardJob:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._progress: Progress | None = None
+        self._told = False          # the last run's error was answered once
 
-    def start(self, current: int, target: int) -> Progress:
-        """Start a run to `target` unless one is running (then: its progress)."""
+    def start(self, current: int, target: int) -> tuple[Progress, bool]:
+        """(progress, started): a run to `target` started unless one is running (its progress),
+        or the last one to it stopped on an error not yet answered (that, once: the next call
+        resumes it)."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
-                return self._progress
+                return self._progress, False
             if self._stop.is_set():
                 raise Unavailable("the node is stopping")
+            last = self._progress
+            if last is not None and last.target == target and last.error is not None and not self._told:
+                self._told = True
+                return last, False
+            self._told = False
             self._progress = Progress(current, target, True, 0)
             self._thread = threading.Thread(target=self._run, args=(target,), name="reshard", daemon=True)
             self._thread.start()
-            return self._progress
+            return self._progress, True
 
     @property
     def progress(self) -> Progress | None:
@@ -230,7 +268,7 @@ class ReshardJob:
         error = None
         try:
             self._make(self._stop).run(target, moved, self._timeout_s)
-        except (Stopped, TimeoutError) as e:
+        except (Stopped, TimeoutError, Conflict) as e:
             error = str(e)
         except Exception as e:  # noqa: BLE001 - MySQL or ZooKeeper down: reported, resumed by calling again
             log.warning("reshard to %d shards stopped: %s", target, e)

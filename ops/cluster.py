@@ -51,7 +51,7 @@ def _apply(settings, endpoints, timeout_s, as_json, change: intents_.Change, out
             before = cluster_info(settings, list(endpoints))
             problem = change.check(before, intents_.read_intents(call, paths))
             if problem is not None:
-                fail(problem, EXIT_USAGE, as_json)
+                fail(problem[1].replace("force it", "add --force"), EXIT_USAGE, as_json)
             intents, zxid = intents_.update_intents(call, paths, change.apply)
             applied = wait_applied(call, paths, zxid, max(0.0, deadline - time.monotonic()))
         info = None if applied is None else wait_for(settings, list(endpoints), lambda i: change.done(i, intents),
@@ -171,7 +171,7 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
     from delayq.master.assignment import AssignmentInput, assign
     from delayq.clock import SYSTEM_CLOCK
     from delayq.db import make_engine
-    from delayq.master.reshard import Resharder, plan, refusal
+    from delayq.master.reshard import Conflict, Resharder, plan, refusal
 
     engine = make_engine(settings.mysql)
     try:
@@ -208,6 +208,8 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
     except TimeoutError as e:
         click.echo(f"error: {e}; run the same command again to resume", err=True)
         sys.exit(EXIT_TIMEOUT)
+    except Conflict as e:
+        raise click.UsageError(str(e)) from None
     finally:
         engine.dispose()
     report["moved"] = moved

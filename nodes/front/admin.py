@@ -26,7 +26,7 @@ from delayq.access.tokens import check_name
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
 from delayq.master import intents as layout
-from delayq.master.reshard import ReshardJob, refusal
+from delayq.master.reshard import Conflict, ReshardJob, claim
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import current
 from delayq.nodes.front.errors import CallAnswers, declared
@@ -54,18 +54,22 @@ class AdminCalls:
 
     @declared
     def drain(self, nodeId: str, force: bool) -> ttypes.Intents:
+        self._admin()
         return self._change(layout.drain(_node(nodeId), bool(force)))
 
     @declared
     def undrain(self, nodeId: str) -> ttypes.Intents:
+        self._admin()
         return self._change(layout.undrain(_node(nodeId)))
 
     @declared
     def pin(self, shard: int, nodeId: str, force: bool) -> ttypes.Intents:
+        self._admin()
         return self._change(layout.pin(_shard(shard), _node(nodeId), bool(force)))
 
     @declared
     def unpin(self, shard: int) -> ttypes.Intents:
+        self._admin()
         return self._change(layout.unpin(_shard(shard)))
 
     @declared
@@ -75,11 +79,10 @@ class AdminCalls:
             return _as_thrift(layout.read_intents(call, self._paths))
 
     def _change(self, change: layout.Change) -> ttypes.Intents:
-        self._admin()
         with self._zookeeper() as call:
             problem = change.check(self._cluster_info(), layout.read_intents(call, self._paths))
             if problem is not None:
-                raise errors.InvalidRequest(change.what.split()[0], problem)
+                raise errors.InvalidRequest(*problem)
             return _as_thrift(layout.update_intents(call, self._paths, change.apply)[0])
 
     @declared
@@ -90,18 +93,19 @@ class AdminCalls:
         with self._zookeeper() as call:
             current = self._cluster_info().shardCount
             recorded = layout.read_intents(call, self._paths).shards
-        problem = refusal(Intents(shards=recorded), shards)
-        if problem is not None:
-            raise errors.InvalidRequest("shards", problem)
-        last = self.reshards.progress
-        if recorded is None and current == shards:      # nothing to do, or this node's run just finished
-            done = last if last is not None and last.target == shards else None
-            return ttypes.ReshardStatus(fromShards=done.current if done else current, toShards=shards,
-                                        running=False, moved=done.moved if done else 0,
-                                        error=done.error if done else None)
-        p = self.reshards.start(current, shards)
+            last = self.reshards.progress
+            if recorded is None and current == shards:      # nothing to do, or this node's run just finished
+                done = last if last is not None and last.target == shards and not last.running else None
+                return ttypes.ReshardStatus(fromShards=done.current if done else current, toShards=shards,
+                                            running=False, moved=done.moved if done else 0,
+                                            error=done.error if done else None, started=False)
+            try:
+                claim(call, self._paths, shards)        # recorded before the run starts: a second target is refused
+            except Conflict as e:
+                raise errors.InvalidRequest("shards", str(e)) from None
+        p, started = self.reshards.start(current, shards)
         return ttypes.ReshardStatus(fromShards=p.current, toShards=p.target, running=p.running, moved=p.moved,
-                                    error=p.error)
+                                    error=p.error, started=started)
 
     @contextlib.contextmanager
     def _zookeeper(self) -> Iterator[layout.Call]:

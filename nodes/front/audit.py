@@ -71,6 +71,8 @@ class Audit:
         target = AUDITED.get(method)
         if target is None:
             return
+        if method == "reshard" and error is None and not getattr(result, "started", False):
+            return          # a look at the progress of a run already recorded
         caller = current()
         actor = caller.name if caller is not None and caller.name else "(unauthenticated)"
         address = caller.peer[0] if caller is not None and caller.peer else ""

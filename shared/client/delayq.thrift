@@ -149,7 +149,8 @@ struct ReshardStatus {
   2: required i32 toShards,
   3: required bool running,                // running on the node that answered
   4: required i64 moved,                   // tasks moved by that run so far
-  5: optional string error,                // why that run stopped before the end (call again to resume)
+  5: optional string error,                // why that run stopped before the end (answered once; the next call resumes it)
+  6: optional bool started,                // this call started (or resumed) the run
 }
 
 // Which FAILED tasks to send again: those of a topic (due from sinceMs, before untilMs), or by id.

@@ -203,7 +203,14 @@ class DelayqClient:
         raise last
 
 
+# Calls whose repeat after a lost answer would not answer as the first did: the token addClient
+# returns is lost to an "exists already", a revoked grant is "not held" the second time.
+_ONCE = frozenset({"addClient", "revokeClient", "rotateClient"})
+
+
 def _idempotent(method: str, args: tuple) -> bool:
+    if method in _ONCE:
+        return False
     if method == "submit":
         return bool(args and args[0].taskId)
     if method == "submitBatch":

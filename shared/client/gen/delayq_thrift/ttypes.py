@@ -1341,16 +1341,18 @@ class ReshardStatus(object):
      - running
      - moved
      - error
+     - started
 
     """
 
 
-    def __init__(self, fromShards=None, toShards=None, running=None, moved=None, error=None,):
+    def __init__(self, fromShards=None, toShards=None, running=None, moved=None, error=None, started=None,):
         self.fromShards = fromShards
         self.toShards = toShards
         self.running = running
         self.moved = moved
         self.error = error
+        self.started = started
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -1386,6 +1388,11 @@ class ReshardStatus(object):
                     self.error = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.BOOL:
+                    self.started = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -1415,6 +1422,10 @@ class ReshardStatus(object):
         if self.error is not None:
             oprot.writeFieldBegin('error', TType.STRING, 5)
             oprot.writeString(self.error.encode('utf-8') if sys.version_info[0] == 2 else self.error)
+            oprot.writeFieldEnd()
+        if self.started is not None:
+            oprot.writeFieldBegin('started', TType.BOOL, 6)
+            oprot.writeBool(self.started)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2802,6 +2813,7 @@ ReshardStatus.thrift_spec = (
     (3, TType.BOOL, 'running', None, None, ),  # 3
     (4, TType.I64, 'moved', None, None, ),  # 4
     (5, TType.STRING, 'error', 'UTF8', None, ),  # 5
+    (6, TType.BOOL, 'started', None, None, ),  # 6
 )
 all_structs.append(RedriveFilter)
 RedriveFilter.thrift_spec = (

@@ -23,7 +23,10 @@ NODE_GRANTS = {
     "job_delay_task": _RW, "job_delay_task_execlog": _RW, "job_delay_task_backlog": _RW,
     "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
     "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
-    "job_client": "SELECT, INSERT, UPDATE", "job_client_grant": _RW, "job_audit": "SELECT, INSERT",
+    # Clients: not their tenant (`delayq tenants`, the admin account).
+    "job_client": "SELECT, INSERT (name, token_sha256, revoked, created_ms, updated_ms), "
+                  "UPDATE (token_sha256, revoked, updated_ms)",
+    "job_client_grant": _RW, "job_audit": "SELECT, INSERT",
     "job_tenant": "SELECT",
 }
 

@@ -72,6 +72,7 @@ def _life(node, topic: str) -> None:
     "DELETE FROM job_audit",
     "UPDATE job_audit SET actor = 'someone else'",
     "DELETE FROM job_client",
+    "UPDATE job_client SET tenant = 'other'",
     "DELETE FROM job_tenant",
     "DELETE FROM delayq_schema_version",
     "SELECT user FROM mysql.user",

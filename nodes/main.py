@@ -137,7 +137,7 @@ class NodeRuntime:
         sec = s.security
         self.watch = ServicesWatch(self.engine, self.services, poll_ms=sec.clients_poll_ms)
         follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
-               spreader(self.writes, self.queue, self.ownership, lambda entries: hints.write(self.writes, entries)))
+               spreader(self.engine, self.queue, self.ownership, lambda entries: hints.write(self.writes, entries)))
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.watch,
                                    live=lambda: 1 if self.zk is None else self.membership.live)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure,

@@ -10,11 +10,13 @@ all of the cluster's (delayq.store.placement), tells the new owners (hints), and
 stayed its own.
 
 Runs on the thread that applies a change of the services (ServicesWatch); a topic's memory holds
-at most its budget of tasks (delayq.nodes.flow.Flow.limited), so this moves at most that many.
+at most its budget of tasks (delayq.nodes.flow.Flow.limited), so this moves at most that many. A
+move MySQL refuses is left undone: those tasks fire at this node's share of the rate.
 """
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from typing import Callable, Sequence
 
@@ -41,13 +43,13 @@ def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership,
         moved = 0
         for i in range(0, len(entries), BATCH):
             batch = entries[i:i + BATCH]
-            try:
-                done = placement.move(engine, {e.task_id: moves[e.task_id] for e in batch})
-            except errors.Unavailable as e:
-                log.warning("could not spread %s's tasks over the cluster: %s; they fire at this node's share "
-                            "of its rate", topic, e)
+            done = _move(engine, {e.task_id: moves[e.task_id] for e in batch})
+            if done is None:
+                log.warning("could not spread %s's tasks over the cluster (MySQL): the rest fire at this "
+                            "node's share of its rate", topic)
                 break
-            placed = [Entry(e.task_id, moves[e.task_id], e.due_ms, topic=e.topic) for e in batch if e.task_id in done]
+            placed = [Entry(e.task_id, moves[e.task_id], done[e.task_id], topic=e.topic)
+                      for e in batch if e.task_id in done]
             for e in placed:
                 queue.remove(e.task_id)
             queue.offer_many(e for e in placed if e.shard_id in mine)
@@ -57,3 +59,16 @@ def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership,
             log.info("topic %s has a rate limit now: %d of its tasks moved onto every node's shards", topic, moved)
         return moved
     return spread
+
+
+def _move(engine: Engine, targets: dict[str, int]) -> dict[str, int] | None:
+    """placement.move, tried again on a lock conflict with a claim or a submit; None when MySQL fails."""
+    for attempt in range(5):
+        try:
+            return placement.move(engine, targets)
+        except errors.StoreUnavailable as e:
+            if e.code not in errors.LOCK_CONFLICTS:
+                log.warning("moving tasks: %s", e)
+                return None
+            time.sleep(0.05 * (attempt + 1))
+    return None

@@ -2,6 +2,7 @@
 Each works in bounded batches, one transaction per batch, so it never holds locks for long."""
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -10,6 +11,7 @@ from sqlalchemy import Engine, delete, func, insert, literal, select, union_all
 from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.lifecycle import Status
+from delayq.schema import shard_count
 
 TASK, EXECLOG, BACKLOG = tables.task, tables.execlog, tables.backlog
 
@@ -62,8 +64,11 @@ def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Ite
                                 .with_for_update()).mappings().all()
             if not rows:
                 return
+            shards = shard_count(conn)
+            # A task archived before a reshard shrank the cluster goes where the reshard put its peers.
             conn.execute(insert(TASK), [{
-                "task_id": r["task_id"], "topic": r["topic"], "shard_id": r["shard_id"], "due_ms": now_ms,
+                "task_id": r["task_id"], "topic": r["topic"], "due_ms": now_ms,
+                "shard_id": r["shard_id"] if r["shard_id"] < shards else zlib.crc32(r["task_id"].encode()) % shards,
                 "status": int(Status.DELAY), "attempt": r["attempt"], "payload": r["payload"],
                 "spec_hash": r["spec_hash"], "max_retries": r["attempt"] + r["max_retries"], "ttr_ms": r["ttr_ms"],
                 "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms}

@@ -1,12 +1,13 @@
 """Flow control on a 3-node ZooKeeper cluster and the real services: a topic's maxFireRate holds
 cluster-wide in every second, its maxInFlight holds across the nodes, and the rate holds through a
-SIGKILL of a node and a reshard. What is asserted is what a consumer sees: arrivals at a RabbitMQ
-queue, and the tasks a consumer holds before it reports their results.
+SIGKILL of a node and a reshard. What is asserted is what a consumer sees: every task arriving
+once at a RabbitMQ queue, the fire rate the messages carry (their x-delayq-dispatched-at: arrivals
+add the broker's and the collector's own stalls), and the tasks a consumer holds before it reports
+their results.
 
 The tests share one cluster: 16 shards to start with; a test that kills a node leaves it to the
 next test's `nodes` fixture to start again, and the reshard tests change the shard count (each
-first brings it to where it starts from, so any one of them runs alone). The two expected failures
-pin down where a limit does not hold yet; their reasons say why."""
+first brings it to where it starts from, so any one of them runs alone)."""
 from __future__ import annotations
 
 import collections
@@ -201,6 +202,8 @@ def _through_one_node(nodes, topic: str, fired: Collector, limit_first: bool) ->
     if not limit_first:
         set_topic_controls(nodes, topic, maxFireRate=RATE)
     got = fired.wait_for(len(ids), 30)
+    assert {m.headers["x-delayq-task-id"] for m in got} == set(ids), "a task never arrived"
+    _once_per_attempt(got)
     span_s = (max(m.at_ms for m in got) - min(m.at_ms for m in got)) / 1000
     print(f"through one node, limit set {'before' if limit_first else 'after'}: {len(ids)} tasks in {span_s:.2f} s "
           f"({len(ids) / span_s:.0f}/s); per second {_per_second(got)}")

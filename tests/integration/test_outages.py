@@ -336,7 +336,9 @@ def test_after_a_mysql_outage_firing_resumes_within_a_second_and_no_reported_wor
 @pytest.mark.timeout(120)
 def test_a_node_killed_as_tasks_come_due_finishes_every_task_once_per_attempt(node_factory):
     victim = node_factory()
-    topic = register(victim, ttrMs=1500, maxRetries=5, backoff="fixed", retryBackoffMs=200)
+    # A time-to-run of seconds: the one consumer below works through 400 tasks and their retries
+    # after the restart, and on a slow host a shorter one times its own backlog out.
+    topic = register(victim, ttrMs=5000, maxRetries=5, backoff="fixed", retryBackoffMs=200)
     collector = Collector("delayq", topic)
     consumer = TaskConsumer(topic, lambda task: None, results=DelayqClient([victim.endpoint], timeout_s=5),
                             amqp_url=AMQP_URL)

@@ -33,8 +33,8 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 
 from delayq import tables
 from delayq.clock import Clock
-from delayq.db import unavailable_on_failure
-from delayq.errors import LOCK_CONFLICTS, StoreUnavailable, Unavailable
+from delayq.db import retry_lock_conflicts, unavailable_on_failure
+from delayq.errors import Unavailable
 from delayq.lifecycle import Status
 from delayq.master.intents import Call, read_intents, update_intents
 from delayq.schema import shard_count
@@ -175,20 +175,14 @@ class Resharder:
         """Pick a batch with a plain read, then move those rows by primary key (the condition checked
         again under their locks). An UPDATE filtered on CRC32() would lock every row it scans and
         deadlock with claims and submits."""
-        for attempt in range(5):
-            try:
-                with unavailable_on_failure(), self._engine.begin() as conn:
-                    ids = [r.task_id for r in conn.execute(select(TASK.c.task_id).where(where).limit(self._batch))]
-                    if not ids:
-                        return 0
-                    return conn.execute(update(TASK).where(TASK.c.task_id.in_(ids), where)
-                                        .values(shard_id=_crc(target))).rowcount
-            except StoreUnavailable as e:
-                if e.code not in LOCK_CONFLICTS or attempt == 4:
-                    raise
-                log.info("reshard batch hit a lock conflict; retrying: %s", e)
-                self._pause(0.05 * (attempt + 1))
-        return 0
+        def move() -> int:
+            with unavailable_on_failure(), self._engine.begin() as conn:
+                ids = [r.task_id for r in conn.execute(select(TASK.c.task_id).where(where).limit(self._batch))]
+                if not ids:
+                    return 0
+                return conn.execute(update(TASK).where(TASK.c.task_id.in_(ids), where)
+                                    .values(shard_id=_crc(target))).rowcount
+        return retry_lock_conflicts(move, pause=self._pause)
 
     def _finish_shrink(self, target: int) -> int:
         with unavailable_on_failure(), self._engine.begin() as conn:

@@ -16,13 +16,13 @@ move MySQL refuses is left undone: those tasks fire at this node's share of the 
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from typing import Callable, Sequence
 
 from sqlalchemy import Engine
 
 from delayq import errors
+from delayq.db import retry_lock_conflicts
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.ownership import Ownership
 from delayq.store import placement
@@ -63,12 +63,8 @@ def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership,
 
 def _move(engine: Engine, targets: dict[str, int]) -> dict[str, int] | None:
     """placement.move, tried again on a lock conflict with a claim or a submit; None when MySQL fails."""
-    for attempt in range(5):
-        try:
-            return placement.move(engine, targets)
-        except errors.StoreUnavailable as e:
-            if e.code not in errors.LOCK_CONFLICTS:
-                log.warning("moving tasks: %s", e)
-                return None
-            time.sleep(0.05 * (attempt + 1))
-    return None
+    try:
+        return retry_lock_conflicts(lambda: placement.move(engine, targets))
+    except errors.Unavailable as e:
+        log.warning("moving tasks: %s", e)
+        return None

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from delayq.config import MySQLSettings
-from delayq.errors import ConfigError, StoreUnavailable, Unavailable
+from delayq.errors import LOCK_CONFLICTS, ConfigError, StoreUnavailable, Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,3 +155,18 @@ def wait_until_answered(call: Callable[[], T], wait_s: float, what: str = "MySQL
                 raise
             log.warning("waiting for %s: %s", what, e)
             time.sleep(1.0)
+
+
+def retry_lock_conflicts(call: Callable[[], T], attempts: int = 5,
+                         pause: Callable[[float], object] = time.sleep) -> T:
+    """call() again when MySQL answered a deadlock or a lock wait timeout (the transaction was
+    rolled back), after 50 ms, 100 ms, ...; any other error, or the last conflict, is raised."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except StoreUnavailable as e:
+            if e.code not in LOCK_CONFLICTS or attempt == attempts - 1:
+                raise
+            log.info("lock conflict; trying again: %s", e)
+            pause(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")

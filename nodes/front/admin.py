@@ -26,7 +26,7 @@ from delayq.access.tokens import check_name
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
 from delayq.master import intents as layout
-from delayq.master.reshard import Conflict, ReshardJob, claim
+from delayq.master.reshard import Conflict, Progress, ReshardJob, claim
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import current
 from delayq.nodes.front.errors import CallAnswers, declared
@@ -91,21 +91,19 @@ class AdminCalls:
         if shards is None or not 1 <= shards <= 4096:
             raise errors.InvalidRequest("shards", "must be 1 to 4096")
         with self._zookeeper() as call:
-            current = self._cluster_info().shardCount
-            recorded = layout.read_intents(call, self._paths).shards
             last = self.reshards.progress
-            if recorded is None and current == shards:      # nothing to do, or this node's run just finished
-                done = last if last is not None and last.target == shards and not last.running else None
-                return ttypes.ReshardStatus(fromShards=done.current if done else current, toShards=shards,
-                                            running=False, moved=done.moved if done else 0,
-                                            error=done.error if done else None, started=False)
+            if last is not None and last.running and last.target == shards:
+                return _status(last, started=False)      # a look at the progress: nothing to write
+            current = self._cluster_info().shardCount
+            if layout.read_intents(call, self._paths).shards is None and current == shards:
+                # Nothing to do, or this node's run to it has just finished.
+                done = last if last is not None and last.target == shards else Progress(current, shards, False, 0)
+                return _status(done, started=False)
             try:
                 claim(call, self._paths, shards)        # recorded before the run starts: a second target is refused
             except Conflict as e:
                 raise errors.InvalidRequest("shards", str(e)) from None
-        p, started = self.reshards.start(current, shards)
-        return ttypes.ReshardStatus(fromShards=p.current, toShards=p.target, running=p.running, moved=p.moved,
-                                    error=p.error, started=started)
+        return _status(*self.reshards.start(current, shards))
 
     @contextlib.contextmanager
     def _zookeeper(self) -> Iterator[layout.Call]:
@@ -184,6 +182,11 @@ class Front:
             if hasattr(part, name):
                 return getattr(part, name)
         raise AttributeError(name)
+
+
+def _status(p: Progress, started: bool) -> ttypes.ReshardStatus:
+    return ttypes.ReshardStatus(fromShards=p.current, toShards=p.target, running=p.running, moved=p.moved,
+                                error=p.error, started=started)
 
 
 def _as_thrift(i: Intents) -> ttypes.Intents:

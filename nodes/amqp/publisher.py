@@ -99,15 +99,6 @@ class ConfirmedPublisher:
         with self._space:
             return self._space.wait_for(lambda: not self._pending, timeout)
 
-    def declare_exchange(self, name: str) -> None:
-        """Make sure the exchange exists (durable topic) on this and every later connection."""
-        with self._lock:
-            if name in self._exchanges:
-                return
-            self._exchanges.add(name)
-            if self._ready and self._conn is not None:
-                self._conn.ioloop.add_callback_threadsafe(lambda: self._declare(name))
-
     def publish(self, batch: list[Outgoing], still_valid: Callable[[], bool] | None = None) -> None:
         """Send the batch; every message gets an outcome. still_valid, when given, is asked on the
         publisher thread just before the frames are written: False settles the batch NOT_SENT."""

@@ -6,11 +6,13 @@ RabbitMQ queue on its own thread, stamping each message with its receive time.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pika
 import pytest
@@ -107,6 +109,27 @@ class NodeFactory:
     def stop_all(self) -> None:
         for node in self.made:
             node.stop()        # wakes a node a test left stopped, then SIGTERM
+
+
+def per_node(node) -> dict[str, int]:
+    """Shards per node in the assignment, as `node` reports it."""
+    with node.client() as c:
+        return dict(collections.Counter(c.cluster().assignment.values()))
+
+
+@contextlib.contextmanager
+def zk_cluster(logs: Path, shards: int, count: int) -> Iterator[tuple[Database, list[NodeProcess]]]:
+    """`count` ZooKeeper nodes on a fresh database of `shards` shards, yielded once the master has
+    balanced them; stopped, and the database dropped, on exit."""
+    balanced = sorted(shards // count + (i < shards % count) for i in range(count))
+    with fresh_database(shards) as db:
+        factory = NodeFactory(db, logs)
+        nodes = [factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_SESSION_TIMEOUT_MS="3000") for _ in range(count)]
+        try:
+            wait_until(lambda: sorted(per_node(nodes[0]).values()) == balanced, 15, 0.1, what="a balanced cluster")
+            yield db, nodes
+        finally:
+            factory.stop_all()
 
 
 @pytest.fixture(scope="module")

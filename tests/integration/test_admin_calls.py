@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import Collector, NodeFactory, fresh_database, wait_until
+from conftest import Collector, per_node, wait_until, zk_cluster
 from delayq.client import CallbackService, DelayqClient, ResultStatus, TaskSpec, TaskStatus
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
@@ -82,15 +82,16 @@ def test_an_admin_manages_clients_and_each_change_holds_at_once(node, database, 
             assert (listed.hasToken, listed.revoked) == (True, False)
             assert {(g.permission, g.pattern) for g in listed.grants} == {("submit", topic), ("read", topic)}
             fresh = admin.rotateClient(name)
-            wait_until(lambda: _unauthenticated(lambda: c.get(task_id)), 1.0, what="the old token to stop working")
+            wait_until(lambda: _raises(ttypes.Unauthenticated, lambda: c.get(task_id)), 1.0,
+                       what="the old token to stop working")
         with as_client(node, token) as c, pytest.raises(ttypes.Unauthenticated):
             c.get(task_id)
         with as_client(node, fresh) as c:
             admin.revokeClient(name, ttypes.Grant("read", topic))
-            wait_until(lambda: _forbidden(lambda: c.get(task_id)), 1.0, what="the read grant to go")
+            wait_until(lambda: _raises(ttypes.Forbidden, lambda: c.get(task_id)), 1.0, what="the read grant to go")
             admin.revokeClient(name, None)
-            wait_until(lambda: _unauthenticated(lambda: c.submit(TaskSpec(topic=topic, delayMs=600_000))), 1.0,
-                       what="the revocation")
+            later = TaskSpec(topic=topic, delayMs=600_000)
+            wait_until(lambda: _raises(ttypes.Unauthenticated, lambda: c.submit(later)), 1.0, what="the revocation")
         # Bad input names the argument; nothing is changed.
         for call, field in [(lambda: admin.addClient("Bad Name!", [], False), "name"),
                             (lambda: admin.addClient(name, [], False), "name"),
@@ -107,18 +108,10 @@ def test_an_admin_manages_clients_and_each_change_holds_at_once(node, database, 
     assert (security.ADMIN, "rotateClient", name, "ok") in audit(database, "--action", "rotateClient")
 
 
-def _forbidden(call) -> bool:
+def _raises(error: type, call) -> bool:
     try:
         call()
-    except ttypes.Forbidden:
-        return True
-    return False
-
-
-def _unauthenticated(call) -> bool:
-    try:
-        call()
-    except ttypes.Unauthenticated:
+    except error:
         return True
     return False
 
@@ -158,19 +151,8 @@ def test_an_admin_redrives_failed_tasks_and_they_fire_again(node, database):
 @pytest.fixture
 def cluster2(tmp_path):
     """Two ZooKeeper nodes on a fresh 8-shard database."""
-    with fresh_database(8) as db:
-        factory = NodeFactory(db, tmp_path)
-        nodes = [factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_SESSION_TIMEOUT_MS="3000") for _ in range(2)]
-        try:
-            wait_until(lambda: sorted(_per_node(nodes[0]).values()) == [4, 4], 15, 0.1, what="a balanced cluster")
-            yield db, nodes
-        finally:
-            factory.stop_all()
-
-
-def _per_node(node) -> dict[str, int]:
-    with node.client() as c:
-        return dict(collections.Counter(c.cluster().assignment.values()))
+    with zk_cluster(tmp_path, 8, 2) as (db, nodes):
+        yield db, nodes
 
 
 @pytest.mark.timeout(180)
@@ -189,12 +171,12 @@ def test_an_admin_drains_pins_and_reshards_a_running_cluster(cluster2):
         assert admin.intents() == ttypes.Intents(drained=[], pinned={}, reshardTo=None)
 
         assert admin.drain("n2", False).drained == ["n2"]
-        wait_until(lambda: _per_node(n1) == {"n1": 8}, 15, 0.1, what="n2 drained")
+        wait_until(lambda: per_node(n1) == {"n1": 8}, 15, 0.1, what="n2 drained")
         assert admin.pin(3, "n2", False).pinned == {3: "n2"}       # a pin wins over a drain
-        wait_until(lambda: _per_node(n1) == {"n1": 7, "n2": 1}, 15, 0.1, what="shard 3 pinned to n2")
+        wait_until(lambda: per_node(n1) == {"n1": 7, "n2": 1}, 15, 0.1, what="shard 3 pinned to n2")
         admin.unpin(3)
         admin.undrain("n2")
-        wait_until(lambda: sorted(_per_node(n1).values()) == [4, 4], 15, 0.1, what="n2 back")
+        wait_until(lambda: sorted(per_node(n1).values()) == [4, 4], 15, 0.1, what="n2 back")
 
         topic = f"rs-{uuid.uuid4().hex[:6]}"
         admin.registerService(CallbackService(topic=topic, ttrMs=0))

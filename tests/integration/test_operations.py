@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from delayq.client import CallbackService, DelayqClient, TaskSpec
-from conftest import Collector, NodeFactory, fresh_database, wait_until
+from conftest import Collector, per_node, wait_until, zk_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -23,24 +23,13 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def cluster3(tmp_path):
     """Three ZooKeeper nodes on a fresh 16-shard database, balanced."""
-    with fresh_database(16) as db:
-        factory = NodeFactory(db, tmp_path)
-        nodes = [factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_SESSION_TIMEOUT_MS="3000") for _ in range(3)]
-        try:
-            wait_until(lambda: _per_node(nodes[0]) == {"n1": 5, "n2": 5, "n3": 6} or
-                       sorted(_per_node(nodes[0]).values()) == [5, 5, 6], 15, 0.1, what="a balanced cluster")
-            yield nodes
-        finally:
-            factory.stop_all()
+    with zk_cluster(tmp_path, 16, 3) as (_, nodes):
+        yield nodes
 
 
 def _info(node):
     with node.client() as c:
         return c.cluster()
-
-
-def _per_node(node) -> dict[str, int]:
-    return dict(collections.Counter(_info(node).assignment.values()))
 
 
 def delayq(node, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -125,7 +114,7 @@ def test_drain_moves_every_shard_off_a_node_under_load_and_pins_hold(cluster3):
         assert _info(n1).assignment[3] == "n2"          # a pin wins over the drain
         assert delayq(n1, "unpin", "3", "--timeout", "30").returncode == 0
         assert delayq(n1, "undrain", "n2", "--timeout", "30").returncode == 0
-        counts = _per_node(n1)
+        counts = per_node(n1)
         assert counts.get("n2", 0) >= 5 and max(counts.values()) - min(counts.values()) <= 1
     finally:
         stream.finish()

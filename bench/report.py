@@ -51,7 +51,7 @@ def combine(rounds: list[list[dict]]) -> list[dict]:
         middle = len(measured) // 2 if target.startswith("<") else (len(measured) - 1) // 2
         pick = measured[-1] if worst else measured[middle]
         how = "worst" if worst else "median"
-        values = ", ".join(_fmt(f["value"]) for f in same)
+        values = ", ".join(fmt(f["value"]) for f in same)
         note = f"{how} of {len(same)} runs ({values})" + (f"; {pick['note']}" if pick.get("note") else "")
         out.append({**pick, "note": note})
     return out
@@ -61,7 +61,7 @@ def emit(f: dict, stream=sys.stdout) -> None:
     print(json.dumps(f), file=stream, flush=True)
 
 
-def _fmt(v) -> str:
+def fmt(v) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
@@ -75,8 +75,8 @@ def table(figures: list[dict]) -> str:
     rows = [("scenario", "figure", "value", "unit", "target", "met", "ratio")]
     for f in figures:
         met = {True: "yes", False: "NO", None: ""}[f["met"]]
-        rows.append((f["scenario"], f["figure"], _fmt(f["value"]), f["unit"], f["target"] or "", met,
-                     _fmt(f.get("ratio_to_limit")) if "ratio_to_limit" in f else ""))
+        rows.append((f["scenario"], f["figure"], fmt(f["value"]), f["unit"], f["target"] or "", met,
+                     fmt(f.get("ratio_to_limit")) if "ratio_to_limit" in f else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i != 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
              for r in rows]
@@ -118,8 +118,8 @@ def write_results(path: Path, figures: list[dict], *, command: str, started: str
     ]
     for f in figures:
         met = {True: "yes", False: "**no**", None: ""}[f["met"]]
-        ratio = _fmt(f.get("ratio_to_limit")) if "ratio_to_limit" in f else ""
-        out.append(f"| {f['scenario']} | {f['figure']} | {_fmt(f['value'])} | {f['unit']} | "
+        ratio = fmt(f.get("ratio_to_limit")) if "ratio_to_limit" in f else ""
+        out.append(f"| {f['scenario']} | {f['figure']} | {fmt(f['value'])} | {f['unit']} | "
                    f"{f['target'] or ''} | {met} | {ratio} | {f.get('note', '')} |")
     if errors:
         out += ["", "## Scenarios that failed", ""]

@@ -62,8 +62,10 @@ from delayq.nodes.zk.membership import Membership
 from delayq.store.audit import AuditLog
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore
+from delayq.store.deadletters import DeadLetterRows
 from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
+from delayq.store.requests import TaskRequests
 from delayq.store.tasks import TaskStore
 from delayq.zkpaths import ZkPaths
 
@@ -87,6 +89,7 @@ class NodeRuntime:
         # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
         self.store = TaskStore(self.engine)
+        self.requests = TaskRequests(self.engine)
         self.epochs = ShardEpochs(self.engine, clock)
         self.services = ServiceRegistry(self.engine, clock)
         self.ownership = Ownership(s.node.node_id)
@@ -110,7 +113,7 @@ class NodeRuntime:
                                       confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
                                       on_channel_closed=self.exchanges.forget)
         self.publisher = publisher(max_in_flight=s.amqp.max_in_flight)
-        self.deadletters = DeadLetterer(self.store, self.ownership, self.services, self.publisher, self.exchanges,
+        self.deadletters = DeadLetterer(DeadLetterRows(self.engine), self.ownership, self.services, self.publisher, self.exchanges,
                                         self.metrics, clock)
         # No time-out while delayq's own dependencies are down, nor for a grace after.
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
@@ -144,14 +147,14 @@ class NodeRuntime:
                              poll_ms=sec.clients_poll_ms)
         self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
-                                                self.access.reporter(user, task_id, self.store.topic_of))
+                                                self.access.reporter(user, task_id, self.requests.topic_of))
         self.zk: ZkSession | None = None
         self.standalone: Standalone | None = None
         if s.zk.enabled:
             self._build_cluster(s)
         else:
             self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
-        self.handler = Handler(self.store, TaskWriter(self.writes), self.services, self.queue, self.ownership,
+        self.handler = Handler(self.requests, TaskWriter(self.writes), self.services, self.queue, self.ownership,
                                clock, self.results, self.metrics, self.access,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,

@@ -28,7 +28,7 @@ from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.threads import NodeThread
-from delayq.store.tasks import TaskStore
+from delayq.store.deadletters import DeadLetterRows
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,11 @@ class DeadLetterRef:
 class DeadLetterer(NodeThread):
     name = "dead-letters"
 
-    def __init__(self, store: TaskStore, ownership: Ownership, services: ServiceRegistry,
+    def __init__(self, rows: DeadLetterRows, ownership: Ownership, services: ServiceRegistry,
                  publisher: ConfirmedPublisher, guard: ExchangeGuard, metrics: Metrics, clock: Clock, *, interval_s: float = 2.0,
                  batch: int = 500, first_backoff_ms: int = 2000, max_backoff_ms: int = 60_000):
         super().__init__()
-        self._store, self._ownership, self._services = store, ownership, services
+        self._rows, self._ownership, self._services = rows, ownership, services
         self._publisher, self._guard, self._metrics, self._clock = publisher, guard, metrics, clock
         self._first_backoff_ms, self._max_backoff_ms = first_backoff_ms, max_backoff_ms
         self._retry: dict[str, tuple[int, int]] = {}      # task id -> (not before ms, last backoff ms)
@@ -86,10 +86,10 @@ class DeadLetterer(NodeThread):
         with self._lock:
             done, self._confirmed = self._confirmed, []
         if done:
-            self._store.dead_lettered(done)
+            self._rows.clear(done)
         if not self._publisher.ready:
             return
-        rows = self._store.dead_letters(self._ownership.shards(), self._batch)
+        rows = self._rows.pending(self._ownership.shards(), self._batch)
         now = self._clock.now_ms()
         out, nowhere, verdicts = [], [], {}
         for r in rows:
@@ -106,7 +106,7 @@ class DeadLetterer(NodeThread):
                     continue
                 self._in_flight.add(r["task_id"])
             out.append(messages.dead_letter(r, exchange, DeadLetterRef(r["task_id"])))
-        self._store.dead_lettered(nowhere)
+        self._rows.clear(nowhere)
         with self._lock:       # forget backoffs of tasks no longer waiting here (moved shard, cleared)
             waiting = {r["task_id"] for r in rows}
             if len(rows) < self._batch:

@@ -31,7 +31,7 @@ def fired(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int) -> Ou
 
 
 def dead_letter(row: dict, exchange: str, ref: Any) -> Outgoing:
-    """The dead letter of a FAILED task (a row of TaskStore.dead_letters), routed by topic."""
+    """The dead letter of a FAILED task (a row of DeadLetterRows.pending), routed by topic."""
     headers = _headers(row["task_id"], row["topic"], row["attempt"], row["due_ms"], row["dispatched_ms"])
     headers[topology.HEADER_STATUS] = "FAILED"
     headers[topology.HEADER_REASON] = (row["message"] or "")[:REASON_CHARS]

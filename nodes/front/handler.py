@@ -31,7 +31,7 @@ from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
 from delayq.store.controls import ControlStore
 from delayq.store.submits import TaskWriter
-from delayq.store.tasks import TaskStore
+from delayq.store.requests import TaskRequests
 from delayq.store.values import CancelOutcome, NewTask, Submitted
 from delayq.nodes.validation import (Limits, ServiceSpec, TaskRequest, check_service, check_task, check_task_id,
                                due_time, spec_hash)
@@ -46,7 +46,7 @@ _CANCEL_RESULT = {CancelOutcome.CANCELLED: ttypes.CancelResult.CANCELLED,
 
 
 class Handler:
-    def __init__(self, store: TaskStore, writer: TaskWriter, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
+    def __init__(self, store: TaskRequests, writer: TaskWriter, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
                  clock: Clock, results: ResultApplier, metrics: Metrics, access: Access, *, limits: Limits,
                  max_batch: int,
                  window_ms: int, default_exchange: str,

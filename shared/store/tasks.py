@@ -1,6 +1,7 @@
 """TaskStore: a written task's life in MySQL: window scans, claims, dispatch records, results and
-time-outs, cancel and reschedule, the move to the backlog, dead letters. (New tasks are written by
-delayq.store.submits.TaskWriter; shard ownership by delayq.store.epochs.ShardEpochs.)
+time-outs, the move to the backlog. (New tasks are written by delayq.store.submits.TaskWriter;
+a caller's cancel, reschedule and get by delayq.store.requests.TaskRequests; shard ownership by
+delayq.store.epochs.ShardEpochs; dead letters by delayq.store.deadletters.DeadLetterRows.)
 
 The hot paths (window scan, claim, execlog, finishing fire-and-forget tasks) run fixed SQL text
 through the driver (`exec_driver_sql`, values written in by delayq.store.sqltext): building and
@@ -26,12 +27,12 @@ from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, sel
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
-from delayq.errors import Conflict, NotFound
+from delayq.errors import NotFound
 from delayq.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
 from delayq.store import inflight
 from delayq.store.backlog import move_to_backlog
 from delayq.store.sqltext import CONFIRMED, UPSERT_DISPATCHED, literal_id, literal_ids, marks
-from delayq.store.values import CancelOutcome, Claim, Claimed, Entry, Transition
+from delayq.store.values import Claim, Claimed, Entry, Transition
 
 log = logging.getLogger(__name__)
 TASK, EXECLOG, BACKLOG, SHARD = tables.task, tables.execlog, tables.backlog, tables.shard
@@ -173,7 +174,7 @@ class TaskStore:
                     for c in claimed])
             return n
 
-    # ---- results, timeouts, cancel, reschedule ------------------------------------------------
+    # ---- results and time-outs ---------------------------------------------------------------
 
     def apply_result(self, task_id: str, attempt: int, result: Result, message: str | None,
                      now_ms: int, policy: Callable[[str, int], RetryPolicy], node_id: str | None = None,
@@ -222,7 +223,7 @@ class TaskStore:
     def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
                now_ms: int, message: str | None, shard_id: int) -> None:
         if d.status in FINAL:
-            self._finalize(conn, task_id, attempt, (status,), d.status, now_ms, message)
+            move_to_backlog(conn, [(task_id, attempt)], (status,), d.status, now_ms, message)
         elif d.status is Status.RUNNING:
             conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(status=int(Status.RUNNING), updated_ms=now_ms))
         else:
@@ -264,81 +265,6 @@ class TaskStore:
                 select(TASK.c.task_id, TASK.c.attempt, TASK.c.deadline_ms).where(
                     TASK.c.task_id.in_(list(task_ids)), TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)])))]
 
-    def cancel(self, task_id: str, now_ms: int) -> tuple[CancelOutcome, str | None]:
-        """The outcome, and the topic when this call cancelled the task."""
-        with unavailable_on_failure(), self._engine.begin() as conn:
-            row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic).where(TASK.c.task_id == task_id)
-                               .with_for_update()).first()
-            if row is not None:
-                if row.status != Status.DELAY:
-                    return CancelOutcome.ALREADY_DISPATCHED, None
-                self._finalize(conn, task_id, row.attempt, (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled")
-                return CancelOutcome.CANCELLED, row.topic
-            final = conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first()
-            if final is None:
-                return CancelOutcome.NOT_FOUND, None
-            return (CancelOutcome.CANCELLED if final.status == Status.CANCELLED
-                    else CancelOutcome.ALREADY_DISPATCHED), None
-
-    def reschedule(self, task_id: str, due_ms: int, shard_id: int | None, now_ms: int) -> tuple[int, int, str]:
-        """Move a DELAY task to due_ms (and to shard_id when given); returns (shard, due, topic)."""
-        with unavailable_on_failure(), self._engine.begin() as conn:
-            row = conn.execute(select(TASK.c.status, TASK.c.shard_id, TASK.c.topic).where(TASK.c.task_id == task_id).with_for_update()).first()
-            if row is None:
-                if conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first() is None:
-                    raise NotFound(task_id)
-                raise Conflict(task_id, "has ended; only a task that has not fired can be rescheduled")
-            if row.status != Status.DELAY:
-                raise Conflict(task_id, f"is {Status(row.status).name}; only a task that has not fired can be rescheduled")
-            shard = row.shard_id if shard_id is None else shard_id
-            conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(due_ms=due_ms, shard_id=shard, updated_ms=now_ms))
-            return shard, due_ms, row.topic
-
-    def topic_of(self, task_id: str) -> str | None:
-        """The task's topic (live or archived; a task's topic never changes), None if no such task."""
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            return (conn.execute(select(TASK.c.topic).where(TASK.c.task_id == task_id)).scalar()
-                    or conn.execute(select(BACKLOG.c.topic).where(BACKLOG.c.task_id == task_id)).scalar())
-
-    def get(self, task_id: str) -> tuple[Mapping, list[Mapping]]:
-        """The task (live or archived) as a mapping, and its attempts from the execlog."""
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            row = conn.execute(select(TASK).where(TASK.c.task_id == task_id)).mappings().first()
-            if row is None:
-                row = conn.execute(select(BACKLOG).where(BACKLOG.c.task_id == task_id)).mappings().first()
-            if row is None:
-                raise NotFound(task_id)
-            attempts = conn.execute(select(EXECLOG).where(EXECLOG.c.task_id == task_id).order_by(EXECLOG.c.attempt)).mappings().all()
-            return dict(row), [dict(a) for a in attempts]
-
-    # ---- dead letters -------------------------------------------------------------------------
-
-    def dead_letters(self, shards: Iterable[int], limit: int) -> list[Mapping]:
-        """FAILED tasks of these shards still to be published to a dead-letter exchange."""
-        shards = sorted(shards)
-        if not shards:
-            return []
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            # The last attempt's dispatch time, for the dead letter's x-delayq-dispatched-at.
-            dispatched = select(EXECLOG.c.dispatched_ms).where(EXECLOG.c.task_id == BACKLOG.c.task_id, EXECLOG.c.attempt == BACKLOG.c.attempt) \
-                .scalar_subquery()
-            return [dict(r) for r in conn.execute(
-                select(BACKLOG.c.task_id, BACKLOG.c.topic, BACKLOG.c.attempt, BACKLOG.c.due_ms, BACKLOG.c.payload, BACKLOG.c.message,
-                       dispatched.label("dispatched_ms"))
-                .where(BACKLOG.c.dead_letter == 1, BACKLOG.c.shard_id.in_(shards)).limit(limit)).mappings()]
-
-    def dead_lettered(self, task_ids: Sequence[str]) -> None:
-        if task_ids:
-            with unavailable_on_failure(), self._engine.begin() as conn:
-                conn.execute(update(BACKLOG).where(BACKLOG.c.task_id.in_(list(task_ids))).values(dead_letter=0))
-
     def ping(self) -> None:
         with unavailable_on_failure(), self._engine.connect() as conn:
             conn.execute(select(literal(1)))
-
-    # ---- helpers ------------------------------------------------------------------------------
-
-    def _finalize(self, conn: Connection, task_id: str, attempt: int, statuses: Iterable[Status],
-                  final: Status, now_ms: int, message: str | None) -> bool:
-        """Move one live task to the backlog with its final status, if it is still as expected."""
-        return bool(move_to_backlog(conn, [(task_id, attempt)], statuses, final, now_ms, message))

@@ -26,7 +26,7 @@ from delayq.nodes.validation import Limits, ServiceSpec
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore
 from delayq.store.submits import TaskWriter
-from delayq.store.tasks import TaskStore
+from delayq.store.requests import TaskRequests
 from delayq.store.values import NewTask
 
 pytestmark = pytest.mark.integration
@@ -166,7 +166,7 @@ def handler(database):
     ownership.set({s: 1 for s in range(database.shards)}, range(database.shards))
     metrics = Metrics()
     access = Access(ClientStore(engine), metrics, enabled=False)       # the write path alone
-    yield Handler(TaskStore(engine), TaskWriter(writes), services,
+    yield Handler(TaskRequests(engine), TaskWriter(writes), services,
                   DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=metrics, access=access,
                   limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
                   check_exchange=lambda _e: None, cluster_info=lambda: None, controls=ControlStore(engine))

@@ -8,7 +8,7 @@
 Each side's figure is combined over its runs as `--runs` combines them (bench.report.combine: the
 median, the worst where the target is "== 0"). A figure is worse on the first side when it is a
 throughput that is lower, or a time, a CPU cost or a memory size that is higher, by more than
---worse percent, or a count that must be 0 and is not. Other figures (counts, ratios to limits,
+--worse percent, or a count that must be 0 (lost, duplicates) and is higher. Other figures (counts, ratios to limits,
 machine_speed) are shown without a verdict; machine_speed says whether the host ran as fast for
 both sides. Exit status 1 when a figure is worse.
 """
@@ -39,7 +39,7 @@ def load(path: Path) -> list[dict]:
 def verdict(f: dict, a, b, worse_pct: float) -> tuple[float | None, bool]:
     """(change of a against b in percent, whether a is worse by more than worse_pct)."""
     if (f.get("target") or "").startswith("=="):
-        return None, a not in (None, 0)
+        return None, (a or 0) > (b or 0)
     if a is None or b is None or not b or f["unit"] not in HIGHER_IS_BETTER | LOWER_IS_BETTER:
         return None, False
     change = (a - b) / abs(b) * 100

@@ -32,8 +32,9 @@ def test_within_the_margin_or_better_is_not_worse():
     assert rows["lateness_p99"]["change"] == -50.0 and not rows["lateness_p99"]["worse"]
 
 
-def test_a_count_that_must_be_zero_is_worse_whenever_it_is_not():
-    assert _rows([_run(lost=1)], [_run(lost=1)])["lost"]["worse"]
+def test_a_count_that_must_be_zero_is_worse_when_it_is_higher_than_the_other_side():
+    assert _rows([_run(lost=1)], [_run()])["lost"]["worse"]
+    assert not _rows([_run(lost=1)], [_run(lost=1)])["lost"]["worse"]
     assert not _rows([_run()], [_run(lost=3)])["lost"]["worse"]
 
 

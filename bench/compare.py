@@ -8,9 +8,9 @@
 Each side's figure is combined over its runs as `--runs` combines them (bench.report.combine: the
 median, the worst where the target is "== 0"). A figure is worse on the first side when it is a
 throughput that is lower, or a time, a CPU cost or a memory size that is higher, by more than
---worse percent, or a count that must be 0 (lost, duplicates) and is higher. Other figures (counts, ratios to limits,
-machine_speed) are shown without a verdict; machine_speed says whether the host ran as fast for
-both sides. Exit status 1 when a figure is worse.
+--worse percent, or a count that must be 0 (lost, duplicates) and is higher. Other figures
+(counts, ratios to limits, machine_speed) are shown without a verdict; machine_speed says whether
+the host ran as fast for both sides. Exit status 1 when a figure is worse.
 """
 from __future__ import annotations
 

@@ -30,8 +30,8 @@ from delayq.nodes.ownership import Ownership
 from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
 from delayq.store.controls import ControlStore
-from delayq.store.submits import TaskWriter
 from delayq.store.requests import TaskRequests
+from delayq.store.submits import TaskWriter
 from delayq.store.values import CancelOutcome, NewTask, Submitted
 from delayq.nodes.validation import (Limits, ServiceSpec, TaskRequest, check_service, check_task, check_task_id,
                                due_time, spec_hash)
@@ -46,7 +46,7 @@ _CANCEL_RESULT = {CancelOutcome.CANCELLED: ttypes.CancelResult.CANCELLED,
 
 
 class Handler:
-    def __init__(self, store: TaskRequests, writer: TaskWriter, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
+    def __init__(self, requests: TaskRequests, writer: TaskWriter, services: ServiceRegistry, queue: DelayQueue, ownership: Ownership,
                  clock: Clock, results: ResultApplier, metrics: Metrics, access: Access, *, limits: Limits,
                  max_batch: int,
                  window_ms: int, default_exchange: str,
@@ -54,7 +54,7 @@ class Handler:
                  hint: Callable[[list[Entry]], None] = lambda entries: None, audit: Audit | None = None,
                  controls: ControlStore,
                  quotas: Quotas | None = None):
-        self._store, self._services, self._queue = store, services, queue
+        self._requests, self._services, self._queue = requests, services, queue
         self._ownership, self._clock, self._limits = ownership, clock, limits
         self._results = results
         self._metrics = metrics
@@ -191,7 +191,7 @@ class Handler:
             self._may(Permission.CANCEL, taskId)
         except errors.NotFound:
             return ttypes.CancelResult.NOT_FOUND
-        outcome, topic = self._store.cancel(taskId, self._clock.now_ms())
+        outcome, topic = self._requests.cancel(taskId, self._clock.now_ms())
         if topic is not None:
             self._queue.remove(taskId)
             self._metrics.cancelled.labels(topic).inc()
@@ -208,7 +208,7 @@ class Handler:
         near = due < now + self._window_ms
         # Moving a soon-due task onto one of our shards lets it go straight into our memory queue.
         shard = self._ownership.pick_shard(near=True) if near and self._ownership.shards() else None
-        shard, due, topic = self._store.reschedule(taskId, due, shard, now)
+        shard, due, topic = self._requests.reschedule(taskId, due, shard, now)
         if self._ownership.owns(shard) and self._queue.accepts(due):
             self._queue.offer(Entry(taskId, shard, due, topic=topic))
         else:
@@ -219,7 +219,7 @@ class Handler:
     def get(self, taskId: str) -> ttypes.TaskInfo:
         check_task_id(taskId)
         client = self._access.require(current(), Permission.READ)
-        row, attempts = self._store.get(taskId)
+        row, attempts = self._requests.get(taskId)
         self._access.task(client, Permission.READ, taskId, lambda _: row["topic"])
         return ttypes.TaskInfo(
             taskId=row["task_id"], topic=row["topic"], status=int(row["status"]), attempt=row["attempt"],
@@ -245,7 +245,7 @@ class Handler:
     def _may(self, permission: Permission, task_id: str) -> None:
         """Unauthenticated, Forbidden, or NotFound for a task the caller may not touch."""
         client = self._access.require(current(), permission)
-        self._access.task(client, permission, task_id, self._store.topic_of)
+        self._access.task(client, permission, task_id, self._requests.topic_of)
 
     # ---- services and cluster -----------------------------------------------------------------
 

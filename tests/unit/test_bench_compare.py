@@ -43,10 +43,20 @@ def test_machine_speed_is_shown_without_a_verdict():
     assert (row["a"], row["b"], row["change"], row["worse"]) == (5.0, 10.0, None, False)
 
 
+def test_a_difference_of_two_figures_is_shown_without_a_verdict():
+    def run(extra):
+        return [figure("guarded", "p99_minus_steady_p99", extra, "ms", "<= 1")]
+    row = compare.compare([run(0.9)], [run(0.1)], 10.0)[0]
+    assert (row["change"], row["worse"]) == (None, False)
+
+
 def test_each_side_is_the_median_of_its_runs():
     rows = _rows([_run(p99=40.0), _run(p99=21.0), _run(p99=5.0)], [_run(p99=20.0), _run(p99=90.0), _run(p99=1.0)])
     assert (rows["lateness_p99"]["a"], rows["lateness_p99"]["b"]) == (21.0, 20.0)
     assert not rows["lateness_p99"]["worse"]
+    assert (rows["lateness_p99"]["a_range"], rows["lateness_p99"]["b_range"]) == ((5.0, 40.0), (1.0, 90.0))
+    assert "| steady | lateness_p99 | ms | 21 | 5 - 40 | 20 | 1 - 90 | +5.0% |  |" in compare.markdown(
+        list(rows.values()), 10.0)
 
 
 def test_the_command_reads_run_output_prints_a_table_and_fails_on_a_worse_figure(tmp_path, capsys):
@@ -57,7 +67,7 @@ def test_the_command_reads_run_output_prints_a_table_and_fails_on_a_worse_figure
     on, off = write("on.jsonl", _run(rate=700.0)), write("off.jsonl", _run())
     assert compare.main([on, "--vs", off]) == 1
     out = capsys.readouterr().out
-    assert "| submit | single_1_client | tasks/s | 700 | 1,000 | -30.0% | **yes** |" in out
+    assert "| submit | single_1_client | tasks/s | 700 |  | 1,000 |  | -30.0% | **yes** |" in out
     assert compare.main([on, "--vs", off, "--worse", "50"]) == 0
 
 

@@ -80,7 +80,7 @@ def compare(side_a: list[list[dict]], side_b: list[list[dict]], worse_pct: float
 
 
 def _span(r: tuple | None) -> str:
-    return "" if r is None or r[0] == r[1] else f"{fmt(r[0])} - {fmt(r[1])}"
+    return "" if r is None or fmt(r[0]) == fmt(r[1]) else f"{fmt(r[0])} - {fmt(r[1])}"
 
 
 def markdown(rows: list[dict], worse_pct: float) -> str:

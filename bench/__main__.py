@@ -6,6 +6,11 @@ repository root with nothing else loading the machine):
 
     python -m bench --out bench/RESULTS.md
 
+Security is on as in production: TLS and a token on every node's Thrift port, and nodes publishing
+to RabbitMQ over TLS (the local listener scripts/services.sh sets up); `--insecure` turns both off
+(bench.compare sets the two side by side). Both ways the nodes use their own MySQL account and
+ZooKeeper identity, which cost nothing per task.
+
 It first measures this machine's raw limits (MariaDB batched INSERT rows/s, RabbitMQ confirmed
 publishes/s with a pipelined window, the consumer's drain rate), then runs the scenarios, each
 against its own fresh database (dropped after) with real `delayq node` processes, producers and a
@@ -66,7 +71,7 @@ from pathlib import Path
 
 from bench import profile as profiler, report
 from bench.cpu import machine_speed
-from bench.machine import NODE_ENV, describe_machine, sweep_stale
+from bench.machine import MODE_ENV, NODE_ENV, describe_machine, publish_over_tls, sweep_stale
 from bench.measure import Run
 from bench.scenarios import BIG, COUNTS, OPTIONAL, ORDER, PARAMS, SCENARIOS, SMOKE
 from delayq.testing import security
@@ -108,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1, help="run everything this many times; report medians")
     p.add_argument("--profile", metavar="DIR", help="record every node with py-spy into DIR and summarise")
     p.add_argument("--insecure", action="store_true",
-                   help="nodes and clients without TLS and client identity (DELAYQ_INSECURE): what security costs")
+                   help="nodes and clients without TLS and client identity, nodes publishing over plaintext "
+                        "AMQP (DELAYQ_INSECURE): what security costs")
     p.add_argument("--keep-logs", action="store_true", help="keep node logs and records (else kept on failure only)")
     args = p.parse_args(argv)
     if args.runs < 1:
@@ -116,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     # Secured like production: TLS and a token, for this process's clients and the producers it starts.
     security.install()
     if args.insecure:
-        os.environ["DELAYQ_INSECURE"] = NODE_ENV["DELAYQ_INSECURE"] = "true"
+        os.environ["DELAYQ_INSECURE"] = MODE_ENV["DELAYQ_INSECURE"] = "true"
+    else:
+        MODE_ENV.update(publish_over_tls())
+        if not MODE_ENV:
+            print("RabbitMQ has no TLS listener (scripts/services.sh sets one up): nodes publish over "
+                  "plaintext AMQP", file=sys.stderr)
     # SIGTERM (a test's timeout) unwinds like Ctrl-C: nodes stopped, databases dropped, queues deleted.
     signal.signal(signal.SIGTERM, _interrupt)
 
@@ -177,9 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(figures))
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    chosen = {k: v for k, v in NODE_ENV.items() if not (args.insecure and k == "DELAYQ_INSECURE")}
-    if chosen:
-        command = f"DELAYQ_BENCH_NODE_ENV={shlex.quote(' '.join(f'{k}={v}' for k, v in chosen.items()))} {command}"
+    if NODE_ENV:
+        command = f"DELAYQ_BENCH_NODE_ENV={shlex.quote(' '.join(f'{k}={v}' for k, v in NODE_ENV.items()))} {command}"
     out = Path(args.out)
     report.write_results(out, figures, command=command.strip(), started=started.strftime("%Y-%m-%d %H:%M %Z"),
                          seconds=time.monotonic() - t0, machine=describe_machine(),

@@ -21,7 +21,7 @@ from typing import Iterable, Iterator
 import pymysql
 from sqlalchemy.engine import make_url
 
-from bench.machine import bench_cluster
+from bench.machine import bench_cluster, node_amqp
 from bench.receiver import ConsumerProcess
 from delayq.testing.cluster import now_ms
 from delayq.testing.services import AMQP_URL
@@ -136,7 +136,8 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
             if outcomes["n"] == messages:
                 done.set()
 
-    pub = ConfirmedPublisher(amqp_parameters(AMQP_URL, 5000), on_outcome, max_in_flight=window,
+    url, ca = node_amqp()        # the nodes' way to the broker: over TLS when security is on
+    pub = ConfirmedPublisher(amqp_parameters(url, 5000, ca), on_outcome, max_in_flight=window,
                              exchanges=("delayq",))
     pub.start()
     consumer = None

@@ -10,18 +10,37 @@ from pathlib import Path
 from bench import profile
 from delayq import config, db as dbm
 from delayq.testing.cluster import Cluster
-from delayq.testing.services import AMQP_URL, MYSQL_SERVER
+from delayq.testing.services import AMQP_URL, MYSQL_SERVER, RABBITMQ_TLS_DIR, over_tls
 
 # Node settings for every node of the run, e.g. DELAYQ_BENCH_NODE_ENV="DELAYQ_CLAIM_LEAD_MS=40 DELAYQ_..."
 NODE_ENV = dict(kv.split("=", 1) for kv in os.environ.get("DELAYQ_BENCH_NODE_ENV", "").split())
+# The settings the security mode implies (set by bench.__main__): DELAYQ_INSECURE with --insecure;
+# else the local RabbitMQ's TLS listener, which nodes publish through as production's do.
+MODE_ENV: dict[str, str] = {}
 PREFIX = "delayq_b_"
+
+
+def publish_over_tls() -> dict[str, str]:
+    """Node settings to publish through the TLS listener scripts/services.sh sets up on the local
+    RabbitMQ (same user and vhost as the plaintext URL, so the benchmark's consumers see it all);
+    {} when there is none."""
+    ca = Path(RABBITMQ_TLS_DIR) / "ca.pem"
+    if not ca.exists():
+        return {}
+    return {"DELAYQ_AMQP_URL": over_tls(AMQP_URL), "DELAYQ_AMQP_CA_FILE": str(ca)}
+
+
+def node_amqp() -> tuple[str, str]:
+    """(AMQP URL, CA file) the run's nodes publish with."""
+    env = {**MODE_ENV, **NODE_ENV}
+    return env.get("DELAYQ_AMQP_URL", AMQP_URL), env.get("DELAYQ_AMQP_CA_FILE", "")
 
 
 def bench_cluster(logs: Path, shards: int = 64, zk: bool = False, **node_settings: object) -> Cluster:
     """A Cluster whose nodes take the production settings (plus DELAYQ_BENCH_NODE_ENV) and are
     profiled when --profile is on."""
     return Cluster(logs, shards=shards, zk=zk, prefix=PREFIX, on_start=profile.attach,
-                   **{**node_settings, **NODE_ENV})
+                   **{**node_settings, **MODE_ENV, **NODE_ENV})
 
 
 def sweep_stale(max_age_s: int = 3600) -> list[str]:

@@ -23,6 +23,15 @@ def amqps_url() -> str:
     return f"amqps://delayq:{password}@127.0.0.1:{port}/delayq"
 
 
+def over_tls(url: str) -> str:
+    """The same user and vhost as url (amqp://...), through the local TLS listener (amqps://)."""
+    from urllib.parse import urlsplit, urlunsplit
+    u = urlsplit(url)
+    auth = u.netloc.rpartition("@")[0]
+    port = os.environ.get("DELAYQ_RABBITMQ_TLS_PORT", "5671")
+    return urlunsplit(("amqps", f"{auth}@{u.hostname}:{port}" if auth else f"{u.hostname}:{port}", u.path, u.query, ""))
+
+
 def wait_for_services(timeout: float = 120.0) -> float:
     """Until MariaDB and RabbitMQ both answer (someone may be restarting them); returns the seconds
     waited, raising TimeoutError after timeout."""

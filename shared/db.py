@@ -161,12 +161,12 @@ def retry_lock_conflicts(call: Callable[[], T], attempts: int = 5,
                          pause: Callable[[float], object] = time.sleep) -> T:
     """call() again when MySQL answered a deadlock or a lock wait timeout (the transaction was
     rolled back), after 50 ms, 100 ms, ...; any other error, or the last conflict, is raised."""
-    for attempt in range(attempts):
+    for attempt in range(attempts - 1):
         try:
             return call()
         except StoreUnavailable as e:
-            if e.code not in LOCK_CONFLICTS or attempt == attempts - 1:
+            if e.code not in LOCK_CONFLICTS:
                 raise
             log.info("lock conflict; trying again: %s", e)
             pause(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
+    return call()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 MYSQL_SERVER = os.environ.get("DELAYQ_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306")
 AMQP_URL = os.environ.get("DELAYQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/%2F")
@@ -25,11 +26,10 @@ def amqps_url() -> str:
 
 def over_tls(url: str) -> str:
     """The same user and vhost as url (amqp://...), through the local TLS listener (amqps://)."""
-    from urllib.parse import urlsplit, urlunsplit
     u = urlsplit(url)
-    auth = u.netloc.rpartition("@")[0]
+    auth, at, _ = u.netloc.rpartition("@")
     port = os.environ.get("DELAYQ_RABBITMQ_TLS_PORT", "5671")
-    return urlunsplit(("amqps", f"{auth}@{u.hostname}:{port}" if auth else f"{u.hostname}:{port}", u.path, u.query, ""))
+    return urlunsplit(u._replace(scheme="amqps", netloc=f"{auth}{at}{u.hostname}:{port}"))
 
 
 def wait_for_services(timeout: float = 120.0) -> float:

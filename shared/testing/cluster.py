@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from delayq import accounts, config, db as dbm, schema
 from delayq.client import CallbackService, DelayqClient, connect
+from delayq.client.security import ClientSecurity
 from delayq.testing import security
 from delayq.testing.services import AMQP_URL, MYSQL_SERVER, ZK_HOSTS, delete_queue, delete_zk_tree
 
@@ -93,7 +94,7 @@ class Node:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"node {self.node_id} exited with {self.proc.returncode}\n{self.log_tail()}")
         try:
-            client, transport = connect("127.0.0.1", self.port, 1.0)
+            client, transport = connect("127.0.0.1", self.port, 1.0, self.security)
         except Exception:  # noqa: BLE001 - refused while starting
             return False
         try:
@@ -150,8 +151,15 @@ class Node:
                         pass
         return out
 
+    @property
+    def security(self) -> ClientSecurity:
+        """How a client reaches this node: in plaintext when it runs insecure, else over TLS as
+        test-admin (its environment holds the CA and the token), whatever this process's settings;
+        the benchmark runs a secured node and an insecure one side by side."""
+        return ClientSecurity.from_env(self.env)
+
     def client(self, timeout_s: float = 10.0) -> DelayqClient:
-        return DelayqClient([self.endpoint], timeout_s=timeout_s)
+        return DelayqClient([self.endpoint], timeout_s=timeout_s, security=self.security)
 
     def log_tail(self, lines: int = 30) -> str:
         try:

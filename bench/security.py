@@ -1,0 +1,108 @@
+"""The security scenario: what TLS and client identity cost a call, measured on two nodes at once.
+
+A secured node (TLS and a token on its port, publishing over amqps when the local RabbitMQ has a
+TLS listener) and an insecure one (DELAYQ_INSECURE), each of its own cluster, serve one client
+that alternates its calls between them: `calls` single submits, then `batches` submitBatch calls
+of `batch` tasks, for `rounds` rounds. Each side's figures: the node's CPU per task and the mean
+latency of a call; then the secured side's cost over the insecure one, in percent (at most 10).
+
+Why pairs: the host's speed moves by half within minutes, so two whole runs taken minutes apart
+differ by more than 10% even in figures security does not touch (MariaDB's insert rate); calls
+alternated one by one run on the same host. Each call goes first in turn, and each side's node is
+started first for half of the rounds: with both sides insecure, the node started first measured
+2-3% dearer per call.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass
+
+from bench import profile
+from bench.cpu import cpu_seconds
+from bench.machine import NODE_ENV, PREFIX, publish_over_tls
+from bench.measure import Run
+from delayq.client import TaskSpec
+from delayq.testing.cluster import Cluster
+
+SIDES = ("secured", "insecure")
+DAY_MS = 86_400_000
+
+
+@dataclass
+class Side:
+    """What one side spent on one kind of call: the node's CPU seconds, the calls' wall seconds."""
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    calls: int = 0
+    tasks: int = 0
+
+
+def security(run: Run, p: dict) -> list[dict]:
+    kinds = {"single_submit": 1, f"batch_{p['batch']}": p["batch"]}
+    spent = {(kind, side): Side() for kind in kinds for side in SIDES}
+    halves = (p["rounds"] + 1) // 2, p["rounds"] // 2
+    for first, rounds in zip(SIDES, halves):
+        if rounds:
+            _measure(run, p, kinds, first, rounds, spent)
+    out = []
+    for kind in kinds:
+        cpu = {side: 1e6 * spent[kind, side].cpu_s / max(1, spent[kind, side].tasks) for side in SIDES}
+        latency = {side: 1e3 * spent[kind, side].wall_s / max(1, spent[kind, side].calls) for side in SIDES}
+        for side in SIDES:
+            s = spent[kind, side]
+            out.append(run.fig("security", f"{kind}_node_cpu_{side}", cpu[side], "us/task",
+                               note=f"{s.tasks:,} tasks in {s.calls:,} calls"))
+            out.append(run.fig("security", f"{kind}_latency_{side}", latency[side], "ms", note="mean of a call"))
+        for name, figures in (("node_cpu", cpu), ("latency", latency)):
+            out.append(run.fig("security", f"{kind}_{name}_secured_vs_insecure", _cost(figures), "%", "<= 10",
+                               note="the secured side's cost over the insecure side's"))
+    return out
+
+
+def _cost(figures: dict[str, float]) -> float | None:
+    base = figures["insecure"]
+    return 100.0 * (figures["secured"] / base - 1) if base else None
+
+
+def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, spent: dict) -> None:
+    """`rounds` rounds on a fresh pair of nodes, the `first` side's started first."""
+    settings = {"secured": publish_over_tls(), "insecure": {"DELAYQ_INSECURE": "true"}}
+    with contextlib.ExitStack() as stack:
+        clusters = {side: stack.enter_context(Cluster(run.logs, prefix=PREFIX, on_start=profile.attach,
+                                                      **{**settings[side], **NODE_ENV})) for side in SIDES}
+        nodes = {side: clusters[side].add_node() for side in sorted(SIDES, key=lambda s: s != first)}
+        topic = f"bench.security.{uuid.uuid4().hex[:8]}"
+        for cl in clusters.values():
+            cl.register(topic)
+        clients = {side: stack.enter_context(nodes[side].client()) for side in SIDES}
+        spec = TaskSpec(topic=topic, delayMs=DAY_MS, payload=b"x" * 100)
+        calls = {kind: _caller(spec, n) for kind, n in kinds.items()}
+        for kind, call in calls.items():      # connections open, code paths warm
+            for side in SIDES:
+                for _ in range(20):
+                    call(clients[side])
+        for r in range(rounds):
+            for kind, n in kinds.items():
+                count = p["calls"] if n == 1 else p["batches"]
+                cpu0 = {side: cpu_seconds(nodes[side].pid) for side in SIDES}
+                wall = dict.fromkeys(SIDES, 0.0)
+                for i in range(count):
+                    for side in (SIDES if (i + r) % 2 else SIDES[::-1]):
+                        t0 = time.perf_counter()
+                        calls[kind](clients[side])
+                        wall[side] += time.perf_counter() - t0
+                for side in SIDES:
+                    s = spent[kind, side]
+                    s.cpu_s += cpu_seconds(nodes[side].pid) - cpu0[side]
+                    s.wall_s += wall[side]
+                    s.calls += count
+                    s.tasks += count * n
+
+
+def _caller(spec: TaskSpec, n: int):
+    if n == 1:
+        return lambda client: client.submit(spec)
+    batch = [spec] * n
+    return lambda client: client.submitBatch(batch)

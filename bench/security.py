@@ -23,8 +23,9 @@ from bench import profile
 from bench.cpu import cpu_seconds
 from bench.machine import NODE_ENV, PREFIX, publish_over_tls
 from bench.measure import Run
-from delayq.client import TaskSpec
-from delayq.testing.cluster import Cluster
+from delayq.client import TaskSpec, connect
+from delayq.client.security import ClientSecurity
+from delayq.testing.cluster import Cluster, Node
 
 SIDES = ("secured", "insecure")
 DAY_MS = 86_400_000
@@ -73,6 +74,7 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, 
         clusters = {side: stack.enter_context(Cluster(run.logs, prefix=PREFIX, on_start=profile.attach,
                                                       **{**settings[side], **NODE_ENV})) for side in SIDES}
         nodes = {side: clusters[side].add_node() for side in sorted(SIDES, key=lambda s: s != first)}
+        _check_secured(nodes["secured"])
         topic = f"bench.security.{uuid.uuid4().hex[:8]}"
         for cl in clusters.values():
             cl.register(topic)
@@ -106,3 +108,15 @@ def _caller(spec: TaskSpec, n: int):
         return lambda client: client.submit(spec)
     batch = [spec] * n
     return lambda client: client.submitBatch(batch)
+
+
+def _check_secured(node: Node) -> None:
+    """The secured node refuses a plaintext call; else the figures would compare two insecure nodes."""
+    client, transport = connect("127.0.0.1", node.port, 5.0, ClientSecurity(insecure=True))
+    try:
+        client.cluster()
+    except Exception:  # noqa: BLE001 - refused, as it must be
+        return
+    finally:
+        transport.close()
+    raise RuntimeError(f"the secured node {node.endpoint} answered a plaintext call")

@@ -17,7 +17,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ["limits", "submit", "steady", "burst", "scale", "restart", "failover"]
+SCENARIOS = ["limits", "submit", "security", "steady", "burst", "scale", "restart", "failover"]
 
 
 def _bench(*args: str, timeout: float = 240) -> tuple[list[dict], str]:
@@ -66,6 +66,15 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
     assert all(word in single["note"] for word in ("node", "clients", "MariaDB", "machine")), single
     drained = by_scenario["burst"]["node_cpu_during_drain"]["note"]
     assert all(word in drained for word in ("consumer", "RabbitMQ", "MariaDB", "machine")), drained
+    # What security costs, each side measured on the same host: the cost is the two sides' ratio.
+    sec = by_scenario["security"]
+    for kind in ("single_submit", "batch_100"):
+        on, off = sec[f"{kind}_node_cpu_secured"], sec[f"{kind}_node_cpu_insecure"]
+        assert on["unit"] == off["unit"] == "us/task" and on["value"] > 0 and off["value"] > 0, (on, off)
+        cost = sec[f"{kind}_node_cpu_secured_vs_insecure"]
+        assert cost["unit"] == "%" and cost["target"] == "<= 10", cost
+        assert cost["value"] == pytest.approx(100 * (on["value"] / off["value"] - 1), abs=0.01), (cost, on, off)
+        assert sec[f"{kind}_latency_secured"]["value"] > 0 and sec[f"{kind}_latency_insecure"]["value"] > 0
     # How fast the host itself ran around each scenario, to tell a slow machine from a slow change.
     for s in SCENARIOS:
         speed = by_scenario[s]["machine_speed"]

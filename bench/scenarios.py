@@ -26,7 +26,7 @@ DAY_MS = 86_400_000
 PARAMS: dict[str, dict] = {
     "limits": {"mysql_rows": 200_000, "amqp_messages": 100_000, "amqp_window": 10_000},
     "submit": {"single_tasks_1": 5_000, "single_tasks_8": 20_000, "batch_tasks": 100_000, "batch_size": 1000},
-    "security": {"calls": 2000, "batches": 100, "batch": 100, "rounds": 4},
+    "security": {"calls": 2000, "batches": 100, "batch": 100, "rounds": 4, "idle_s": 2.0},
     "steady": {"rate": 1000, "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10},
     "burst": {"tasks": 100_000, "producers": 2},
     "noisy": {"tasks": 100_000, "producers": 2, "rate": 200},
@@ -46,7 +46,7 @@ BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
     "limits": {"mysql_rows": 5_000, "amqp_messages": 5_000},
     "submit": {"single_tasks_1": 300, "single_tasks_8": 800, "batch_tasks": 3_000},
-    "security": {"calls": 100, "batches": 10, "rounds": 2},
+    "security": {"calls": 100, "batches": 10, "rounds": 2, "idle_s": 0.5},
     "steady": {"rate": 200, "duration": 5, "delay_max": 3000},
     "burst": {"tasks": 3_000, "producers": 1},
     "noisy": {"tasks": 3_000, "producers": 1, "rate": 100},
@@ -57,7 +57,8 @@ SMOKE: dict[str, dict] = {
     "failover": {"rate": 200, "duration": 6, "delay_max": 3000, "kill_after_s": 2, "session_ms": 3000, "wait_stuck": 0},
     "faults": {"faults": "node_kill", "rate": 100, "duration": 8, "fault_after_s": 2, "session_ms": 3000},
 }
-COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending", "calls", "batches"}
+COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
+          "calls", "batches"}
 ORDER = ["limits", "submit", "security", "steady", "burst", "noisy", "limit", "guarded", "scale", "restart",
          "failover"]
 OPTIONAL = ["faults"]    # stops shared services: only when asked for
@@ -291,5 +292,5 @@ def _probe_rows(probes: dict[str, int], topic: str, shards: int):
 
 
 SCENARIOS = {"limits": limits, "submit": submit, "security": security, "steady": steady, "burst": burst,
-             "noisy": noisy, "limit": limit,
-             "guarded": guarded, "scale": scale, "restart": restart, "failover": failover, "faults": faults}
+             "noisy": noisy, "limit": limit, "guarded": guarded, "scale": scale, "restart": restart,
+             "failover": failover, "faults": faults}

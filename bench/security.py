@@ -3,8 +3,9 @@
 A secured node (TLS and a token on its port, publishing over amqps when the local RabbitMQ has a
 TLS listener) and an insecure one (DELAYQ_INSECURE), each of its own cluster, serve one client
 that alternates its calls between them: `calls` single submits, then `batches` submitBatch calls
-of `batch` tasks, for `rounds` rounds. Each side's figures: the node's CPU per task and the mean
-latency of a call; then the secured side's cost over the insecure one, in percent (at most 10).
+of `batch` tasks, for `rounds` rounds (made even). Each side's figures: the node's CPU per task,
+less what it spends with no calls (measured for `idle_s` first), and the mean latency of a call;
+then the secured side's cost over the insecure one, in percent (target: 10 at most).
 
 Why pairs: the host's speed moves by half within minutes, so two whole runs taken minutes apart
 differ by more than 10% even in figures security does not touch (MariaDB's insert rate); calls
@@ -20,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from bench import profile
-from bench.cpu import cpu_seconds
+from bench.cpu import thread_cpu_seconds
 from bench.machine import NODE_ENV, PREFIX, publish_over_tls
 from bench.measure import Run
 from delayq.client import TaskSpec, connect
@@ -43,10 +44,9 @@ class Side:
 def security(run: Run, p: dict) -> list[dict]:
     kinds = {"single_submit": 1, f"batch_{p['batch']}": p["batch"]}
     spent = {(kind, side): Side() for kind in kinds for side in SIDES}
-    halves = (p["rounds"] + 1) // 2, p["rounds"] // 2
-    for first, rounds in zip(SIDES, halves):
-        if rounds:
-            _measure(run, p, kinds, first, rounds, spent)
+    idle = {}
+    for first in SIDES:
+        idle[first] = _measure(run, p, kinds, first, max(1, (p["rounds"] + 1) // 2), spent)
     out = []
     for kind in kinds:
         cpu = {side: 1e6 * spent[kind, side].cpu_s / max(1, spent[kind, side].tasks) for side in SIDES}
@@ -54,7 +54,9 @@ def security(run: Run, p: dict) -> list[dict]:
         for side in SIDES:
             s = spent[kind, side]
             out.append(run.fig("security", f"{kind}_node_cpu_{side}", cpu[side], "us/task",
-                               note=f"{s.tasks:,} tasks in {s.calls:,} calls"))
+                               note=f"{s.tasks:,} tasks in {s.calls:,} calls; less the node's idle CPU, "
+                                    + ", ".join(f"{1e3 * idle[first][side]:.1f}" for first in SIDES)
+                                    + " ms/s in the two pairs"))
             out.append(run.fig("security", f"{kind}_latency_{side}", latency[side], "ms", note="mean of a call"))
         for name, figures in (("node_cpu", cpu), ("latency", latency)):
             out.append(run.fig("security", f"{kind}_{name}_secured_vs_insecure", _cost(figures), "%", "<= 10",
@@ -67,8 +69,9 @@ def _cost(figures: dict[str, float]) -> float | None:
     return 100.0 * (figures["secured"] / base - 1) if base else None
 
 
-def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, spent: dict) -> None:
-    """`rounds` rounds on a fresh pair of nodes, the `first` side's started first."""
+def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, spent: dict) -> dict[str, float]:
+    """`rounds` rounds on a fresh pair of nodes, the `first` side's started first, into `spent`;
+    returns each node's idle CPU (seconds per second), which it takes off."""
     settings = {"secured": publish_over_tls(), "insecure": {"DELAYQ_INSECURE": "true"}}
     with contextlib.ExitStack() as stack:
         clusters = {side: stack.enter_context(Cluster(run.logs, prefix=PREFIX, on_start=profile.attach,
@@ -85,22 +88,35 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, 
             for side in SIDES:
                 for _ in range(20):
                     call(clients[side])
+        idle = _idle(nodes, p["idle_s"])
         for r in range(rounds):
             for kind, n in kinds.items():
                 count = p["calls"] if n == 1 else p["batches"]
-                cpu0 = {side: cpu_seconds(nodes[side].pid) for side in SIDES}
+                cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
+                start = time.perf_counter()
                 wall = dict.fromkeys(SIDES, 0.0)
                 for i in range(count):
                     for side in (SIDES if (i + r) % 2 else SIDES[::-1]):
                         t0 = time.perf_counter()
                         calls[kind](clients[side])
                         wall[side] += time.perf_counter() - t0
+                elapsed = time.perf_counter() - start
                 for side in SIDES:
                     s = spent[kind, side]
-                    s.cpu_s += cpu_seconds(nodes[side].pid) - cpu0[side]
+                    s.cpu_s += thread_cpu_seconds(nodes[side].pid) - cpu0[side] - idle[side] * elapsed
                     s.wall_s += wall[side]
                     s.calls += count
                     s.tasks += count * n
+    return idle
+
+
+def _idle(nodes: dict[str, Node], seconds: float) -> dict[str, float]:
+    """Each node's CPU seconds per second while no call comes."""
+    before = {side: thread_cpu_seconds(node.pid) for side, node in nodes.items()}
+    start = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - start
+    return {side: (thread_cpu_seconds(node.pid) - before[side]) / elapsed for side, node in nodes.items()}
 
 
 def _caller(spec: TaskSpec, n: int):

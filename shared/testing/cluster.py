@@ -153,9 +153,8 @@ class Node:
 
     @property
     def security(self) -> ClientSecurity:
-        """How a client reaches this node: in plaintext when it runs insecure, else over TLS as
-        test-admin (its environment holds the CA and the token), whatever this process's settings;
-        the benchmark runs a secured node and an insecure one side by side."""
+        """How a client reaches this node (plaintext if it runs insecure, else TLS as test-admin),
+        whatever this process's settings: a secured node and an insecure one can run side by side."""
         return ClientSecurity.from_env(self.env)
 
     def client(self, timeout_s: float = 10.0) -> DelayqClient:

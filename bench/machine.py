@@ -37,10 +37,10 @@ def node_amqp() -> tuple[str, str]:
 
 
 def bench_cluster(logs: Path, shards: int = 64, zk: bool = False, **node_settings: object) -> Cluster:
-    """A Cluster whose nodes take the production settings (plus DELAYQ_BENCH_NODE_ENV) and are
-    profiled when --profile is on."""
+    """A Cluster whose nodes take the run's security mode, then node_settings (a scenario's own,
+    which may set the mode itself), then DELAYQ_BENCH_NODE_ENV, and are profiled when --profile is on."""
     return Cluster(logs, shards=shards, zk=zk, prefix=PREFIX, on_start=profile.attach,
-                   **{**node_settings, **MODE_ENV, **NODE_ENV})
+                   **{**MODE_ENV, **node_settings, **NODE_ENV})
 
 
 def sweep_stale(max_age_s: int = 3600) -> list[str]:

@@ -20,13 +20,13 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from bench import profile
 from bench.cpu import thread_cpu_seconds
-from bench.machine import NODE_ENV, PREFIX, publish_over_tls
+from bench.machine import bench_cluster, publish_over_tls
 from bench.measure import Run
 from delayq.client import TaskSpec, connect
 from delayq.client.security import ClientSecurity
-from delayq.testing.cluster import Cluster, Node
+from delayq.testing.cluster import Node
+from delayq.testing.services import AMQP_URL
 
 SIDES = ("secured", "insecure")
 DAY_MS = 86_400_000
@@ -72,10 +72,11 @@ def _cost(figures: dict[str, float]) -> float | None:
 def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, spent: dict) -> dict[str, float]:
     """`rounds` rounds on a fresh pair of nodes, the `first` side's started first, into `spent`;
     returns each node's idle CPU (seconds per second), which it takes off."""
-    settings = {"secured": publish_over_tls(), "insecure": {"DELAYQ_INSECURE": "true"}}
+    # Each side states its mode whole, whichever the run's (--insecure or not).
+    settings = {"secured": {**publish_over_tls(), "DELAYQ_INSECURE": "false"},
+                "insecure": {"DELAYQ_INSECURE": "true", "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_AMQP_CA_FILE": ""}}
     with contextlib.ExitStack() as stack:
-        clusters = {side: stack.enter_context(Cluster(run.logs, prefix=PREFIX, on_start=profile.attach,
-                                                      **{**settings[side], **NODE_ENV})) for side in SIDES}
+        clusters = {side: stack.enter_context(bench_cluster(run.logs, **settings[side])) for side in SIDES}
         nodes = {side: clusters[side].add_node() for side in sorted(SIDES, key=lambda s: s != first)}
         _check_secured(nodes["secured"])
         topic = f"bench.security.{uuid.uuid4().hex[:8]}"

@@ -26,7 +26,8 @@ DAY_MS = 86_400_000
 PARAMS: dict[str, dict] = {
     "limits": {"mysql_rows": 200_000, "amqp_messages": 100_000, "amqp_window": 10_000},
     "submit": {"single_tasks_1": 5_000, "single_tasks_8": 20_000, "batch_tasks": 100_000, "batch_size": 1000},
-    "security": {"calls": 2000, "batches": 100, "batch": 100, "rounds": 4, "idle_s": 2.0},
+    "security": {"calls": 2000, "batches": 100, "batch": 100, "clients": 8, "client_s": 3.0, "rounds": 4,
+                 "idle_s": 2.0},
     "steady": {"rate": 1000, "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10},
     "burst": {"tasks": 100_000, "producers": 2},
     "noisy": {"tasks": 100_000, "producers": 2, "rate": 200},
@@ -46,7 +47,7 @@ BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
     "limits": {"mysql_rows": 5_000, "amqp_messages": 5_000},
     "submit": {"single_tasks_1": 300, "single_tasks_8": 800, "batch_tasks": 3_000},
-    "security": {"calls": 100, "batches": 10, "rounds": 2, "idle_s": 0.5},
+    "security": {"calls": 100, "batches": 10, "clients": 2, "client_s": 0.5, "rounds": 2, "idle_s": 0.5},
     "steady": {"rate": 200, "duration": 5, "delay_max": 3000},
     "burst": {"tasks": 3_000, "producers": 1},
     "noisy": {"tasks": 3_000, "producers": 1, "rate": 100},

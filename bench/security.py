@@ -3,9 +3,15 @@
 A secured node (TLS and a token on its port, publishing over amqps when the local RabbitMQ has a
 TLS listener) and an insecure one (DELAYQ_INSECURE), each of its own cluster, serve one client
 that alternates its calls between them: `calls` single submits, then `batches` submitBatch calls
-of `batch` tasks, for `rounds` rounds (made even). Each side's figures: the node's CPU per task,
+of `batch` tasks. Then many callers at once: `clients` client processes on each node, both nodes
+at the same time, each making single submits for `client_s` seconds; the processes change sides
+from round to round. (With many callers the node serves their submits in shared transactions:
+the base cost of a call is about a third of a lone call's, so the same TLS cost is a larger share
+of it.) All this for `rounds` rounds (made even). Each side's figures: the node's CPU per task,
 less what it spends with no calls (measured for `idle_s` first), and the mean latency of a call;
-then the secured side's cost over the insecure one, in percent (target: 10 at most).
+then the secured side's cost over the insecure one, in percent (target: 10 at most). With a fixed
+number of callers each waiting for its answer, the rate is that number over the latency: a call
+10% slower is a rate 9% lower.
 
 Why pairs: the host's speed moves by half within minutes, so two whole runs taken minutes apart
 differ by more than 10% even in figures security does not touch (MariaDB's insert rate); calls
@@ -16,6 +22,8 @@ started first for half of the rounds: with both sides insecure, the node started
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import queue
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,7 +31,7 @@ from dataclasses import dataclass
 from bench.cpu import thread_cpu_seconds
 from bench.machine import bench_cluster, publish_over_tls
 from bench.measure import Run
-from delayq.client import TaskSpec, connect
+from delayq.client import DelayqClient, TaskSpec, connect
 from delayq.client.security import ClientSecurity
 from delayq.testing.cluster import Node
 from delayq.testing.services import AMQP_URL
@@ -43,12 +51,14 @@ class Side:
 
 def security(run: Run, p: dict) -> list[dict]:
     kinds = {"single_submit": 1, f"batch_{p['batch']}": p["batch"]}
-    spent = {(kind, side): Side() for kind in kinds for side in SIDES}
+    many = f"single_{p['clients']}_clients"
+    spent = {(kind, side): Side() for kind in [*kinds, many] for side in SIDES}
     idle = {}
-    for first in SIDES:
-        idle[first] = _measure(run, p, kinds, first, max(1, (p["rounds"] + 1) // 2), spent)
+    with _Crowd(2 * p["clients"]) as crowd:
+        for first in SIDES:
+            idle[first] = _measure(run, p, kinds, crowd, first, max(1, (p["rounds"] + 1) // 2), spent)
     out = []
-    for kind in kinds:
+    for kind in [*kinds, many]:
         cpu = {side: 1e6 * spent[kind, side].cpu_s / max(1, spent[kind, side].tasks) for side in SIDES}
         latency = {side: 1e3 * spent[kind, side].wall_s / max(1, spent[kind, side].calls) for side in SIDES}
         for side in SIDES:
@@ -57,7 +67,9 @@ def security(run: Run, p: dict) -> list[dict]:
                                note=f"{s.tasks:,} tasks in {s.calls:,} calls; less the node's idle CPU, "
                                     + ", ".join(f"{1e3 * idle[first][side]:.1f}" for first in SIDES)
                                     + " ms/s in the two pairs"))
-            out.append(run.fig("security", f"{kind}_latency_{side}", latency[side], "ms", note="mean of a call"))
+            callers = f"; {p['clients']} clients on each node at once" if kind == many else ""
+            out.append(run.fig("security", f"{kind}_latency_{side}", latency[side], "ms",
+                               note=f"mean of a call{callers}"))
         for name, figures in (("node_cpu", cpu), ("latency", latency)):
             out.append(run.fig("security", f"{kind}_{name}_secured_vs_insecure", _cost(figures), "%", "<= 10",
                                note="the secured side's cost over the insecure side's"))
@@ -69,7 +81,8 @@ def _cost(figures: dict[str, float]) -> float | None:
     return 100.0 * (figures["secured"] / base - 1) if base else None
 
 
-def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, spent: dict) -> dict[str, float]:
+def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str, rounds: int,
+             spent: dict) -> dict[str, float]:
     """`rounds` rounds on a fresh pair of nodes, the `first` side's started first, into `spent`;
     returns each node's idle CPU (seconds per second), which it takes off."""
     # Each side states its mode whole, whichever the run's (--insecure or not).
@@ -89,6 +102,7 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, 
             for side in SIDES:
                 for _ in range(20):
                     call(clients[side])
+        crowd.connect({side: (nodes[side].endpoint, nodes[side].security) for side in SIDES}, spec)
         idle = _idle(nodes, p["idle_s"])
         for r in range(rounds):
             for kind, n in kinds.items():
@@ -101,14 +115,116 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], first: str, rounds: int, 
                         t0 = time.perf_counter()
                         calls[kind](clients[side])
                         wall[side] += time.perf_counter() - t0
-                elapsed = time.perf_counter() - start
-                for side in SIDES:
-                    s = spent[kind, side]
-                    s.cpu_s += thread_cpu_seconds(nodes[side].pid) - cpu0[side] - idle[side] * elapsed
-                    s.wall_s += wall[side]
-                    s.calls += count
-                    s.tasks += count * n
+                _account(spent, kind, nodes, cpu0, idle, time.perf_counter() - start,
+                         {side: (count, wall[side]) for side in SIDES}, n)
+            cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
+            start = time.perf_counter()
+            done = crowd.round(r, p["client_s"])
+            _account(spent, f"single_{p['clients']}_clients", nodes, cpu0, idle, time.perf_counter() - start, done, 1)
     return idle
+
+
+def _account(spent: dict, kind: str, nodes: dict[str, Node], cpu0: dict[str, float], idle: dict[str, float],
+             elapsed: float, done: dict[str, tuple[int, float]], per_call: int) -> None:
+    """Add what each side's node spent since cpu0, less its idle CPU, and its (calls, wall seconds)."""
+    for side in SIDES:
+        s = spent[kind, side]
+        s.cpu_s += thread_cpu_seconds(nodes[side].pid) - cpu0[side] - idle[side] * elapsed
+        s.calls += done[side][0]
+        s.wall_s += done[side][1]
+        s.tasks += done[side][0] * per_call
+
+
+class _Crowd:
+    """Client processes, started once (the harness runs threads: spawned, not forked), each holding
+    a connection to both nodes of a pair. In round r, the even processes call one side and the odd
+    ones the other, swapping sides every round, so each node has half of them at once."""
+
+    def __init__(self, processes: int):
+        mp = multiprocessing.get_context("spawn")
+        self._results = mp.Queue()
+        self._commands = [mp.Queue() for _ in range(processes)]
+        self._procs = [mp.Process(target=_crowd_client, args=(commands, self._results), daemon=True)
+                       for commands in self._commands]
+
+    def __enter__(self) -> _Crowd:
+        for proc in self._procs:
+            proc.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for commands in self._commands:
+            commands.put(("stop", None))
+        for proc in self._procs:
+            proc.join(10.0)
+            if proc.is_alive():
+                proc.kill()
+
+    def connect(self, where: dict[str, tuple[str, ClientSecurity]], spec: TaskSpec) -> None:
+        """Connect every process to both nodes ({side: (endpoint, security)}) and warm it up."""
+        for commands in self._commands:
+            commands.put(("connect", (where, spec)))
+        self._collect(60.0)
+
+    def round(self, r: int, seconds: float) -> dict[str, tuple[int, float]]:
+        """Every process calls its side for `seconds`: {side: (calls, wall seconds of them)}."""
+        for k, commands in enumerate(self._commands):
+            commands.put(("round", (SIDES[(k + r) % 2], seconds)))
+        done = dict.fromkeys(SIDES, (0, 0.0))
+        for side, calls, wall in self._collect(seconds + 60.0):
+            done[side] = (done[side][0] + calls, done[side][1] + wall)
+        return done
+
+    def _collect(self, timeout: float) -> list:
+        deadline = time.monotonic() + timeout
+        got = []
+        for _ in self._procs:
+            try:
+                answer = self._results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError("a client process of the security scenario did not answer in time") from None
+            if isinstance(answer, str):
+                raise RuntimeError(f"a client process of the security scenario failed: {answer}")
+            got.append(answer)
+        return got
+
+
+def _crowd_client(commands, results) -> None:
+    """One process of a _Crowd, obeying its commands until told to stop."""
+    clients: dict[str, DelayqClient] = {}
+    spec = None
+    try:
+        while True:
+            command, arg = commands.get()
+            if command == "stop":
+                return
+            if command == "connect":
+                for client in clients.values():
+                    client.close()
+                where, spec = arg
+                clients = {side: DelayqClient([endpoint], timeout_s=10, security=security)
+                           for side, (endpoint, security) in where.items()}
+                for client in clients.values():
+                    for _ in range(20):
+                        client.submit(spec)
+                results.put(())
+            elif command == "round":
+                side, seconds = arg
+                calls, wall = 0, 0.0
+                end = time.perf_counter() + seconds
+                while True:
+                    t0 = time.perf_counter()
+                    clients[side].submit(spec)
+                    t1 = time.perf_counter()
+                    calls, wall = calls + 1, wall + (t1 - t0)
+                    if t1 >= end:
+                        break
+                results.put((side, calls, wall))
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the scenario
+        results.put(f"{type(e).__name__}: {e}")
+    finally:
+        for client in clients.values():
+            client.close()
 
 
 def _idle(nodes: dict[str, Node], seconds: float) -> dict[str, float]:

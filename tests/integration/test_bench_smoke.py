@@ -68,7 +68,7 @@ def test_every_scenario_reports_its_figures_and_loses_nothing(tmp_path):
     assert all(word in drained for word in ("consumer", "RabbitMQ", "MariaDB", "machine")), drained
     # What security costs, each side measured on the same host: the cost is the two sides' ratio.
     sec = by_scenario["security"]
-    for kind in ("single_submit", "batch_100"):
+    for kind in ("single_submit", "batch_100", "single_2_clients"):
         on, off = sec[f"{kind}_node_cpu_secured"], sec[f"{kind}_node_cpu_insecure"]
         assert on["unit"] == off["unit"] == "us/task" and on["value"] > 0 and off["value"] > 0, (on, off)
         cost = sec[f"{kind}_node_cpu_secured_vs_insecure"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from sqlalchemy import Engine, delete, insert, select, tuple_
+from sqlalchemy import Engine, delete, insert, tuple_
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
@@ -53,7 +53,7 @@ class HintReader(NodeThread):
         self._engine, self._queue, self._ownership = engine, queue, ownership
         self._poll_s, self._batch = poll_ms / 1000.0, batch
         self._shards: list[int] = []
-        self._query = None
+        self._query = ""
 
     def _run(self) -> None:
         failing = False
@@ -75,11 +75,14 @@ class HintReader(NodeThread):
         if not shards:
             return 0
         if shards != self._shards:
+            # The statement as MySQL reads it, made once per set of shards (integers, written out):
+            # a Core select with its IN list bound anew on every read cost 2-3 times the CPU of the
+            # whole read, and an idle node reads 20 times a second.
             self._shards = shards
-            self._query = select(HINT.c.shard_id, HINT.c.task_id, HINT.c.due_ms, HINT.c.topic).where(HINT.c.shard_id.in_(shards)) \
-                .limit(self._batch)
+            self._query = (f"SELECT shard_id, task_id, due_ms, topic FROM {HINT.name} "
+                           f"WHERE shard_id IN ({','.join(str(int(s)) for s in shards)}) LIMIT {int(self._batch)}")
         with unavailable_on_failure(), self._engine.connect() as conn:
-            rows = conn.execute(self._query).all()
+            rows = conn.exec_driver_sql(self._query).all()
             if rows:     # a second reader of the same shard (ownership moving) only repeats a nudge
                 conn.execute(delete(HINT).where(tuple_(HINT.c.shard_id, HINT.c.task_id).in_(
                     [(r.shard_id, r.task_id) for r in rows])))

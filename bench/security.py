@@ -51,7 +51,7 @@ class Side:
 
 def security(run: Run, p: dict) -> list[dict]:
     kinds = {"single_submit": 1, f"batch_{p['batch']}": p["batch"]}
-    many = f"single_{p['clients']}_clients"
+    many = _many(p)
     spent = {(kind, side): Side() for kind in [*kinds, many] for side in SIDES}
     idle = {}
     with _Crowd(2 * p["clients"]) as crowd:
@@ -74,6 +74,11 @@ def security(run: Run, p: dict) -> list[dict]:
             out.append(run.fig("security", f"{kind}_{name}_secured_vs_insecure", _cost(figures), "%", "<= 10",
                                note="the secured side's cost over the insecure side's"))
     return out
+
+
+def _many(p: dict) -> str:
+    """The name of the many-callers kind."""
+    return f"single_{p['clients']}_clients"
 
 
 def _cost(figures: dict[str, float]) -> float | None:
@@ -120,7 +125,7 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str
             cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
             start = time.perf_counter()
             done = crowd.round(r, p["client_s"])
-            _account(spent, f"single_{p['clients']}_clients", nodes, cpu0, idle, time.perf_counter() - start, done, 1)
+            _account(spent, _many(p), nodes, cpu0, idle, time.perf_counter() - start, done, 1)
     return idle
 
 

@@ -122,9 +122,10 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str
                         wall[side] += time.perf_counter() - t0
                 _account(spent, kind, nodes, cpu0, idle, time.perf_counter() - start,
                          {side: (count, wall[side]) for side in SIDES}, n)
+            crowd.wake()
             cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
             start = time.perf_counter()
-            done = crowd.round(r, p["client_s"])
+            done = crowd.round(r + SIDES.index(first), p["client_s"])   # each process on each side as often
             _account(spent, _many(p), nodes, cpu0, idle, time.perf_counter() - start, done, 1)
     return idle
 
@@ -153,23 +154,31 @@ class _Crowd:
                        for commands in self._commands]
 
     def __enter__(self) -> _Crowd:
-        for proc in self._procs:
-            proc.start()
+        try:
+            for proc in self._procs:
+                proc.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         for commands in self._commands:
             commands.put(("stop", None))
+        deadline = time.monotonic() + 10.0
         for proc in self._procs:
-            proc.join(10.0)
-            if proc.is_alive():
-                proc.kill()
+            if proc.pid is not None:
+                proc.join(max(0.0, deadline - time.monotonic()))
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+        for q in (*self._commands, self._results):
+            q.close()
+            q.cancel_join_thread()
 
     def connect(self, where: dict[str, tuple[str, ClientSecurity]], spec: TaskSpec) -> None:
         """Connect every process to both nodes ({side: (endpoint, security)}) and warm it up."""
-        for commands in self._commands:
-            commands.put(("connect", (where, spec)))
-        self._collect(60.0)
+        self._tell_all(("connect", (where, spec)))
 
     def round(self, r: int, seconds: float) -> dict[str, tuple[int, float]]:
         """Every process calls its side for `seconds`: {side: (calls, wall seconds of them)}."""
@@ -179,6 +188,17 @@ class _Crowd:
         for side, calls, wall in self._collect(seconds + 60.0):
             done[side] = (done[side][0] + calls, done[side][1] + wall)
         return done
+
+    def wake(self) -> None:
+        """One call from every process to each node: connections idle through the other kinds'
+        calls (and closed by a node's idle timeout on a slow host) are open again before a round
+        is measured, so no side pays for a handshake inside it."""
+        self._tell_all(("wake", None))
+
+    def _tell_all(self, command: tuple) -> None:
+        for commands in self._commands:
+            commands.put(command)
+        self._collect(60.0)
 
     def _collect(self, timeout: float) -> list:
         deadline = time.monotonic() + timeout
@@ -200,7 +220,12 @@ def _crowd_client(commands, results) -> None:
     spec = None
     try:
         while True:
-            command, arg = commands.get()
+            try:
+                command, arg = commands.get(timeout=1.0)
+            except queue.Empty:
+                if multiprocessing.parent_process().is_alive():
+                    continue
+                return          # the scenario's process is gone: nobody will say stop
             if command == "stop":
                 return
             if command == "connect":
@@ -212,6 +237,10 @@ def _crowd_client(commands, results) -> None:
                 for client in clients.values():
                     for _ in range(20):
                         client.submit(spec)
+                results.put(())
+            elif command == "wake":
+                for client in clients.values():
+                    client.submit(spec)
                 results.put(())
             elif command == "round":
                 side, seconds = arg

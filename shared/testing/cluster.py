@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,17 +25,12 @@ from delayq import accounts, config, db as dbm, schema
 from delayq.client import CallbackService, DelayqClient, connect
 from delayq.client.security import ClientSecurity
 from delayq.testing import security
+from delayq.testing.ports import free_port
 from delayq.testing.services import AMQP_URL, MYSQL_SERVER, ZK_HOSTS, delete_queue, delete_zk_tree
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "condition"):

@@ -4,7 +4,7 @@
 # 127.0.0.1:9090-9092, then the demo: register a topic, submit tasks, print them as they fire.
 # Secured as in production: a development CA and node certificate (var/tls/), TLS on every node's
 # Thrift port, a client `demo` whose token (var/demo.token) the demo calls with, and delayq's own
-# ZooKeeper identity (var/zk.auth), the only one that can read or change its znodes, and RabbitMQ
+# ZooKeeper identity (var/zk.auth, a copy of the machine's), the only one that can read or change its znodes, and RabbitMQ
 # over TLS as delayq's own user in its own vhost (set up by services.sh).
 # DELAYQ_KEEP=1 leaves the nodes running afterwards (logs in var/).
 set -euo pipefail
@@ -21,9 +21,18 @@ export DELAYQ_TLS_CERT_FILE=var/tls/node.pem DELAYQ_TLS_KEY_FILE=var/tls/node.ke
 delayq clients add demo --grant 'admin:*' --grant submit:demo --grant cancel:demo --grant read:demo \
     --grant report:demo --token-file var/demo.token --exist-ok
 export DELAYQ_TOKEN_FILE=var/demo.token
-if [ ! -s var/zk.auth ]; then
-    (umask 077 && python -c "import secrets; print('delayq:' + secrets.token_urlsafe(24))" >var/zk.auth)
+# delayq's ZooKeeper identity: one for the machine, kept beside the local ZooKeeper's data, since
+# the cluster's znodes refuse every identity but the one that made them (a second checkout, or this
+# one cloned again, would otherwise make a new one and be locked out). var/zk.auth is its copy.
+zk_auth="${DELAYQ_STATE_DIR:-/var/tmp/delayq}/zookeeper/delayq.auth"
+if [ ! -s "$zk_auth" ]; then
+    if [ -s var/zk.auth ]; then     # made here by an earlier Quickstart: its znodes know it
+        (umask 077 && cp var/zk.auth "$zk_auth")
+    else
+        (umask 077 && python -c "import secrets; print('delayq:' + secrets.token_urlsafe(24))" >"$zk_auth")
+    fi
 fi
+(umask 077 && cp "$zk_auth" var/zk.auth)
 export DELAYQ_ZK_AUTH_FILE=var/zk.auth
 rabbit_tls="${DELAYQ_STATE_DIR:-/var/tmp/delayq}/rabbitmq-tls"
 (umask 077 && echo "amqps://delayq:$(cat "$rabbit_tls/delayq.password")@127.0.0.1:${DELAYQ_RABBITMQ_TLS_PORT:-5671}/delayq" \
@@ -57,9 +66,9 @@ deadline=$((SECONDS + 60))
 until delayq status "${endpoints[@]}" --json 2>/dev/null |
         python -c "import json,sys; r=json.load(sys.stdin); sys.exit(not (len(r['nodes']) >= 3 and len(r['assignment']) == r['shards']))" 2>/dev/null; do
     for pid in "${pids[@]}"; do
-        kill -0 "$pid" 2>/dev/null || { echo "a node exited:"; tail -20 var/node*.log; exit 1; }
+        kill -0 "$pid" 2>/dev/null || { echo "a node exited:"; tail -n 20 var/node*.log; exit 1; }
     done
-    [ $SECONDS -lt $deadline ] || { echo "the cluster did not form within 60 s"; tail -20 var/node*.log; exit 1; }
+    [ $SECONDS -lt $deadline ] || { echo "the cluster did not form within 60 s"; tail -n 20 var/node*.log; exit 1; }
     sleep 0.5
 done
 delayq status "${endpoints[@]}"

@@ -17,8 +17,9 @@ against its own fresh database (dropped after) with real `delayq node` processes
 RabbitMQ consumer in separate processes:
 
     submit    single `submit` calls from 1 and 8 client processes; `submitBatch` of 1,000
-    security  a secured node and an insecure one at once, one client alternating its calls between
-              them: what TLS and client identity cost a single submit and a batch of 100
+    security  a secured node and an insecure one at once: what TLS and client identity cost a single
+              submit and a batch of 100 (one client alternating between them), and a submit from 8
+              clients on each node at the same time
     steady    1,000 tasks/s for 60 s, delays uniform in 1-30 s: lateness p50/p99/max, lost, duplicates
     burst     100,000 tasks due at one instant: time until the last arrives, tasks/s during the drain
     scale     1,000,000 pending tasks over 7 days (--big: 10,000,000): node RSS, window load time,

@@ -10,6 +10,7 @@ The services are those of delayq.testing.services.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -145,7 +146,7 @@ class Node:
                         pass
         return out
 
-    @property
+    @functools.cached_property
     def security(self) -> ClientSecurity:
         """How a client reaches this node (plaintext if it runs insecure, else TLS as test-admin),
         whatever this process's settings: a secured node and an insecure one can run side by side."""

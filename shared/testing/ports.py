@@ -13,9 +13,8 @@ from pathlib import Path
 
 def free_port() -> int:
     """A port free now, below the ephemeral range; never the same one twice in one process."""
-    low = _ephemeral_low()
     for _ in range(200):
-        port = _RNG.randrange(20000, low) if low > 21000 else 0
+        port = _RNG.randrange(20000, _EPHEMERAL_LOW) if _EPHEMERAL_LOW > 21000 else 0
         if port in _HANDED_OUT:
             continue
         with socket.socket() as s:
@@ -29,12 +28,13 @@ def free_port() -> int:
     raise RuntimeError("no free port below the ephemeral range")
 
 
-_HANDED_OUT: set[int] = set()
-_RNG = random.Random()      # its own: a test that seeds the module's generator must not make two processes agree
-
-
 def _ephemeral_low() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768
+
+
+_EPHEMERAL_LOW = _ephemeral_low()
+_HANDED_OUT: set[int] = set()
+_RNG = random.Random()      # its own: a test that seeds the module's generator must not make two processes agree

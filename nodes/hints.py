@@ -20,7 +20,7 @@ from typing import Sequence
 from sqlalchemy import Engine, delete, insert, tuple_
 
 from delayq import tables
-from delayq.db import unavailable_on_failure
+from delayq.db import HeldConnection, unavailable_on_failure
 from delayq.errors import Unavailable
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.ownership import Ownership
@@ -48,25 +48,29 @@ class HintReader(NodeThread):
     name = "hints"
 
     def __init__(self, engine: Engine, queue: DelayQueue, ownership: Ownership, *, poll_ms: int, batch: int = 1000):
-        """engine: an autocommit engine of the reader's own (one connection)."""
+        """engine: an autocommit engine; the reader keeps one of its connections."""
         super().__init__()
-        self._engine, self._queue, self._ownership = engine, queue, ownership
+        self._queue, self._ownership = queue, ownership
+        self._held = HeldConnection(engine)
         self._poll_s, self._batch = poll_ms / 1000.0, batch
         self._shards: list[int] = []
         self._query = ""
 
     def _run(self) -> None:
         failing = False
-        while not self._stop.wait(self._poll_s):
-            try:
-                while self.read_once() >= self._batch:
-                    pass
-                failing = False
-            except Unavailable as e:
-                if not failing:
-                    log.warning("reading hints failed: %s; retrying", e)
-                failing = True
-                self._stop.wait(1.0)
+        try:
+            while not self._stop.wait(self._poll_s):
+                try:
+                    while self.read_once() >= self._batch:
+                        pass
+                    failing = False
+                except Unavailable as e:
+                    if not failing:
+                        log.warning("reading hints failed: %s; retrying", e)
+                    failing = True
+                    self._stop.wait(1.0)
+        finally:
+            self._held.close()
 
     def read_once(self) -> int:
         """One read (the engine is an autocommit one of its own: one round trip when there is
@@ -81,7 +85,7 @@ class HintReader(NodeThread):
             self._shards = shards
             self._query = (f"SELECT shard_id, task_id, due_ms, topic FROM {HINT.name} "
                            f"WHERE shard_id IN ({','.join(str(int(s)) for s in shards)}) LIMIT {int(self._batch)}")
-        with unavailable_on_failure(), self._engine.connect() as conn:
+        with self._held.use() as conn:
             rows = conn.exec_driver_sql(self._query).all()
             if rows:     # a second reader of the same shard (ownership moving) only repeats a nudge
                 conn.execute(delete(HINT).where(tuple_(HINT.c.shard_id, HINT.c.task_id).in_(

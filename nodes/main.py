@@ -56,7 +56,7 @@ from delayq.nodes.skew import ReferenceClock
 from delayq.nodes.spread import spreader
 from delayq.nodes.standalone import Standalone
 from delayq.nodes.validation import Limits
-from delayq.nodes.watch import ServicesWatch
+from delayq.nodes.watch import ServicesWatch, Watch
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.store.audit import AuditLog
@@ -67,6 +67,7 @@ from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
 from delayq.store.requests import TaskRequests
 from delayq.store.tasks import TaskStore
+from delayq.store import versions
 from delayq.zkpaths import ZkPaths
 
 log = logging.getLogger(__name__)
@@ -119,8 +120,10 @@ class NodeRuntime:
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
             "zookeeper": lambda: self.zk is None or self.zk.state == "connected"})
-        self.hints = hints.HintReader(make_engine(dataclasses.replace(s.mysql, pool_size=1), autocommit=True),
-                                      self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
+        # The pollers' reads (hints, change counters): one statement each, without the ROLLBACK of a
+        # transaction's end.
+        self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
+        self.hints = hints.HintReader(self.polls, self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
@@ -138,13 +141,15 @@ class NodeRuntime:
                                               self.publisher, batch=s.scheduling.dispatch_batch,
                                               claimers=s.scheduling.write_concurrency)
         sec = s.security
-        self.watch = ServicesWatch(self.engine, self.services, poll_ms=sec.clients_poll_ms)
-        follow(self.watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
+        self.watch = Watch(self.polls, poll_ms=sec.clients_poll_ms)
+        self.services_watch = ServicesWatch(self.engine, self.services)
+        follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
                spreader(self.engine, self.queue, self.ownership, lambda entries: hints.write(self.writes, entries)))
-        self.quotas = quotas.build(self.engine, self.metrics, clock, self.watch,
+        self.quotas = quotas.build(self.engine, self.metrics, clock, self.services_watch,
                                    live=lambda: 1 if self.zk is None else self.membership.live)
-        self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure,
-                             poll_ms=sec.clients_poll_ms)
+        self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure)
+        self.watch.follow(versions.SERVICES, "the services", self.services_watch.seen)
+        self.watch.follow(versions.CLIENTS, "the clients", self.access.seen)
         self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
@@ -220,7 +225,7 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         for part in (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader, self.deadletters,
-                     self.results_consumer, self.access, self.watch, self.quotas, self.submits, self.calls,
+                     self.results_consumer, self.watch, self.quotas, self.submits, self.calls,
                      self.server):
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
@@ -229,13 +234,13 @@ class NodeRuntime:
     def _mysql_ready(self) -> None:
         """Schema and shards there, services loaded; a standalone node takes its shards."""
         schema.check_ready(self.engine)
-        self.watch.load()
+        self.services_watch.load()
         self.access.load()
         if self.standalone is not None:
             self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
-        for part in (self.server, self.submits, self.calls, self.access, self.watch, self.quotas):
+        for part in (self.server, self.submits, self.calls, self.watch, self.quotas):
             part.stop()
         if self.admin.reshards is not None:
             self.admin.reshards.stop()
@@ -252,5 +257,6 @@ class NodeRuntime:
         self.recorder.stop(max(1.0, deadline - time.monotonic()))
         self.engine.dispose()
         self.writes.dispose()
+        self.polls.dispose()
         self.http.stop()
         log.info("node %s stopped", self.settings.node.node_id)

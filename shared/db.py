@@ -8,7 +8,7 @@ from typing import Callable, Iterator, TypeVar
 
 import pymysql.err
 import sqlalchemy.exc
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from delayq.config import MySQLSettings
@@ -137,6 +137,38 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
         if isinstance(e, _STATEMENT):
             raise
         raise StoreUnavailable(f"{what} unavailable: {_short(e)}", code) from None
+
+
+class HeldConnection:
+    """The connection a polling thread keeps from one read to the next, of an autocommit engine
+    (delayq.nodes.hints reads 20 times a second). Checking one out of the pool and back for each
+    read cost as much CPU as the read itself: 0.9-1.1 ms against 0.55-0.65 ms held, paced 20 times
+    a second against MariaDB. A read that fails gives the connection up; the next read connects
+    anew. For one thread; `close()` when the thread ends."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self._conn: Connection | None = None
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[Connection]:
+        """The connection (made now if there is none), its errors as unavailable_on_failure's."""
+        try:
+            with unavailable_on_failure():
+                if self._conn is None:
+                    self._conn = self._engine.connect()
+                yield self._conn
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a broken connection is given up either way
+                log.debug("closing a held connection failed", exc_info=True)
 
 
 def _short(e: Exception) -> str:

@@ -164,7 +164,8 @@ SETTINGS: tuple[Setting, ...] = (
             "(a certificate whose common name is a client's name makes the connection that client's; "
             "default: optional when a CA is given)."),
     Setting("DELAYQ_CLIENTS_POLL_MS", "security", "clients_poll_ms", int, 250,
-            "How often a node looks whether clients or their grants changed (`delayq clients`)."),
+            "How often a node looks whether clients and their grants, services, flow controls or tenants "
+            "changed (`delayq clients`, `delayq services`, `delayq tenants`)."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,

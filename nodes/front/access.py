@@ -6,7 +6,8 @@ after a successful `authenticate`.
 
 Before each call the caller's client is looked up again, so a revocation or a rotated token also
 ends connections authenticated before it: the node re-reads the clients whenever their version in
-MySQL moves (delayq.store.clients), polled every `poll_ms` by this thread.
+MySQL moves (delayq.store.clients), which the node's Watch (delayq.nodes.watch) reads every
+few hundred milliseconds and hands to `seen`.
 
 Refusals, each counted in delayq_refusals_total by reason:
 - Unauthenticated: no identity (`unauthenticated`), a token that is not a client's current one
@@ -35,7 +36,6 @@ from delayq.access import tokens
 from delayq.access.grants import Client, Permission
 from delayq.nodes.front.caller import CERTIFICATE, Caller, current
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.threads import NodeThread
 from delayq.store.clients import ClientStore
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,10 @@ LOOKS_PER_S, LOOKS_BURST = 10, 5
 EVERYONE = Client("insecure", None, grants=frozenset((p, "*") for p in Permission))
 
 
-class Access(NodeThread):
-    name = "access"
-
-    def __init__(self, clients: ClientStore, metrics: Metrics, *, enabled: bool, poll_ms: int = 250):
-        super().__init__()
+class Access:
+    def __init__(self, clients: ClientStore, metrics: Metrics, *, enabled: bool):
         self._store, self._metrics = clients, metrics
         self.enabled = enabled
-        self._poll_s = poll_ms / 1000.0
         self._version: str | None = None
         self._clients: dict[str, Client] = {}
         self._lock = threading.Lock()
@@ -61,16 +57,10 @@ class Access(NodeThread):
         """Read the clients now (at start, inside the node's wait for MySQL)."""
         self._version, self._clients = self._store.load()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._poll_s):
-            try:
-                self._refresh()
-            except errors.DelayqError as e:
-                log.warning("could not re-read the clients (%s): keeping the ones read before", e)
-
-    def _refresh(self) -> None:
+    def seen(self, version: str) -> None:
+        """The clients' version as it is in MySQL now: re-read them if it moved."""
         with self._lock:
-            if self._store.version() != self._version:
+            if version != self._version:
                 self.load()
                 log.info("clients re-read: %d known", len(self._clients))
 
@@ -87,7 +77,7 @@ class Access(NodeThread):
                 return False
             self._looks -= 1
         try:
-            self._refresh()
+            self.seen(self._store.version())
         except errors.DelayqError:
             return False
         return True

@@ -8,8 +8,10 @@ at the same time, each making single submits for `client_s` seconds; the process
 from round to round. (With many callers the node serves their submits in shared transactions:
 the base cost of a call is about a third of a lone call's, so the same TLS cost is a larger share
 of it.) All this for `rounds` rounds (made even). Each side's figures: the node's CPU per task,
-less what it spends with no calls (measured for `idle_s` first), and the mean latency of a call;
-then the secured side's cost over the insecure one, in percent (target: 10 at most). With a fixed
+less what it spends with no calls (measured for `idle_s` first), and the mean latency of a call,
+noted with how busy the whole machine was meanwhile; then the secured side's cost over the
+insecure one, in percent (target: 10 at most). A machine near 100% busy makes a call wait for a
+core: its latency then carries the clients' share of TLS as well as the node's. With a fixed
 number of callers each waiting for its answer, the rate is that number over the latency: a call
 10% slower is a rate 9% lower.
 
@@ -23,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import queue
 import time
 import uuid
 from dataclasses import dataclass
 
-from bench.cpu import thread_cpu_seconds
+from bench.cpu import machine_seconds, thread_cpu_seconds
 from bench.machine import bench_cluster, publish_over_tls
 from bench.measure import Run
 from delayq.client import DelayqClient, TaskSpec, connect
@@ -42,9 +45,11 @@ DAY_MS = 86_400_000
 
 @dataclass
 class Side:
-    """What one side spent on one kind of call: the node's CPU seconds, the calls' wall seconds."""
+    """What one side spent on one kind of call: the node's CPU seconds, the calls' wall seconds
+    (and the many callers' own CPU seconds)."""
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    client_cpu_s: float = 0.0
     calls: int = 0
     tasks: int = 0
 
@@ -53,10 +58,11 @@ def security(run: Run, p: dict) -> list[dict]:
     kinds = {"single_submit": 1, f"batch_{p['batch']}": p["batch"]}
     many = _many(p)
     spent = {(kind, side): Side() for kind in [*kinds, many] for side in SIDES}
+    machine = {kind: [0.0, 0.0] for kind in [*kinds, many]}     # the whole machine's busy and all CPU seconds
     idle = {}
     with _Crowd(2 * p["clients"]) as crowd:
         for first in SIDES:
-            idle[first] = _measure(run, p, kinds, crowd, first, max(1, (p["rounds"] + 1) // 2), spent)
+            idle[first] = _measure(run, p, kinds, crowd, first, max(1, (p["rounds"] + 1) // 2), spent, machine)
     out = []
     for kind in [*kinds, many]:
         cpu = {side: 1e6 * spent[kind, side].cpu_s / max(1, spent[kind, side].tasks) for side in SIDES}
@@ -67,9 +73,12 @@ def security(run: Run, p: dict) -> list[dict]:
                                note=f"{s.tasks:,} tasks in {s.calls:,} calls; less the node's idle CPU, "
                                     + ", ".join(f"{1e3 * idle[first][side]:.1f}" for first in SIDES)
                                     + " ms/s in the two pairs"))
-            callers = f"; {p['clients']} clients on each node at once" if kind == many else ""
+            callers = (f"; {p['clients']} clients on each node at once, "
+                       f"{1e6 * s.client_cpu_s / max(1, s.calls):.0f} us of their CPU a call") if kind == many else ""
+            busy, every = machine[kind]
             out.append(run.fig("security", f"{kind}_latency_{side}", latency[side], "ms",
-                               note=f"mean of a call{callers}"))
+                               note=f"mean of a call{callers}; the machine {busy / max(every, 1e-9):.0%} busy "
+                                    f"(of {os.cpu_count()} cores) meanwhile"))
         for name, figures in (("node_cpu", cpu), ("latency", latency)):
             out.append(run.fig("security", f"{kind}_{name}_secured_vs_insecure", _cost(figures), "%", "<= 10",
                                note="the secured side's cost over the insecure side's"))
@@ -87,9 +96,10 @@ def _cost(figures: dict[str, float]) -> float | None:
 
 
 def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str, rounds: int,
-             spent: dict) -> dict[str, float]:
-    """`rounds` rounds on a fresh pair of nodes, the `first` side's started first, into `spent`;
-    returns each node's idle CPU (seconds per second), which it takes off."""
+             spent: dict, machine: dict) -> dict[str, float]:
+    """`rounds` rounds on a fresh pair of nodes, the `first` side's started first, into `spent`
+    (and the whole machine's CPU into `machine`); returns each node's idle CPU (seconds per
+    second), which it takes off."""
     # Each side states its mode whole, whichever the run's (--insecure or not).
     settings = {"secured": {**publish_over_tls(), "DELAYQ_INSECURE": "false"},
                 "insecure": {"DELAYQ_INSECURE": "true", "DELAYQ_AMQP_URL": AMQP_URL, "DELAYQ_AMQP_CA_FILE": ""}}
@@ -113,7 +123,7 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str
             for kind, n in kinds.items():
                 count = p["calls"] if n == 1 else p["batches"]
                 cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
-                start = time.perf_counter()
+                m0, start = machine_seconds(), time.perf_counter()
                 wall = dict.fromkeys(SIDES, 0.0)
                 for i in range(count):
                     for side in (SIDES if (i + r) % 2 else SIDES[::-1]):
@@ -121,23 +131,34 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str
                         calls[kind](clients[side])
                         wall[side] += time.perf_counter() - t0
                 _account(spent, kind, nodes, cpu0, idle, time.perf_counter() - start,
-                         {side: (count, wall[side]) for side in SIDES}, n)
+                         {side: (count, wall[side], 0.0) for side in SIDES}, n)
+                _busy(machine[kind], m0)
             crowd.wake()
             cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
-            start = time.perf_counter()
+            m0, start = machine_seconds(), time.perf_counter()
             done = crowd.round(r + SIDES.index(first), p["client_s"])   # each process on each side as often
             _account(spent, _many(p), nodes, cpu0, idle, time.perf_counter() - start, done, 1)
+            _busy(machine[_many(p)], m0)
     return idle
 
 
+def _busy(acc: list[float], m0: tuple[float, ...]) -> None:
+    """Add the whole machine's busy and all CPU seconds since m0 (machine_seconds())."""
+    m1 = machine_seconds()
+    acc[0] += m1[0] - m0[0]
+    acc[1] += m1[3] - m0[3]
+
+
 def _account(spent: dict, kind: str, nodes: dict[str, Node], cpu0: dict[str, float], idle: dict[str, float],
-             elapsed: float, done: dict[str, tuple[int, float]], per_call: int) -> None:
-    """Add what each side's node spent since cpu0, less its idle CPU, and its (calls, wall seconds)."""
+             elapsed: float, done: dict[str, tuple[int, float, float]], per_call: int) -> None:
+    """Add what each side's node spent since cpu0, less its idle CPU, and its (calls, wall seconds,
+    client CPU seconds)."""
     for side in SIDES:
         s = spent[kind, side]
         s.cpu_s += thread_cpu_seconds(nodes[side].pid) - cpu0[side] - idle[side] * elapsed
         s.calls += done[side][0]
         s.wall_s += done[side][1]
+        s.client_cpu_s += done[side][2]
         s.tasks += done[side][0] * per_call
 
 
@@ -180,13 +201,14 @@ class _Crowd:
         """Connect every process to both nodes ({side: (endpoint, security)}) and warm it up."""
         self._tell_all(("connect", (where, spec)))
 
-    def round(self, r: int, seconds: float) -> dict[str, tuple[int, float]]:
-        """Every process calls its side for `seconds`: {side: (calls, wall seconds of them)}."""
+    def round(self, r: int, seconds: float) -> dict[str, tuple[int, float, float]]:
+        """Every process calls its side for `seconds`: {side: (calls, wall seconds of them, the
+        client processes' CPU seconds)}."""
         for k, commands in enumerate(self._commands):
             commands.put(("round", (SIDES[(k + r) % 2], seconds)))
-        done = dict.fromkeys(SIDES, (0, 0.0))
-        for side, calls, wall in self._collect(seconds + 60.0):
-            done[side] = (done[side][0] + calls, done[side][1] + wall)
+        done = dict.fromkeys(SIDES, (0, 0.0, 0.0))
+        for side, calls, wall, cpu in self._collect(seconds + 60.0):
+            done[side] = (done[side][0] + calls, done[side][1] + wall, done[side][2] + cpu)
         return done
 
     def wake(self) -> None:
@@ -244,7 +266,7 @@ def _crowd_client(commands, results) -> None:
                 results.put(())
             elif command == "round":
                 side, seconds = arg
-                calls, wall = 0, 0.0
+                calls, wall, cpu0 = 0, 0.0, time.process_time()
                 end = time.perf_counter() + seconds
                 while True:
                     t0 = time.perf_counter()
@@ -253,7 +275,7 @@ def _crowd_client(commands, results) -> None:
                     calls, wall = calls + 1, wall + (t1 - t0)
                     if t1 >= end:
                         break
-                results.put((side, calls, wall))
+                results.put((side, calls, wall, time.process_time() - cpu0))
     except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the scenario
         results.put(f"{type(e).__name__}: {e}")
     finally:

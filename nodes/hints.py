@@ -73,7 +73,7 @@ class HintReader(NodeThread):
             self._held.close()
 
     def read_once(self) -> int:
-        """One read (the engine is an autocommit one of its own: one round trip when there is
+        """One read (on the reader's own autocommit connection: one round trip when there is
         nothing, which is nearly always)."""
         shards = sorted(self._ownership.shards()) if self._ownership.claimable else []
         if not shards:

@@ -72,6 +72,8 @@ from delayq.zkpaths import ZkPaths
 
 log = logging.getLogger(__name__)
 
+POLLERS = 3     # connections kept by the hint reader and the two Watches
+
 
 class NodeRuntime:
     def __init__(self, settings: Settings, clock: Clock | None = None):
@@ -120,9 +122,9 @@ class NodeRuntime:
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
             "zookeeper": lambda: self.zk is None or self.zk.state == "connected"})
-        # The pollers' reads (hints, change counters): one statement each, without the ROLLBACK of a
-        # transaction's end.
-        self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
+        # The pollers' reads (hints, and each change counter): one statement each, without the
+        # ROLLBACK of a transaction's end, on a connection each keeps.
+        self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True)
         self.hints = hints.HintReader(self.polls, self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
@@ -141,15 +143,15 @@ class NodeRuntime:
                                               self.publisher, batch=s.scheduling.dispatch_batch,
                                               claimers=s.scheduling.write_concurrency)
         sec = s.security
-        self.watch = Watch(self.polls, poll_ms=sec.clients_poll_ms)
         self.services_watch = ServicesWatch(self.engine, self.services)
         follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
                spreader(self.engine, self.queue, self.ownership, lambda entries: hints.write(self.writes, entries)))
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.services_watch,
                                    live=lambda: 1 if self.zk is None else self.membership.live)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure)
-        self.watch.follow(versions.SERVICES, "the services", self.services_watch.seen)
-        self.watch.follow(versions.CLIENTS, "the clients", self.access.seen)
+        self.watches = [Watch(self.polls, versions.CLIENTS, "clients", self.access.seen, poll_ms=sec.clients_poll_ms),
+                        Watch(self.polls, versions.SERVICES, "services", self.services_watch.seen,
+                              poll_ms=sec.clients_poll_ms)]
         self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
@@ -225,7 +227,7 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         for part in (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader, self.deadletters,
-                     self.results_consumer, self.watch, self.quotas, self.submits, self.calls,
+                     self.results_consumer, *self.watches, self.quotas, self.submits, self.calls,
                      self.server):
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
@@ -240,7 +242,7 @@ class NodeRuntime:
             self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
-        for part in (self.server, self.submits, self.calls, self.watch, self.quotas):
+        for part in (self.server, self.submits, self.calls, *self.watches, self.quotas):
             part.stop()
         if self.admin.reshards is not None:
             self.admin.reshards.stop()

@@ -58,7 +58,7 @@ class Probes:
         threads = {"dispatcher": n.dispatcher, "loader": n.loader, "recorder": n.recorder,
                    "submits": n.submits, "thrift-calls": n.calls, "thrift-io": n.server,
                    "clock-check": n.clockcheck, "deadlines": n.deadlines,
-                   "hints": n.hints, "watch": n.watch,
+                   "hints": n.hints, **{w.name: w for w in n.watches},
                    "quotas": n.quotas}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 

@@ -9,7 +9,7 @@ limit, every node moves the tasks of it that its memory holds onto shards picked
 all of the cluster's (delayq.store.placement), tells the new owners (hints), and keeps those that
 stayed its own.
 
-Runs on the thread that applies a change of the services (ServicesWatch); a topic's memory holds
+Runs on the thread that applies a change of the services (the services' Watch); a topic's memory holds
 at most its budget of tasks (delayq.nodes.flow.Flow.limited), so this moves at most that many. A
 move MySQL refuses is left undone: those tasks fire at this node's share of the rate.
 """

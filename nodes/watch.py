@@ -1,13 +1,14 @@
 """What other processes change in MySQL, noticed: the clients (delayq.nodes.front.access) and the
 services with their flow controls and the tenants (ServicesWatch here).
 
-Each such set of rows has a change counter in delayq_meta (delayq.store.versions). The Watch
-thread reads every counter in one statement every `poll_ms`, on an autocommit connection it keeps
-(one round trip), and hands each follower its counter's value; a follower re-reads its rows when the
-value is not the one it read them at. A pause, a new limit, a quota, a grant or a revocation
-holds on every node within a second, without a restart.
+Each such set of rows has a change counter in delayq_meta (delayq.store.versions). A Watch thread
+reads one counter every `poll_ms`, in one autocommit statement on a connection it keeps, and hands
+the value to its follower, which re-reads its rows when the value is not the one it read them at.
+A pause, a new limit, a quota, a grant or a revocation holds on every node within a second,
+without a restart. Each counter has its own Watch, so a slow re-read of the services (moving a
+topic's tasks, recounting quotas) never holds back a revocation.
 
-Thread: one (Watch), owned here; `stop()` ends it.
+Threads: one per Watch (`clients-watch`, `services-watch`), owned there; `stop()` ends it.
 """
 from __future__ import annotations
 
@@ -26,20 +27,16 @@ log = logging.getLogger(__name__)
 
 
 class Watch(NodeThread):
-    name = "watch"
-
-    def __init__(self, engine: Engine, poll_ms: int = 250):
-        """engine: an autocommit engine (no ROLLBACK after each read)."""
+    def __init__(self, engine: Engine, counter: str, what: str, seen: Callable[[str], None], *,
+                 poll_ms: int = 250):
+        """engine: an autocommit engine (no ROLLBACK after each read); it keeps one of its
+        connections. seen(value) is called on this thread after each read of `counter`, and re-reads
+        `what` when the value moved (if it raises, the rows stay as they were until a later read)."""
         super().__init__()
-        self._engine, self._poll_s = engine, poll_ms / 1000.0
-        self._followers: list[tuple[str, str, Callable[[str], None]]] = []
-
-    def follow(self, counter: str, what: str, seen: Callable[[str], None]) -> None:
-        """seen(value) is called on this thread after each read of `counter`; it re-reads `what`
-        when the value moved (errors.DelayqError: kept as it was, tried again at the next read)."""
-        if counter not in versions.COUNTERS:
-            raise ValueError(f"no such change counter: {counter!r}")
-        self._followers.append((counter, what, seen))
+        versions.check(counter)
+        self.name = f"{what}-watch"
+        self._engine, self._counter, self._what, self._seen = engine, counter, what, seen
+        self._poll_s = poll_ms / 1000.0
 
     def _run(self) -> None:
         held, failing = HeldConnection(self._engine), False
@@ -47,27 +44,20 @@ class Watch(NodeThread):
             while not self._stop.wait(self._poll_s):
                 try:
                     with held.use() as conn:
-                        values = versions.read_many(conn, [counter for counter, _, _ in self._followers])
-                except errors.DelayqError as e:
+                        value = versions.poll(conn, self._counter)
+                    self._seen(value)
+                except Exception as e:  # noqa: BLE001 - logged once; the next read tries again
                     if not failing:
-                        log.warning("could not look for changes in MySQL (%s): keeping what was read before", e)
+                        log.warning("could not look for changes to the %s (%s): keeping what was read "
+                                    "before, trying again every %g s", self._what, e, self._poll_s,
+                                    exc_info=not isinstance(e, errors.DelayqError))
                     failing = True
                     continue
                 if failing:
-                    log.info("looking for changes in MySQL again")
+                    log.info("the %s are read again", self._what)
                     failing = False
-                self._tell(values)
         finally:
             held.close()
-
-    def _tell(self, values: dict[str, str]) -> None:
-        for counter, what, seen in self._followers:
-            try:
-                seen(values[counter])
-            except errors.DelayqError as e:
-                log.warning("could not re-read %s (%s): keeping what was read before", what, e)
-            except Exception:  # noqa: BLE001 - one follower's bug must not keep the others stale
-                log.exception("re-reading %s failed", what)
 
 
 class ServicesWatch:
@@ -80,7 +70,7 @@ class ServicesWatch:
         self._listeners: list[Callable[[], None]] = []
 
     def on_change(self, listener: Callable[[], None]) -> None:
-        """Called after each re-read (on the Watch thread) and once by load(); must not block long."""
+        """Called after each re-read (on its Watch's thread) and once by load(); must not block long."""
         self._listeners.append(listener)
 
     def load(self, version: str | None = None) -> None:

@@ -54,7 +54,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MYSQL_TIMEOUT_MS", "mysql", "timeout_ms", int, 5000,
             "Connect, read and write timeout of every MySQL call."),
     Setting("DELAYQ_MYSQL_POOL_SIZE", "mysql", "pool_size", int, 16,
-            "MySQL connections this node keeps open at most for its work, plus 2 for writing submits."),
+            "MySQL connections this node keeps open at most for its work, plus 2 for writing submits and 3 "
+            "for polling (hints, changed clients, changed services)."),
     Setting("DELAYQ_AMQP_URL", "amqp", "url", str, "amqp://guest:guest@127.0.0.1:5672/%2F",
             "AMQP URL of RabbitMQ (default: guest on 127.0.0.1:5672, vhost /).", secret=True),
     Setting("DELAYQ_AMQP_CA_FILE", "amqp", "ca_file", str, "",

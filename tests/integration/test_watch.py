@@ -1,6 +1,6 @@
-"""The node's pollers of MySQL: a change counter that moves reaches its Watch follower within a
-second, one follower's failure keeps no other stale, a MySQL that does not answer stops nothing,
-and the connection a poller keeps is made anew after MySQL cut it."""
+"""The node's pollers of MySQL: a change counter that moves reaches its Watch's follower within a
+second, a failing follower or a MySQL that does not answer is logged once and stops nothing, and
+the connection a poller keeps is made anew after MySQL cut it."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +9,7 @@ import logging
 import pytest
 from sqlalchemy import event
 
-from delayq import config
+from delayq import config, db
 from delayq.db import HeldConnection, make_engine
 from delayq.errors import StoreUnavailable
 from delayq.nodes.watch import Watch
@@ -23,74 +23,106 @@ def settings(database):
     return config.load({"DELAYQ_MYSQL_URL": database.url, "DELAYQ_MYSQL_TIMEOUT_MS": "1000"}).mysql
 
 
-def test_a_moved_counter_reaches_its_follower_while_another_follower_fails(settings):
-    engine, writer = make_engine(settings, autocommit=True), make_engine(settings)
-    clients, services = [], []
+@pytest.fixture
+def engines(settings):
+    made = []
 
-    def broken(value: str) -> None:
-        services.append(value)
-        raise RuntimeError("a follower's bug")
+    def make(s=settings):
+        made.append(make_engine(s, autocommit=True))
+        return made[-1]
+    yield make
+    for engine in made:
+        engine.dispose()
 
-    watch = Watch(engine, poll_ms=50)
-    watch.follow(versions.SERVICES, "the services", broken)
-    watch.follow(versions.CLIENTS, "the clients", clients.append)
+
+def test_a_moved_counter_reaches_its_follower_within_a_second(engines):
+    seen = []
+    watch = Watch(engines(), versions.CLIENTS, "clients", seen.append, poll_ms=50)
     watch.start()
     try:
-        wait_until(lambda: clients, 2, what="the first read")
-        before = clients[-1]
-        with versions.bumping(writer, versions.CLIENTS):
+        wait_until(lambda: seen, 2, what="the first read")
+        before = seen[-1]
+        with versions.bumping(engines(), versions.CLIENTS):
             pass
-        wait_until(lambda: clients[-1] != before, 1, what="the clients' counter moving")
-        assert int(clients[-1]) == int(before) + 1
-        wait_until(lambda: len(services) >= 3, 2, what="the failing follower called again")
-        assert watch.alive
+        wait_until(lambda: seen[-1] != before, 1, what="the clients' counter moving")
+        assert int(seen[-1]) == int(before) + 1
     finally:
         watch.stop()
-        engine.dispose()
-        writer.dispose()
 
 
-def test_a_mysql_that_does_not_answer_is_logged_once_and_stops_nothing(settings, caplog):
-    gone = dataclasses.replace(settings, url=f"mysql+pymysql://nobody@127.0.0.1:{free_port()}/none")
-    engine = make_engine(gone, autocommit=True)
-    attempts = []
+def test_a_follower_that_fails_is_logged_once_and_told_again(engines, caplog):
+    calls = []
+
+    def follower(value: str) -> None:
+        calls.append(value)
+        if len(calls) <= 3:
+            raise RuntimeError("a follower's bug")
+
+    watch = Watch(engines(), versions.SERVICES, "services", follower, poll_ms=50)
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.watch"):
+        watch.start()
+        try:
+            wait_until(lambda: len(calls) >= 5, 2, what="the follower called after it failed")
+            assert watch.alive
+        finally:
+            watch.stop()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert said[0].startswith("could not look for changes to the services (a follower's bug)")
+    assert said[1] == "the services are read again"
+
+
+def test_a_mysql_that_does_not_answer_is_logged_once_and_stops_nothing(settings, engines, caplog):
+    engine = engines(dataclasses.replace(settings, url=f"mysql+pymysql://nobody@127.0.0.1:{free_port()}/none"))
+    attempts, seen = [], []
     event.listen(engine, "do_connect", lambda *args: attempts.append(1))
-    seen = []
-    watch = Watch(engine, poll_ms=50)
-    watch.follow(versions.CLIENTS, "the clients", seen.append)
+    watch = Watch(engine, versions.CLIENTS, "clients", seen.append, poll_ms=50)
     with caplog.at_level(logging.WARNING, logger="delayq.nodes.watch"):
         watch.start()
         try:
             wait_until(lambda: len(attempts) >= 4, 5, what="four reads tried")
-            assert [r.getMessage()[:40] for r in caplog.records] == ["could not look for changes in MySQL (MyS"]
+            said = [r.getMessage() for r in caplog.records]
+            assert len(said) == 1 and said[0].startswith("could not look for changes to the clients (MySQL unavailable")
             assert watch.alive and seen == []
         finally:
             watch.stop()
-            engine.dispose()
 
 
-def test_following_a_counter_that_does_not_exist_is_refused(settings):
-    watch = Watch(make_engine(settings, autocommit=True))
+def test_watching_a_counter_that_does_not_exist_is_refused(engines):
     with pytest.raises(ValueError, match="no such change counter"):
-        watch.follow("tasks_version", "the tasks", lambda value: None)
+        Watch(engines(), "tasks_version", "tasks", lambda value: None)
 
 
-def test_a_held_connection_cut_by_mysql_fails_one_read_and_is_made_anew_for_the_next(settings):
-    engine, other = make_engine(settings, autocommit=True), make_engine(settings, autocommit=True)
-    held = HeldConnection(engine)
+def _connection_id(held: HeldConnection) -> int:
+    with held.use() as conn:
+        return int(conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar())
+
+
+def _kill(engine, connection_id: int) -> None:
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f"KILL CONNECTION {connection_id}")
+
+
+def test_a_held_connection_cut_in_use_fails_one_read_and_is_made_anew_for_the_next(engines):
+    held = HeldConnection(engines())
     try:
-        with held.use() as conn:
-            first = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
-        with held.use() as conn:
-            assert conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar() == first     # kept, not checked out anew
-        with other.connect() as conn:
-            conn.exec_driver_sql(f"KILL CONNECTION {int(first)}")
+        first = _connection_id(held)
+        assert _connection_id(held) == first        # kept
+        _kill(engines(), first)
         with pytest.raises(StoreUnavailable):
             with held.use() as conn:
                 conn.exec_driver_sql("SELECT 1")
-        with held.use() as conn:
-            assert conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar() != first
+        assert _connection_id(held) != first
     finally:
         held.close()
-        engine.dispose()
-        other.dispose()
+
+
+def test_a_held_connection_cut_while_idle_is_replaced_before_the_next_read(engines, monkeypatch):
+    monkeypatch.setattr(db, "PING_IDLE_S", 0.0)      # every read comes after an idle spell
+    held = HeldConnection(engines())
+    try:
+        first = _connection_id(held)
+        _kill(engines(), first)
+        assert _connection_id(held) != first         # pinged, found gone, connected anew: no failed read
+    finally:
+        held.close()

@@ -32,7 +32,7 @@ RabbitMQ consumer in separate processes:
 
 It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:
-date, machine, command, figures; by default bench/RESULTS.md, and only for a whole run).
+date, machine, command, figures; by default bench/RESULTS.md, and only for a whole secured run).
 Throughputs carry their ratio to the raw limit, and the CPU they cost: per task for submits (node,
 clients, MariaDB), as shares of a core for the loads (node, consumer, MariaDB, RabbitMQ), with the
 whole machine's busy, iowait and steal shares. Each scenario
@@ -106,7 +106,7 @@ RESULTS = Path("bench/RESULTS.md")      # what a whole run writes unless --out s
 
 def results_path(out: str | None, partial: bool) -> Path | None:
     """Where the run's RESULTS.md goes: --out, else bench/RESULTS.md unless the run is partial
-    (some scenarios, or smoke sizes), whose figures would replace a whole run's."""
+    (some scenarios, other sizes, or security off), whose figures would replace a whole run's."""
     if out:
         return Path(out)
     return None if partial else RESULTS
@@ -124,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big", action="store_true", help="10,000,000 pending tasks in scale and restart")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every task count")
     p.add_argument("--set", action="append", default=[], metavar="SCENARIO.SIZE=VALUE", help="one size")
-    p.add_argument("--out", help="RESULTS.md to write (default: bench/RESULTS.md for a whole run; a run of "
-                                 "some scenarios or --smoke writes only where --out says)")
+    p.add_argument("--out", help="RESULTS.md to write (default: bench/RESULTS.md for a whole run as in "
+                                 "production; a run of some scenarios, or with --smoke, --scale, --set or "
+                                 "--insecure, writes only where --out says)")
     p.add_argument("--runs", type=int, default=1, help="run everything this many times; report medians")
     p.add_argument("--profile", metavar="DIR", help="record every node with py-spy into DIR and summarise")
     p.add_argument("--insecure", action="store_true",
@@ -206,10 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if NODE_ENV:
         command = f"DELAYQ_BENCH_NODE_ENV={shlex.quote(' '.join(f'{k}={v}' for k, v in NODE_ENV.items()))} {command}"
-    out = results_path(args.out, partial=bool(args.scenario or args.smoke))
+    out = results_path(args.out, partial=bool(args.scenario or args.smoke or args.insecure or args.set
+                                              or args.scale != 1.0))
     if out is None:
-        print(f"\n{RESULTS} not written: this run has only some scenarios, or smoke sizes (--out PATH writes them)",
-              file=sys.stderr)
+        print(f"\n{RESULTS} not written: this run has only some scenarios, other sizes or no security "
+              "(--out PATH writes them)", file=sys.stderr)
     else:
         report.write_results(out, figures, command=command.strip(), started=started.strftime("%Y-%m-%d %H:%M %Z"),
                              seconds=time.monotonic() - t0, machine=describe_machine(),

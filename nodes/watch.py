@@ -44,7 +44,7 @@ class Watch(NodeThread):
             while not self._stop.wait(self._poll_s):
                 try:
                     with held.use() as conn:
-                        value = versions.poll(conn, self._counter)
+                        value = versions.read(conn, self._counter)
                     self._seen(value)
                 except Exception as e:  # noqa: BLE001 - logged once; the next read tries again
                     if not failing:

@@ -4,8 +4,8 @@
 # 127.0.0.1:9090-9092, then the demo: register a topic, submit tasks, print them as they fire.
 # Secured as in production: a development CA and node certificate (var/tls/), TLS on every node's
 # Thrift port, a client `demo` whose token (var/demo.token) the demo calls with, and delayq's own
-# ZooKeeper identity (var/zk.auth, a copy of the machine's), the only one that can read or change its znodes, and RabbitMQ
-# over TLS as delayq's own user in its own vhost (set up by services.sh).
+# ZooKeeper identity (var/zk.auth, a copy of the machine's), the only one that can read or change
+# its znodes, and RabbitMQ over TLS as delayq's own user in its own vhost (set up by services.sh).
 # DELAYQ_KEEP=1 leaves the nodes running afterwards (logs in var/).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,7 @@ import contextlib
 import functools
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, Engine, text
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
@@ -22,25 +22,21 @@ SERVICES = "services_version"       # services, their flow controls, tenants
 COUNTERS = (CLIENTS, SERVICES)
 
 
-def read(conn: Connection, name: str) -> str:
-    return conn.execute(select(META.c.value).where(META.c.name == name)).scalar() or "0"
-
-
-def current(engine: Engine, name: str) -> str:
-    with unavailable_on_failure(), engine.connect() as conn:
-        return read(conn, name)
-
-
 def check(name: str) -> None:
     """ValueError unless `name` is one of the counters."""
     if name not in COUNTERS:
         raise ValueError(f"no such change counter: {name!r}")
 
 
-def poll(conn: Connection, name: str) -> str:
-    """One counter, read by a statement written out once: a node reads each several times a
-    second, and a Core select built for each read cost it twice the CPU of the whole read."""
+def read(conn: Connection, name: str) -> str:
+    """One counter, by a statement written out once: a node reads each several times a second,
+    and a Core select built for each read cost it twice the CPU of the whole read."""
     return conn.exec_driver_sql(_select(name)).scalar() or "0"
+
+
+def current(engine: Engine, name: str) -> str:
+    with unavailable_on_failure(), engine.connect() as conn:
+        return read(conn, name)
 
 
 @functools.cache

@@ -24,22 +24,20 @@ started first for half of the rounds: with both sides insecure, the node started
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import queue
 import time
 import uuid
 from dataclasses import dataclass
 
-from bench.cpu import machine_seconds, thread_cpu_seconds
+from bench.cpu import CpuWindow, thread_cpu_seconds
+from bench.crowd import SIDES, Crowd
 from bench.machine import bench_cluster, publish_over_tls
 from bench.measure import Run
-from delayq.client import DelayqClient, TaskSpec, connect
+from delayq.client import TaskSpec, connect
 from delayq.client.security import ClientSecurity
 from delayq.testing.cluster import Node
 from delayq.testing.services import AMQP_URL
 
-SIDES = ("secured", "insecure")
 DAY_MS = 86_400_000
 
 
@@ -58,9 +56,9 @@ def security(run: Run, p: dict) -> list[dict]:
     kinds = {"single_submit": 1, f"batch_{p['batch']}": p["batch"]}
     many = _many(p)
     spent = {(kind, side): Side() for kind in [*kinds, many] for side in SIDES}
-    machine = {kind: [0.0, 0.0] for kind in [*kinds, many]}     # the whole machine's busy and all CPU seconds
+    machine = {kind: [] for kind in [*kinds, many]}     # (wall seconds, the machine's busy share) of each window
     idle = {}
-    with _Crowd(2 * p["clients"]) as crowd:
+    with Crowd(2 * p["clients"]) as crowd:
         for first in SIDES:
             idle[first] = _measure(run, p, kinds, crowd, first, max(1, (p["rounds"] + 1) // 2), spent, machine)
     out = []
@@ -75,9 +73,9 @@ def security(run: Run, p: dict) -> list[dict]:
                                     + " ms/s in the two pairs"))
             callers = (f"; {p['clients']} clients on each node at once, "
                        f"{1e6 * s.client_cpu_s / max(1, s.calls):.0f} us of their CPU a call") if kind == many else ""
-            busy, every = machine[kind]
+            busy = sum(wall * share for wall, share in machine[kind]) / max(1e-9, sum(w for w, _ in machine[kind]))
             out.append(run.fig("security", f"{kind}_latency_{side}", latency[side], "ms",
-                               note=f"mean of a call{callers}; the machine {busy / max(every, 1e-9):.0%} busy "
+                               note=f"mean of a call{callers}; the machine {busy:.0%} busy "
                                     f"(of {os.cpu_count()} cores) meanwhile"))
         for name, figures in (("node_cpu", cpu), ("latency", latency)):
             out.append(run.fig("security", f"{kind}_{name}_secured_vs_insecure", _cost(figures), "%", "<= 10",
@@ -95,7 +93,7 @@ def _cost(figures: dict[str, float]) -> float | None:
     return 100.0 * (figures["secured"] / base - 1) if base else None
 
 
-def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str, rounds: int,
+def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: Crowd, first: str, rounds: int,
              spent: dict, machine: dict) -> dict[str, float]:
     """`rounds` rounds on a fresh pair of nodes, the `first` side's started first, into `spent`
     (and the whole machine's CPU into `machine`); returns each node's idle CPU (seconds per
@@ -123,7 +121,7 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str
             for kind, n in kinds.items():
                 count = p["calls"] if n == 1 else p["batches"]
                 cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
-                m0, start = machine_seconds(), time.perf_counter()
+                window, start = CpuWindow({}), time.perf_counter()
                 wall = dict.fromkeys(SIDES, 0.0)
                 for i in range(count):
                     for side in (SIDES if (i + r) % 2 else SIDES[::-1]):
@@ -132,21 +130,20 @@ def _measure(run: Run, p: dict, kinds: dict[str, int], crowd: _Crowd, first: str
                         wall[side] += time.perf_counter() - t0
                 _account(spent, kind, nodes, cpu0, idle, time.perf_counter() - start,
                          {side: (count, wall[side], 0.0) for side in SIDES}, n)
-                _busy(machine[kind], m0)
+                machine[kind].append(_busy(window))
             crowd.wake()
             cpu0 = {side: thread_cpu_seconds(nodes[side].pid) for side in SIDES}
-            m0, start = machine_seconds(), time.perf_counter()
+            window, start = CpuWindow({}), time.perf_counter()
             done = crowd.round(r + SIDES.index(first), p["client_s"])   # each process on each side as often
             _account(spent, _many(p), nodes, cpu0, idle, time.perf_counter() - start, done, 1)
-            _busy(machine[_many(p)], m0)
+            machine[_many(p)].append(_busy(window))
     return idle
 
 
-def _busy(acc: list[float], m0: tuple[float, ...]) -> None:
-    """Add the whole machine's busy and all CPU seconds since m0 (machine_seconds())."""
-    m1 = machine_seconds()
-    acc[0] += m1[0] - m0[0]
-    acc[1] += m1[3] - m0[3]
+def _busy(window: CpuWindow) -> tuple[float, float]:
+    """(wall seconds, the whole machine's busy share) since the window opened."""
+    wall, _, (busy, _, _) = window.read()
+    return wall, busy
 
 
 def _account(spent: dict, kind: str, nodes: dict[str, Node], cpu0: dict[str, float], idle: dict[str, float],
@@ -160,127 +157,6 @@ def _account(spent: dict, kind: str, nodes: dict[str, Node], cpu0: dict[str, flo
         s.wall_s += done[side][1]
         s.client_cpu_s += done[side][2]
         s.tasks += done[side][0] * per_call
-
-
-class _Crowd:
-    """Client processes, started once (the harness runs threads: spawned, not forked), each holding
-    a connection to both nodes of a pair. In round r, the even processes call one side and the odd
-    ones the other, swapping sides every round, so each node has half of them at once."""
-
-    def __init__(self, processes: int):
-        mp = multiprocessing.get_context("spawn")
-        self._results = mp.Queue()
-        self._commands = [mp.Queue() for _ in range(processes)]
-        self._procs = [mp.Process(target=_crowd_client, args=(commands, self._results), daemon=True)
-                       for commands in self._commands]
-
-    def __enter__(self) -> _Crowd:
-        try:
-            for proc in self._procs:
-                proc.start()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for commands in self._commands:
-            commands.put(("stop", None))
-        deadline = time.monotonic() + 10.0
-        for proc in self._procs:
-            if proc.pid is not None:
-                proc.join(max(0.0, deadline - time.monotonic()))
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-        for q in (*self._commands, self._results):
-            q.close()
-            q.cancel_join_thread()
-
-    def connect(self, where: dict[str, tuple[str, ClientSecurity]], spec: TaskSpec) -> None:
-        """Connect every process to both nodes ({side: (endpoint, security)}) and warm it up."""
-        self._tell_all(("connect", (where, spec)))
-
-    def round(self, r: int, seconds: float) -> dict[str, tuple[int, float, float]]:
-        """Every process calls its side for `seconds`: {side: (calls, wall seconds of them, the
-        client processes' CPU seconds)}."""
-        for k, commands in enumerate(self._commands):
-            commands.put(("round", (SIDES[(k + r) % 2], seconds)))
-        done = dict.fromkeys(SIDES, (0, 0.0, 0.0))
-        for side, calls, wall, cpu in self._collect(seconds + 60.0):
-            done[side] = (done[side][0] + calls, done[side][1] + wall, done[side][2] + cpu)
-        return done
-
-    def wake(self) -> None:
-        """One call from every process to each node: connections idle through the other kinds'
-        calls (and closed by a node's idle timeout on a slow host) are open again before a round
-        is measured, so no side pays for a handshake inside it."""
-        self._tell_all(("wake", None))
-
-    def _tell_all(self, command: tuple) -> None:
-        for commands in self._commands:
-            commands.put(command)
-        self._collect(60.0)
-
-    def _collect(self, timeout: float) -> list:
-        deadline = time.monotonic() + timeout
-        got = []
-        for _ in self._procs:
-            try:
-                answer = self._results.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise RuntimeError("a client process of the security scenario did not answer in time") from None
-            if isinstance(answer, str):
-                raise RuntimeError(f"a client process of the security scenario failed: {answer}")
-            got.append(answer)
-        return got
-
-
-def _crowd_client(commands, results) -> None:
-    """One process of a _Crowd, obeying its commands until told to stop."""
-    clients: dict[str, DelayqClient] = {}
-    spec = None
-    try:
-        while True:
-            try:
-                command, arg = commands.get(timeout=1.0)
-            except queue.Empty:
-                if multiprocessing.parent_process().is_alive():
-                    continue
-                return          # the scenario's process is gone: nobody will say stop
-            if command == "stop":
-                return
-            if command == "connect":
-                for client in clients.values():
-                    client.close()
-                where, spec = arg
-                clients = {side: DelayqClient([endpoint], timeout_s=10, security=security)
-                           for side, (endpoint, security) in where.items()}
-                for client in clients.values():
-                    for _ in range(20):
-                        client.submit(spec)
-                results.put(())
-            elif command == "wake":
-                for client in clients.values():
-                    client.submit(spec)
-                results.put(())
-            elif command == "round":
-                side, seconds = arg
-                calls, wall, cpu0 = 0, 0.0, time.process_time()
-                end = time.perf_counter() + seconds
-                while True:
-                    t0 = time.perf_counter()
-                    clients[side].submit(spec)
-                    t1 = time.perf_counter()
-                    calls, wall = calls + 1, wall + (t1 - t0)
-                    if t1 >= end:
-                        break
-                results.put((side, calls, wall, time.process_time() - cpu0))
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the scenario
-        results.put(f"{type(e).__name__}: {e}")
-    finally:
-        for client in clients.values():
-            client.close()
 
 
 def _idle(nodes: dict[str, Node], seconds: float) -> dict[str, float]:

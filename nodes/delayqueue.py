@@ -24,12 +24,20 @@ which otherwise wait only until the next entry is due or a held-back topic may g
 `horizon_ms` is the due time up to which the queue holds *every* DELAY task of the node's shards
 (of topics not paused); the loader advances it after each scan, and a submit adds its task only when
 it falls below it.
+
+Handover (docs/ARCHITECTURE.md, invariant 8). Once told which shards the node owns (`own`), the
+queue holds entries of those shards only, and decides under its lock, so that no entry can slip in
+beside a shard's loss: an entry written for a shard it does not own (a retry, a claim put back, a
+submit, after the shard moved) goes to `handover`, which tells the shard's owner (a hint row,
+delayq.nodes.hints); and when a shard is lost, the entries of it offered in the last
+HANDOVER_LOOKBACK_S go there too, since the new owner may have read its window before they were
+written. Older entries were written before the shard moved and are in the new owner's read.
 """
 from __future__ import annotations
 
-import itertools
+import collections
 import threading
-from typing import Container, Iterable
+from typing import Callable, Container, Iterable
 
 from delayq.clock import Clock
 from delayq.nodes.fairshare import BULK, PROMPT, QUANTUM, Gate, Open, Topics
@@ -37,17 +45,34 @@ from delayq.store.values import Entry
 
 __all__ = ["BULK", "PROMPT", "QUANTUM", "DelayQueue", "Entry", "Gate", "Open"]
 
+# How far back a shard's loss hands its entries over. The new owner reads its window once it hears
+# of the move; this node hears of it at about the same moment (the same ZooKeeper write), so only
+# entries offered since then can be missing from that read. Generous against a slow event thread.
+HANDOVER_LOOKBACK_S = 5.0
+MARK_EVERY_S = 0.1      # how finely the offers' times are kept (one mark per tenth of a second)
+
+Handover = Callable[[list[Entry]], None]
+
+
+def _drop(entries: list[Entry]) -> None:
+    """No handover: entries of shards not ours are left to MySQL (a queue that owns every shard)."""
+
+
 class DelayQueue:
     CHUNK = 256     # entries added per hold of the lock in offer_many
 
-    def __init__(self, clock: Clock, cap: int = 1_000_000, gate: Gate | None = None):
+    def __init__(self, clock: Clock, cap: int = 1_000_000, gate: Gate | None = None, handover: Handover = _drop):
         self._clock = clock
         self._cap = cap
         self._cond = threading.Condition()
         self._live: dict[str, tuple[Entry, int]] = {}       # task_id -> (entry, seq of its heap item)
         self._topics = Topics(self._live, gate or Open())
         self._paused: frozenset[str] = frozenset()
-        self._seq = itertools.count()
+        self._seq = 0                   # the next entry's sequence number: offers in order
+        # (monotonic s, first seq offered from then on): when each entry came, to a tenth of a second.
+        self._marks: collections.deque[tuple[float, int]] = collections.deque()
+        self._shards: frozenset[int] | None = None      # None: every shard (until `own` is called)
+        self._handover = handover
         self._closed = False
         self.horizon_ms = 0
 
@@ -63,26 +88,76 @@ class DelayQueue:
         return self.offer_many([entry]) == 1
 
     def offer_many(self, entries: Iterable[Entry]) -> int:
-        """offer() for many entries. The lock is taken per chunk of them, so a window scan of
-        tens of thousands of entries never keeps the dispatcher from the head for long."""
-        return self._offer(list(entries), below_horizon=False)
+        """offer() for many entries (a window scan's). The lock is taken per chunk of them, so a
+        scan of tens of thousands of entries never keeps the dispatcher from the head for long.
+        Entries of shards not ours are dropped."""
+        return self._offer(list(entries), below_horizon=False, foreign_out=False)
 
-    def offer_written(self, entries: Iterable[Entry], owned: Container[int]) -> int:
-        """Tasks just written to MySQL as DELAY (a submit, a retry): those of the `owned` shards
-        that accepts() would take go into memory; the loader reads the others when their time
-        comes."""
-        return self._offer([e for e in entries if e.shard_id in owned], below_horizon=True)
+    def offer_written(self, entries: Iterable[Entry]) -> int:
+        """Tasks just written to MySQL as DELAY (a submit, a retry, a claim put back): those that
+        accepts() would take go into memory, the loader reads the later ones when their time
+        comes, and those of shards not ours go to the handover."""
+        return self._offer(list(entries), below_horizon=True, foreign_out=True)
 
-    def _offer(self, entries: list[Entry], below_horizon: bool) -> int:
-        added = 0
+    def put_back(self, entries: Iterable[Entry]) -> int:
+        """Entries taken from memory and not claimed (MySQL down, a cap kept them back): back in,
+        whatever the horizon; those of shards no longer ours go to the handover."""
+        return self._offer(list(entries), below_horizon=False, foreign_out=True)
+
+    def hand_over(self, entries: list[Entry]) -> None:
+        """Entries this node cannot hold (their shard is not ours): to their shard's owner."""
+        if entries:
+            self._handover(entries)
+
+    def own(self, shards: Iterable[int], lookback_s: float = HANDOVER_LOOKBACK_S) -> int:
+        """The node owns these shards from now on: forget the entries of the others, handing over
+        those offered within lookback_s (the new owner's window read may have missed them).
+        Returns how many entries were dropped."""
+        with self._cond:
+            self._shards = frozenset(shards)
+            since = self._seq_since(self._clock.monotonic() - lookback_s)
+            gone = [(tid, e, seq) for tid, (e, seq) in self._live.items() if e.shard_id not in self._shards]
+            for tid, _, _ in gone:
+                del self._live[tid]
+            self._topics.compact_if_stale()
+        self.hand_over([e for _, e, seq in gone if seq >= since])
+        return len(gone)
+
+    def _seq_since(self, t: float) -> int:
+        """The first sequence number an entry offered at t or later can have (with the lock). Each
+        offer leaves a mark unless one was left less than MARK_EVERY_S before it, so the entries
+        offered from t on are those from the first mark left after t - MARK_EVERY_S."""
+        for at, seq in self._marks:
+            if at >= t - MARK_EVERY_S:
+                return seq
+        return self._seq
+
+    def _offer(self, entries: list[Entry], below_horizon: bool, foreign_out: bool) -> int:
+        """foreign_out: entries of shards not ours go to the handover (they were written to MySQL
+        just now, maybe after their owner read its window); otherwise they are dropped (a window
+        scan's, of a shard lost while it ran: in MySQL before the new owner's read)."""
+        added, foreign = 0, []
         for i in range(0, len(entries), self.CHUNK):
-            added += self._offer_chunk(entries[i:i + self.CHUNK], below_horizon)
+            n, other = self._offer_chunk(entries[i:i + self.CHUNK], below_horizon)
+            added += n
+            foreign += other
+        if foreign_out:
+            self.hand_over(foreign)
         return added
 
-    def _offer_chunk(self, entries: list[Entry], below_horizon: bool) -> int:
-        added, wake = 0, False
+    def _offer_chunk(self, entries: list[Entry], below_horizon: bool) -> tuple[int, list[Entry]]:
+        added, wake, foreign = 0, False, []
         with self._cond:
+            now = self._clock.monotonic()
+            if not self._marks or now - self._marks[-1][0] >= MARK_EVERY_S:
+                self._marks.append((now, self._seq))
+                while len(self._marks) > 1 and self._marks[1][0] < now - 2 * HANDOVER_LOOKBACK_S:
+                    self._marks.popleft()
+            owned = self._shards
             for e in entries:
+                if owned is not None and e.shard_id not in owned:
+                    foreign.append(e)
+                    continue
                 if below_horizon and e.due_ms >= self.horizon_ms or e.topic in self._paused:
                     continue
                 current = self._live.get(e.task_id)
@@ -92,14 +167,15 @@ class DelayQueue:
                     # Full: everything from this due time on is no longer known to be in memory.
                     self.horizon_ms = min(self.horizon_ms, e.due_ms)
                     continue
-                seq = next(self._seq)
+                seq = self._seq
+                self._seq += 1
                 self._live[e.task_id] = (e, seq)
                 wake = self._topics.push(e, seq) or wake
                 added += 1
             if wake:
                 self._cond.notify_all()
             self._topics.compact_if_stale()
-        return added
+        return added, foreign
 
     def holds(self, task_id: str, due_ms: int) -> bool:
         """True when the task is queued for this due time already."""
@@ -115,15 +191,6 @@ class DelayQueue:
         """The topic's entries now (a copy; costs the topic's entries, not the queue's)."""
         with self._cond:
             return self._topics.entries(topic)
-
-    def remove_shards(self, shards: set[int]) -> int:
-        """Forget every entry of these shards (the node lost them)."""
-        with self._cond:
-            gone = [tid for tid, (e, _) in self._live.items() if e.shard_id in shards]
-            for tid in gone:
-                del self._live[tid]
-            self._topics.compact_if_stale()
-            return len(gone)
 
     def pause(self, topics: Iterable[str]) -> tuple[int, set[str]]:
         """From now on hold no entry of these topics (and drop those held); returns the entries

@@ -3,12 +3,17 @@ hands the claimed ones to the publisher. There is one per lane (delayq.nodes.dis
 only the topics of its lane and publishing on its own connection.
 
 Only a task whose claim matched may be published, and only while that claim is current
-(delayq.nodes.lease): the publisher checks the claim's lease just before it writes the frames, and an
-expired one goes back to DELAY unsent. What happens after the publish is the Recorder's job: it
-gets every publish outcome. A task later than its service's misfire
-threshold, with the policy "fail", is failed instead of published. A claim that fails because MySQL is
-down puts its batch back into memory and is tried again a quarter of a second later, so firing
-resumes the moment MySQL answers. A claim that expects a result adds its deadline to Deadlines.
+(delayq.nodes.lease): the releaser checks each claim's lease before handing it to the publisher,
+and the publisher checks them again just before it writes the frames; a claim no longer current
+goes back to DELAY unsent, at its due time (the Recorder's `returned`), into memory or to its
+shard's new owner. What happens after the publish is the Recorder's job: it gets every publish
+outcome. A task later than its service's misfire threshold, with the policy "fail", is failed
+instead of published. A claim that fails because MySQL is down puts its batch back into memory
+and is tried again a quarter of a second later, so firing resumes the moment MySQL answers; since
+it may have committed all the same, it is noted as unsettled (delayq.nodes.unsettled) and undone
+before the next claim. Tasks taken from memory whose shard is no longer ours (fenced in MySQL, or
+lost meanwhile) are handed to their shard's owner. A claim that expects a result adds its deadline
+to Deadlines.
 
 Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
 task, so no two claims touch the same row; all take the shard rows in share mode), and the releaser
@@ -33,12 +38,13 @@ from delayq.nodes.claimlead import ClaimLead
 from delayq.nodes.deadlines import Deadlines
 from delayq.nodes.flow import Flow
 from delayq.nodes.delayqueue import BULK, PROMPT, DelayQueue, Entry
-from delayq.nodes.lease import ClaimLease, Lease
+from delayq.nodes.lease import MOVED, ClaimLease, Lease
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.threads import NodeThread
+from delayq.nodes.unsettled import Unsettled
 from delayq.store.tasks import TaskStore
 from delayq.store.values import Claim, Claimed
 
@@ -55,7 +61,8 @@ class Dispatcher(NodeThread):
                  publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
                  lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines,
-                 hold: Callable[[list[Claimed], int, str], None], on_fenced: Callable[[], None] = lambda: None,
+                 hold: Callable[[list[Claimed], int, str], None], returned: Callable[[list[Claimed], str], None],
+                 unsettled: Unsettled, on_fenced: Callable[[], None] = lambda: None,
                  flow: Flow | None = None, lane: str = BULK):
         super().__init__(claimers)
         self._lane = lane
@@ -69,6 +76,7 @@ class Dispatcher(NodeThread):
         self._held: dict[str, tuple[Claimed, Lease]] = {}
         self._lease = ClaimLease(ownership, lease_ms)
         self._guard, self._hold, self._deadlines = guard, hold, deadlines
+        self._returned, self._unsettled = returned, unsettled
         self._claim_failures = 0
         self._held_topics: dict[str, str] = {}    # topic -> the exchange its last tasks were held back for
         self._lock = threading.Lock()
@@ -134,17 +142,21 @@ class Dispatcher(NodeThread):
                 self._room.wait(0.05)
             return len(self._held) < self._batch * HELD_BATCHES
 
-    def _claim(self, due: list) -> None:
+    def _claim(self, due: list[Entry]) -> None:
+        lease, now = None, 0
         try:
+            if self._unsettled.pending:
+                self._unsettled.settle()
             lease = self._lease.take()
-            owner, fence = self._ownership.fence()
             now = self._clock.now_ms()
             started = time.monotonic()
-            claim = self._store.claim(due, owner, fence, now, self._flow.caps() if self._flow else None)
+            claim = self._store.claim(due, lease.owner, lease.fence, now, self._flow.caps() if self._flow else None)
             if self._lane == PROMPT:
                 self._lead.claimed((time.monotonic() - started) * 1000)
             claimed, fenced = claim.claimed, claim.fenced
         except Unavailable as e:
+            if lease is not None:       # the claim was sent: it may have committed
+                self._unsettled.note(due, lease.owner, now)
             self._put_back(due, e)
             return
         except Exception:  # noqa: BLE001 - the dispatcher must outlive any bug in one batch
@@ -157,9 +169,12 @@ class Dispatcher(NodeThread):
         self._deadlines.add((now + c.ttr_ms, c.task_id, c.attempt) for c in claimed if c.ttr_ms > 0)
         if claim.rooms:
             self._kept_to_caps(claim, now)
+        # Taken from memory but not ours to claim: their shard's owner takes them (a hint).
+        lost = set(fenced) | {e.shard_id for e in due if e.shard_id not in lease.fence}
+        if lost:
+            self._queue.hand_over([e for e in due if e.shard_id in lost])
         if fenced:
-            # Taken from memory but not claimed: if the shard is ours again at a newer epoch
-            # than we knew, its tasks are in MySQL only.
+            # If the shard is ours again at a newer epoch than we knew, its tasks are in MySQL only.
             self._on_fenced()
         with self._lock:
             for c in claimed:
@@ -178,7 +193,7 @@ class Dispatcher(NodeThread):
         if claim.deferred:
             for topic, n in collections.Counter(e.topic for e in claim.deferred).items():
                 self._metrics.throttled.labels(topic, "in_flight").inc(n)
-            self._queue.offer_many(claim.deferred)
+            self._queue.put_back(claim.deferred)
 
     def _release_loop(self) -> None:
         """The releaser thread: publishes claimed tasks the moment they are due, never before.
@@ -223,23 +238,24 @@ class Dispatcher(NodeThread):
             self._held_topics[c.topic] = exchange
         self._hold(tasks, due, reason)
 
-    def _leases_current(self, leases: set[Lease], n: int) -> bool:
-        """On the publisher's thread, just before the write: False sends the batch back to DELAY."""
-        if all(self._lease.current(lease) for lease in leases):
-            return True
-        self._metrics.claims_expired.inc(n)
-        log.warning("not publishing %d claimed tasks: the claim is no longer provably ours (paused past "
-                    "the claim lease, or the ZooKeeper session broke since); back to DELAY", n)
-        return False
+    def _current(self, held: list[tuple[Claimed, Lease]]) -> list[tuple[Claimed, Lease]]:
+        """The claims still current; the others go back to DELAY unsent, at their due time."""
+        current, refused = self._lease.split(held)
+        for why, claims in refused.items():
+            self._metrics.claims_expired.inc(len(claims))
+            if why != MOVED:
+                log.warning("not publishing %d claimed tasks: %s; back to DELAY", len(claims), why)
+            self._returned(claims, why)
+        return current
 
-    def _put_back(self, due: list, e: Exception) -> None:
+    def _put_back(self, due: list[Entry], e: Exception) -> None:
         """MySQL is down: the batch goes back into memory (still DELAY in MySQL) and is claimed
         again shortly; the horizon stands, so the window need not be read again afterwards."""
         self._claim_failures += 1
         self._metrics.errors.labels("mysql").inc()
         log.log(logging.WARNING if self._claim_failures == 1 else logging.DEBUG,
                 "claim of %d due tasks failed: %s; trying again every 0.25 s", len(due), e)
-        self._queue.offer_many(due)
+        self._queue.put_back(due)
         self._stop.wait(0.25)
 
     def _dropped(self, due: list, reason: str | None) -> None:
@@ -252,15 +268,14 @@ class Dispatcher(NodeThread):
         self._stop.wait(0.5)
 
     def _publish(self, held: list[tuple[Claimed, Lease]]) -> None:
+        held = self._current(held)
         now = self._clock.now_ms()
-        claimed = [c for c, _ in held]
-        leases = {lease for _, lease in held}
-        out, misfired = [], []
+        out, published, misfired = [], [], []
         services = {}                   # per topic, looked up once per batch
         verdicts: dict[str, str | None] = {}
-        held: dict[str, list[Claimed]] = {}
+        kept_back: dict[str, list[Claimed]] = {}
         sent = collections.Counter()
-        for c in claimed:
+        for c, lease in held:
             if c.topic not in services:
                 services[c.topic] = self._services.find(c.topic)
             svc = services[c.topic]
@@ -272,18 +287,19 @@ class Dispatcher(NodeThread):
             if exchange not in verdicts:
                 verdicts[exchange] = self._guard.verdict(exchange)
             if verdicts[exchange] is not None:
-                held.setdefault(exchange, []).append(c)
+                kept_back.setdefault(exchange, []).append(c)
                 continue
             routing_key = svc.routing_key if svc else c.topic
             out.append(messages.fired(c, exchange, routing_key, now))
+            published.append((c, lease))
             sent[c.topic] += 1
         for topic, n in sent.items():
             self._metrics.dispatched.labels(topic).inc(n)
             self._held_topics.pop(topic, None)
-        for exchange, tasks in held.items():
+        for exchange, tasks in kept_back.items():
             self._hold_back(exchange, verdicts[exchange], tasks, now)
         if out:
-            self._publisher.publish(out, still_valid=lambda: self._leases_current(leases, len(out)))
+            self._publisher.publish(out, veto=lambda: self._lease.refusal_of(published))
         for c, late in misfired:
             try:
                 self._results.apply(c.task_id, c.attempt, Result.MISFIRED,

@@ -7,13 +7,19 @@ then would deliver the task twice, the second time after it may have finished. S
 published only while its claim is provably current:
 
 - within `lease_ms` of the moment the claim was issued, measured on CLOCK_BOOTTIME (it keeps
-  running through a stopped process and a suspended machine; wall time may jump), and
-- while no ZooKeeper session break and no shard loss happened since (Ownership.breaks).
+  running through a stopped process and a suspended machine; wall time may jump),
+- while no ZooKeeper session break happened since (Ownership.suspensions), and
+- while its shard is still ours at the epoch the claim was fenced with (Ownership.holds).
 
 A node's shards move only after its session expired, which takes the session timeout (2 s at the
 least) after the node stopped answering: a lease well below that cannot outlive the ownership it
-was taken under. An expired claim is not published; it goes back to DELAY with its attempt number
-(conditional on still being that attempt, READY), so nothing is lost and nothing sent twice.
+was taken under. A claim that is no longer current is not published; it goes back to DELAY with
+its attempt number (conditional on still being that attempt, READY) and its due time, into memory
+or to its shard's new owner (delayq.nodes.hints), so nothing is lost, late or sent twice.
+
+`refusal` says why not, and the reasons differ for the operator: a shard moved by plan (a
+rebalance, a drain, a pin) is routine; a lease outlived or a session broken means the node was
+stopped or cut off.
 
 What remains: the publisher thread checks the lease just before it writes the frames to the
 socket; a pause that falls in the few microseconds between that check and the write, and lasts
@@ -24,11 +30,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from delayq.nodes.ownership import Ownership
 
+
+class Sharded(Protocol):
+    @property
+    def shard_id(self) -> int: ...
+
+
+S = TypeVar("S", bound=Sharded)      # a claimed task
+
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+EXPIRED = "claim lease expired (the node was paused past it)"
+BROKEN = "the ZooKeeper session broke since the claim"
+MOVED = "its shard moved to another node"
 
 
 def boottime() -> float:
@@ -36,10 +54,13 @@ def boottime() -> float:
     return time.clock_gettime(_BOOTTIME)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Lease:
-    taken: float        # boottime seconds, read before the claim was sent
-    breaks: int         # Ownership.breaks at that moment
+    """One claim's right to publish; also what the claim is fenced with (owner, shard -> epoch)."""
+    taken: float                 # boottime seconds, read before the claim was sent
+    suspensions: int             # Ownership.suspensions at that moment
+    owner: str
+    fence: Mapping[int, int]
 
 
 class ClaimLease:
@@ -47,8 +68,58 @@ class ClaimLease:
         self._ownership, self._lease_s, self._clock = ownership, lease_ms / 1000.0, clock
 
     def take(self) -> Lease:
-        """Call before sending the claim: the lease runs from here."""
-        return Lease(self._clock(), self._ownership.breaks)
+        """Call before sending the claim: the lease runs from here, and the claim uses its fence."""
+        taken, suspensions = self._clock(), self._ownership.suspensions
+        owner, fence = self._ownership.fence()
+        return Lease(taken, suspensions, owner, fence)
 
-    def current(self, lease: Lease) -> bool:
-        return self._ownership.breaks == lease.breaks and self._clock() - lease.taken <= self._lease_s
+    def refusal(self, lease: Lease, shards: Iterable[int]) -> str | None:
+        """Why claims of these shards under this lease may not be published now (None: they may)."""
+        return self._lapsed(lease) or self._moved(lease, shards)
+
+    def current(self, lease: Lease, shards: Iterable[int] = ()) -> bool:
+        return self.refusal(lease, shards) is None
+
+    def refusal_of(self, held: Sequence[tuple[Sharded, Lease]]) -> str | None:
+        """refusal() for a batch of claims (task, its lease): the first reason any of them has."""
+        for lease, tasks in _by_lease(held):
+            why = self.refusal(lease, {t.shard_id for t in tasks})
+            if why is not None:
+                return why
+        return None
+
+    def split(self, held: Sequence[tuple[S, Lease]]) -> tuple[list[tuple[S, Lease]], dict[str, list[S]]]:
+        """The claims still current, and the others by the reason they are not (each lease and
+        each of its shards looked at once, however many tasks it claimed)."""
+        current: list[tuple[S, Lease]] = []
+        refused: dict[str, list[S]] = {}
+        for lease, tasks in _by_lease(held):
+            lapsed = self._lapsed(lease)
+            if lapsed is not None:
+                refused.setdefault(lapsed, []).extend(tasks)
+                continue
+            moved = {s for s in {t.shard_id for t in tasks} if self._moved(lease, (s,))}
+            for t in tasks:
+                if t.shard_id in moved:
+                    refused.setdefault(MOVED, []).append(t)
+                else:
+                    current.append((t, lease))
+        return current, refused
+
+    def _lapsed(self, lease: Lease) -> str | None:
+        if self._clock() - lease.taken > self._lease_s:
+            return EXPIRED
+        if self._ownership.suspensions != lease.suspensions:
+            return BROKEN
+        return None
+
+    def _moved(self, lease: Lease, shards: Iterable[int]) -> str | None:
+        held = self._ownership.holds(lease.owner, {s: lease.fence.get(s, -1) for s in shards})
+        return None if held else MOVED
+
+
+def _by_lease(held: Sequence[tuple[S, Lease]]) -> list[tuple[Lease, list[S]]]:
+    groups: dict[int, tuple[Lease, list[S]]] = {}
+    for task, lease in held:
+        groups.setdefault(id(lease), (lease, []))[1].append(task)
+    return list(groups.values())

@@ -69,8 +69,9 @@ class Loader(NodeThread):
         self._wake.set()
 
     def _on_change(self, gained: set[int], lost: set[int]) -> None:
+        # The queue holds the shards owned now, and hands over what the new owners may lack.
+        dropped = self._queue.own(self._ownership.shards())
         if lost:
-            dropped = self._queue.remove_shards(lost)
             log.info("dropped %d queued tasks of lost shards %s", dropped, sorted(lost))
         if gained:
             self.rescan()   # their tasks below the horizon are not in memory
@@ -131,11 +132,10 @@ class Loader(NodeThread):
         except Exception:
             self._queue.set_horizon(0)  # what lies between the old and the new horizon is unread
             raise
-        # Entries of shards lost meanwhile would only fail their claim; skip them. The filter runs
-        # outside the queue's lock (each holds() takes it briefly), so the dispatcher is not kept
-        # waiting behind a whole window.
+        # The queue drops entries of shards lost meanwhile. The filter runs outside the queue's lock
+        # (each holds() takes it briefly), so the dispatcher is not kept waiting behind a whole window.
         owned = self._ownership.shards()
-        fresh = [e for e in entries if e.shard_id in owned and not self._queue.holds(e.task_id, e.due_ms)]
+        fresh = [e for e in entries if not self._queue.holds(e.task_id, e.due_ms)]
         # A limited topic is paced by its own limits, and must not take the catch-up's slots.
         self._queue.offer_many([e if e.topic in limited else self._pace(e, now) for e in fresh])
         self.scans += 1

@@ -55,6 +55,7 @@ from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.skew import ReferenceClock
 from delayq.nodes.spread import spreader
 from delayq.nodes.standalone import Standalone
+from delayq.nodes.unsettled import Unsettled
 from delayq.nodes.validation import Limits
 from delayq.nodes.watch import ServicesWatch, Watch
 from delayq.nodes.zk.follower import AssignmentFollower
@@ -97,7 +98,9 @@ class NodeRuntime:
         self.services = ServiceRegistry(self.engine, clock)
         self.ownership = Ownership(s.node.node_id)
         self.flow = Flow(self.ownership)      # holds each topic to its controls
-        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow)
+        # What memory cannot hold because the shard is another node's goes to that node as hints.
+        self.handover = hints.Handover(clock, s.scheduling.window_ms)
+        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give)
         self.flow.kick = self.queue.kick
         # Cycles are closed by callbacks that name a part built further down (called only once
         # the node runs): results -> dead letters -> publisher -> recorder -> results.
@@ -125,7 +128,8 @@ class NodeRuntime:
         # The pollers' reads (hints, and each change counter): one statement each, without the
         # ROLLBACK of a transaction's end, on a connection each keeps.
         self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True)
-        self.hints = hints.HintReader(self.polls, self.queue, self.ownership, poll_ms=s.scheduling.hint_poll_ms)
+        self.hints = hints.HintReader(self.polls, self.queue, self.ownership, self.handover,
+                                      poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
                              window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
@@ -137,15 +141,15 @@ class NodeRuntime:
                                  results=self.results, metrics=self.metrics, clock=clock,
                                  default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
                                  lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
-                                 deadlines=self.deadlines, hold=self.recorder.hold,
-                                 on_fenced=self.loader.rescan, flow=self.flow)
+                                 deadlines=self.deadlines, hold=self.recorder.hold, returned=self.recorder.returned,
+                                 unsettled=Unsettled(self.store, clock), on_fenced=self.loader.rescan, flow=self.flow)
         self.dispatcher = dispatchlanes.Lanes(lane, publisher(max_in_flight=dispatchlanes.PROMPT_WINDOW),
                                               self.publisher, batch=s.scheduling.dispatch_batch,
                                               claimers=s.scheduling.write_concurrency)
         sec = s.security
         self.services_watch = ServicesWatch(self.engine, self.services)
         follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
-               spreader(self.engine, self.queue, self.ownership, lambda entries: hints.write(self.writes, entries)))
+               spreader(self.engine, self.queue, self.ownership))
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.services_watch,
                                    live=lambda: 1 if self.zk is None else self.membership.live)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure)
@@ -166,7 +170,6 @@ class NodeRuntime:
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
                                max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
                                default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
-                               hint=lambda entries: hints.write(self.writes, entries),
                                audit=Audit(AuditLog(self.engine), clock), controls=ControlStore(self.engine, clock),
                                quotas=self.quotas, cluster_info=self.probes.cluster_info)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
@@ -249,7 +252,10 @@ class NodeRuntime:
         if self.zk is not None:
             self.rebalancer.stop()
             self.zk.stop()
-        for part in (self.results_consumer, self.clockcheck, self.loader, self.dispatcher, self.deadlines, self.hints,
+            # The session is closed: the shards are the other nodes' from now on. What memory
+            # holds of them, and every claim not yet published, goes to them (hints).
+            self.ownership.set({}, self.ownership.all_shards())
+        for part in (self.results_consumer, self.clockcheck, self.loader, self.dispatcher, self.deadlines,
                      self.deadletters):
             part.stop()
         deadline = time.monotonic() + timeout
@@ -257,6 +263,7 @@ class NodeRuntime:
         self.publisher.stop()
         self.exchanges.stop()
         self.recorder.stop(max(1.0, deadline - time.monotonic()))
+        self.hints.stop()       # after the recorder: it writes the hints of the claims handed back
         self.engine.dispose()
         self.writes.dispose()
         self.polls.dispose()

@@ -2,8 +2,9 @@
 
 The claim statement checks the same (owner, epoch) against job_shard in MySQL, so a stale view here
 can only make a claim fail, never succeed wrongly. `claimable` is off while the node must not claim
-at all (ZooKeeper session suspended). `breaks` counts every suspension and every loss of a shard:
-a claim taken before the count moved may no longer be published (delayq.nodes.lease).
+at all (ZooKeeper session suspended). `suspensions` counts them, and `holds` says whether shards
+are still ours at the epochs a claim was fenced with: a claim taken before a suspension, or of a
+shard lost or granted anew since, may no longer be published (delayq.nodes.lease).
 
 Thread-safe. Listeners (gained, lost) run on the thread that changed the ownership.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 Listener = Callable[[set[int], set[int]], None]
 
@@ -27,7 +28,7 @@ class Ownership:
         self._all_set: frozenset[int] = frozenset()
         self._near: tuple[int, ...] = ()     # ours that new tasks may go to (kept with _fence, _all)
         self._claimable = True
-        self._breaks = 0
+        self._suspensions = 0
         self._listeners: list[Listener] = []
         self._rng = rng or random.Random()
 
@@ -43,9 +44,6 @@ class Ownership:
             changed = {s for s, e in fence.items() if self._fence.get(s) != e}
             if owner is not None and owner != self._owner:
                 self._owner, changed = owner, set(fence)
-                self._breaks += 1
-            if before - set(fence) or any(self._fence[s] != e for s, e in fence.items() if s in self._fence):
-                self._breaks += 1
             self._fence = dict(fence)
             self._all = tuple(sorted(all_shards))
             self._all_set = frozenset(self._all)
@@ -63,7 +61,7 @@ class Ownership:
         with self._lock:
             resumed = claimable and not self._claimable
             if not claimable:
-                self._breaks += 1
+                self._suspensions += 1
             self._claimable = claimable
             shards = set(self._fence)
         if resumed and shards:
@@ -71,9 +69,14 @@ class Ownership:
                 listener(shards, set())
 
     @property
-    def breaks(self) -> int:
+    def suspensions(self) -> int:
         with self._lock:
-            return self._breaks
+            return self._suspensions
+
+    def holds(self, owner: str, fence: Mapping[int, int]) -> bool:
+        """True while every one of these shards is held by `owner` at the epoch given."""
+        with self._lock:
+            return owner == self._owner and all(self._fence.get(s) == e for s, e in fence.items())
 
     @property
     def claimable(self) -> bool:

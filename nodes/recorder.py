@@ -7,8 +7,15 @@
     UNROUTABLE  a failed attempt (no queue bound): retried with the service's backoff, then FAILED
     HELD        not published: its service's exchange is unusable (delayq.nodes.amqp.exchanges); back to
                 DELAY with its number, due when the exchange is next checked
+    RETURNED    not published: its claim is no longer current (delayq.nodes.lease; VETOED when the
+                publisher found so just before the write); back to DELAY with its number and its
+                due time, so it fires at once wherever its shard now is
 
-If MySQL is down, the outcomes wait here and are retried; a crash loses nothing either: a claimed
+Whatever goes back to DELAY goes back into memory, or to its shard's new owner as a hint when the
+shard moved meanwhile (delayq.nodes.delayqueue, "Handover"). A shard moved by plan (a rebalance,
+a drain, a pin) is routine: its claims handed back are logged at INFO, once per record batch.
+
+If MySQL is down, the outcomes wait here and are retried every RETRY_S; a crash loses nothing either: a claimed
 task that was never recorded times out after its time-to-run and is dispatched again.
 
 Outcomes are gathered for gather_ms (DELAYQ_RECORD_GATHER_MS) after the first of a batch arrives,
@@ -27,19 +34,20 @@ from typing import Any, Callable
 from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
-from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE
-from delayq.nodes.metrics import Metrics
-
-HELD = "HELD"
+from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
 from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.lease import MOVED
+from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.results import ResultApplier
+from delayq.nodes.threads import NodeThread
 from delayq.store.tasks import TaskStore
 from delayq.store.values import Claimed
 
-from delayq.nodes.threads import NodeThread
-
 log = logging.getLogger(__name__)
+
+HELD, RETURNED = "HELD", "RETURNED"
+RETRY_S = 0.25      # a record MySQL refused is tried again this soon: firing resumes as it answers
 
 
 class Recorder(NodeThread):
@@ -60,7 +68,10 @@ class Recorder(NodeThread):
     def on_outcome(self, ref: Any, outcome: str, reason: str | None) -> None:
         """Publisher callback: never blocks. Dead letters have their own bookkeeping."""
         if isinstance(ref, tuple):
-            if outcome == CONFIRMED:
+            if outcome == VETOED:
+                self._metrics.claims_expired.inc()
+                ref, outcome = (ref[0], ref[0].due_ms), RETURNED
+            elif outcome == CONFIRMED:
                 claimed = ref[0]
                 self._metrics.confirmed.labels(claimed.topic).inc()
                 self._metrics.lateness.labels(claimed.topic).observe(
@@ -75,6 +86,12 @@ class Recorder(NodeThread):
         """The dispatcher did not publish these (unusable exchange): back to DELAY, due at due_ms."""
         for c in claimed:
             self._inbox.put(((c, due_ms), HELD, reason))
+
+    def returned(self, claimed: list[Claimed], reason: str) -> None:
+        """The dispatcher did not publish these (their claim is no longer current): back to
+        DELAY at their due time."""
+        for c in claimed:
+            self._inbox.put(((c, c.due_ms), RETURNED, reason))
 
     @property
     def backlog(self) -> int:
@@ -103,7 +120,7 @@ class Recorder(NodeThread):
             except Unavailable as e:
                 self._metrics.errors.labels("mysql").inc()
                 log.warning("cannot record %d publish outcomes: %s; retrying", len(pending), e)
-                if self._stop.wait(1.0):
+                if self._stop.wait(RETRY_S):
                     return
             except Exception:  # noqa: BLE001 - a bug in one batch must not stop recording
                 # Dropped: those tasks stay READY and their time-to-run dispatches them again.
@@ -116,6 +133,7 @@ class Recorder(NodeThread):
         sent = {ref[0].task_id for ref, outcome, _ in items if outcome == FAILED}
         unroutable = [(ref[0], reason) for ref, outcome, reason in items if outcome == UNROUTABLE]
         held = [ref for ref, outcome, _ in items if outcome == HELD]
+        returned = [(ref, reason) for ref, outcome, reason in items if outcome == RETURNED]
         if confirmed:
             for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
                 self._metrics.finished.labels(c.topic).inc()
@@ -132,10 +150,27 @@ class Recorder(NodeThread):
         for c, reason in unroutable:
             self._unroutable(c, reason)
         if held:
-            now, node = self._clock.now_ms(), self._ownership.node_id
-            for due in sorted({due for _, due in held}):
-                self._store.release([c for c, d in held if d == due], due, False, node, now)
-            self._requeue(held)
+            self._release_at(held)
+        if returned:
+            self._release_at([ref for ref, _ in returned])
+            self._log_returned(returned)
+
+    def _release_at(self, items: list[tuple[Claimed, int]]) -> None:
+        """Back to DELAY with their attempt number, each at its own due time."""
+        now, node = self._clock.now_ms(), self._ownership.node_id
+        for due in sorted({due for _, due in items}):
+            self._store.release([c for c, d in items if d == due], due, False, node, now)
+        self._requeue(items)
+
+    @staticmethod
+    def _log_returned(returned: list[tuple[tuple[Claimed, int], str | None]]) -> None:
+        moved = sorted({ref[0].shard_id for ref, reason in returned if reason == MOVED})
+        if moved:
+            log.info("handed back %d claims of shards %s, moved to another node: their new owners fire them",
+                     sum(1 for _, reason in returned if reason == MOVED), moved)
+        others = [reason for _, reason in returned if reason != MOVED]
+        if others:
+            log.warning("%d claims not published (%s): back to DELAY, fired again at once", len(others), others[0])
 
     def _unroutable(self, c: Claimed, reason: str | None) -> None:
         log.warning("task %s attempt %d unroutable: %s", c.task_id, c.attempt, reason)
@@ -147,4 +182,5 @@ class Recorder(NodeThread):
             log.warning("unroutable task %s not updated: %s", c.task_id, e)
 
     def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
-        self._queue.offer_written((Entry(c.task_id, c.shard_id, due, topic=c.topic) for c, due in items), self._ownership.shards())
+        # Into memory if the shard is still ours, else handed over to its owner (delayq.nodes.hints).
+        self._queue.offer_written(Entry(c.task_id, c.shard_id, due, topic=c.topic) for c, due in items)

@@ -44,7 +44,7 @@ class ResultApplier:
             self.ended(t.topic)
         if t.status is Status.DELAY and t.due_ms is not None:
             self._metrics.retried.labels(t.topic).inc()
-            self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)], self._ownership.shards())
+            self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)])
         elif t.status is Status.FAILED:
             self._metrics.failed.labels(t.topic).inc()
             self._on_failed()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Callable, Sequence
+from typing import Callable
 
 from sqlalchemy import Engine
 
@@ -31,8 +31,7 @@ log = logging.getLogger(__name__)
 BATCH = 1000
 
 
-def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership,
-             hint: Callable[[Sequence[Entry]], None]) -> Callable[[str], int]:
+def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership) -> Callable[[str], int]:
     def spread(topic: str) -> int:
         every, mine = ownership.all_shards(), ownership.shards()
         if not every:
@@ -52,8 +51,7 @@ def spreader(engine: Engine, queue: DelayQueue, ownership: Ownership,
                       for e in batch if e.task_id in done]
             for e in placed:
                 queue.remove(e.task_id)
-            queue.offer_many(e for e in placed if e.shard_id in mine)
-            hint([e for e in placed if e.shard_id not in mine])
+            queue.put_back(placed)          # ours stay, the others go to their owners (hints)
             moved += len(placed)
         if moved:
             log.info("topic %s has a rate limit now: %d of its tasks moved onto every node's shards", topic, moved)

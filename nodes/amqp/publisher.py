@@ -17,6 +17,7 @@ made on the publisher's thread (it must not block):
     CONFIRMED   the broker took responsibility for it (basic.ack)
     UNROUTABLE  returned: no queue is bound for its routing key (mandatory)
     NOT_SENT    it never went on the wire (not connected, channel closed first)
+    VETOED      it never went on the wire: the batch's veto refused it just before the write
     FAILED      sent, but nacked, not confirmed in time, or the connection was lost before the
                 confirm: it may or may not have reached a queue
 
@@ -41,7 +42,7 @@ from delayq.topology import EXCHANGE_TYPE
 
 log = logging.getLogger(__name__)
 
-CONFIRMED, UNROUTABLE, NOT_SENT, FAILED = "CONFIRMED", "UNROUTABLE", "NOT_SENT", "FAILED"
+CONFIRMED, UNROUTABLE, NOT_SENT, FAILED, VETOED = "CONFIRMED", "UNROUTABLE", "NOT_SENT", "FAILED", "VETOED"
 
 Outcome = Callable[[Any, str, str | None], None]
 
@@ -60,7 +61,7 @@ class ConfirmedPublisher:
         self._pending = 0                      # handed to publish() and not yet settled
         # Told the broker's words when it closes the channel (e.g. "no exchange 'x'"), on this thread.
         self._on_channel_lost = on_channel_closed
-        # batches handed over, not yet on the wire, each with its still_valid check
+        # batches handed over, not yet on the wire, each with its veto
         self._handed: dict[int, tuple[list[Outgoing], Callable[[], bool] | None]] = {}
         self._handoffs = 0
         self._lock = threading.Lock()          # guards _conn/_ready for the handoff from other threads
@@ -99,9 +100,10 @@ class ConfirmedPublisher:
         with self._space:
             return self._space.wait_for(lambda: not self._pending, timeout)
 
-    def publish(self, batch: list[Outgoing], still_valid: Callable[[], bool] | None = None) -> None:
-        """Send the batch; every message gets an outcome. still_valid, when given, is asked on the
-        publisher thread just before the frames are written: False settles the batch NOT_SENT."""
+    def publish(self, batch: list[Outgoing], veto: Callable[[], str | None] | None = None) -> None:
+        """Send the batch; every message gets an outcome. veto, when given, is asked on the
+        publisher thread just before the frames are written: a reason it gives settles the batch
+        VETOED with that reason."""
         if not batch:
             return
         with self._space:
@@ -114,7 +116,7 @@ class ConfirmedPublisher:
             if self._ready and self._conn is not None:
                 self._handoffs += 1
                 key = self._handoffs
-                self._handed[key] = (batch, still_valid)
+                self._handed[key] = (batch, veto)
                 try:
                     self._conn.ioloop.add_callback_threadsafe(lambda: self._publish_handed(key))
                     return
@@ -197,11 +199,12 @@ class ConfirmedPublisher:
 
     def _publish_handed(self, key: int) -> None:
         with self._lock:
-            batch, still_valid = self._handed.pop(key, (None, None))
+            batch, veto = self._handed.pop(key, (None, None))
         if batch is None:
             return
-        if still_valid is not None and not still_valid():
-            self._settle_many([(msg, NOT_SENT, "claim lease expired") for msg in batch])
+        refused = veto() if veto is not None else None
+        if refused is not None:
+            self._settle_many([(msg, VETOED, refused) for msg in batch])
             return
         self._publish_batch(batch)
 

@@ -51,7 +51,7 @@ class Handler:
                  max_batch: int,
                  window_ms: int, default_exchange: str,
                  check_exchange: Callable[[str], str | None], cluster_info: Callable[[], ttypes.ClusterInfo],
-                 hint: Callable[[list[Entry]], None] = lambda entries: None, audit: Audit | None = None,
+                 audit: Audit | None = None,
                  controls: ControlStore,
                  quotas: Quotas | None = None):
         self._requests, self._services, self._queue = requests, services, queue
@@ -62,7 +62,6 @@ class Handler:
         self._max_batch, self._window_ms = max_batch, window_ms
         self._default_exchange = default_exchange
         self._check_exchange = check_exchange
-        self._hint = hint
         self._cluster_info = cluster_info
         self.answers = CallAnswers(metrics, audit.call) if audit is not None else CallAnswers(metrics)
         self._writes = SubmitWrites(writer, self._prepare)
@@ -176,13 +175,7 @@ class Handler:
     def _enqueue(self, done: list[tuple[NewTask, Submitted]]) -> None:
         """A task due within the window goes straight into memory: ours, or its shard owner's
         through a hint (delayq.nodes.hints) when this node had no shard to put it on."""
-        owned = self._ownership.shards()
-        entries = [Entry(d.task_id, d.shard_id, d.due_ms, topic=t.topic) for t, d in done]
-        self._queue.offer_written(entries, owned)
-        near = self._clock.now_ms() + self._window_ms
-        others = [e for e in entries if e.shard_id not in owned and e.due_ms < near]
-        if others:
-            self._hint(others)
+        self._queue.offer_written(Entry(d.task_id, d.shard_id, d.due_ms, topic=t.topic) for t, d in done)
 
     @declared
     def cancel(self, taskId: str) -> int:
@@ -209,10 +202,9 @@ class Handler:
         # Moving a soon-due task onto one of our shards lets it go straight into our memory queue.
         shard = self._ownership.pick_shard(near=True) if near and self._ownership.shards() else None
         shard, due, topic = self._requests.reschedule(taskId, due, shard, now)
-        if self._ownership.owns(shard) and self._queue.accepts(due):
-            self._queue.offer(Entry(taskId, shard, due, topic=topic))
-        else:
-            self._queue.remove(taskId)
+        # Memory forgets the old time; the new one goes into ours, or to the shard's owner.
+        self._queue.remove(taskId)
+        self._queue.offer_written([Entry(taskId, shard, due, topic=topic)])
         return ttypes.TaskRef(taskId=taskId, dueAtMs=due, created=False)
 
     @declared

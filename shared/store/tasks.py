@@ -128,6 +128,19 @@ class TaskStore:
                       for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows],
                      fenced, deferred, rooms)
 
+    def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
+        """Undo a claim whose answer was lost (delayq.nodes.unsettled): READY -> DELAY with the
+        attempt given back, for the rows the claim made READY (`owner` at `claimed_ms`) and nothing
+        has touched since. Returns the rows given back."""
+        if not task_ids:
+            return 0
+        with unavailable_on_failure(), self._engine.begin() as conn:
+            return conn.exec_driver_sql(
+                f"UPDATE {TASK.name} SET status = %s, attempt = attempt - 1, node_id = NULL, deadline_ms = NULL, "
+                f"updated_ms = %s WHERE task_id IN ({literal_ids(task_ids)}) AND status = %s AND node_id = %s "
+                "AND updated_ms = %s",
+                (int(Status.DELAY), now_ms, int(Status.READY), owner, claimed_ms)).rowcount
+
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
         """The broker confirmed these publishes: write their execlog rows. Tasks that expect no
         result (ttr 0) finish here. Returns the tasks finished."""

@@ -139,7 +139,7 @@ def test_take_due_with_timeout_on_empty_queue(q: DelayQueue):
     assert q.take_due(10, timeout=0.01) == []
 
 
-# ---------------------------------------------------------------- re-timing, remove, remove_shards
+# ---------------------------------------------------------------- re-timing, remove, own
 
 
 def test_offer_of_same_id_retimes_it(clock: FakeClock, q: DelayQueue):
@@ -203,13 +203,12 @@ def test_removed_then_reoffered_fires_at_new_time_only(clock: FakeClock, q: Dela
     assert q.take_due(10, timeout=0) == [Entry("a", 0, now + 10)]
 
 
-def test_remove_shards(clock: FakeClock, q: DelayQueue):
+def test_own_forgets_the_entries_of_shards_no_longer_owned(clock: FakeClock, q: DelayQueue):
     now = clock.now
     for i in range(30):
         q.offer(Entry(f"t{i}", i % 3, now - 100 + i))
-    assert q.remove_shards({0, 2}) == 20
-    assert q.remove_shards({0, 2}) == 0
-    assert q.remove_shards(set()) == 0
+    assert q.own({1}) == 20
+    assert q.own({1}) == 0
     assert len(q) == 10
     out = q.take_due(100, timeout=0)
     assert [e.shard_id for e in out] == [1] * 10
@@ -318,14 +317,17 @@ def test_accepts_respects_horizon_and_cap(clock: FakeClock):
 
 
 def test_offer_written_takes_what_accepts_would_of_the_owned_shards(clock: FakeClock):
-    q = DelayQueue(clock, cap=3)
+    handed = []
+    q = DelayQueue(clock, cap=3, handover=handed.extend)
+    q.own({0})
     now = clock.now
-    assert q.offer_written([Entry("early", 0, now)], {0}) == 0     # nothing loaded yet
+    assert q.offer_written([Entry("early", 0, now)]) == 0     # nothing loaded yet
     q.set_horizon(now + 1000)
     added = q.offer_written([Entry("a", 0, now + 10), Entry("late", 0, now + 1000), Entry("theirs", 1, now + 10),
-                             Entry("b", 0, now + 20), Entry("c", 0, now + 30), Entry("d", 0, now + 5)], {0})
+                             Entry("b", 0, now + 20), Entry("c", 0, now + 30), Entry("d", 0, now + 5)])
     assert added == 3
     assert len(q) == 3 and not q.holds("late", now + 1000) and not q.holds("theirs", now + 10)
+    assert handed == [Entry("theirs", 1, now + 10)]         # the owner of shard 1 is told
     assert q.horizon_ms == now + 5         # full: memory now lacks the task due then
     assert q.offer_many([Entry("e", 0, now + 3)]) == 0
 
@@ -359,12 +361,12 @@ def test_many_retimings_keep_behaviour_correct(clock: FakeClock, q: DelayQueue):
     assert q.take_due(max_items=1000, timeout=0) == []
 
 
-def test_remove_shards_after_retimings_keeps_order(clock: FakeClock, q: DelayQueue):
+def test_own_after_retimings_keeps_order(clock: FakeClock, q: DelayQueue):
     now = clock.now
     for r in range(300):
         for i in range(10):
             q.offer(Entry(f"t{i}", i % 2, now - 10_000 + r * 10 + i))
-    assert q.remove_shards({0}) == 5
+    assert q.own({1}) == 5
     clock.now = now + 10_000
     out = q.take_due(100, timeout=0)
     assert ids(out) == ["t1", "t3", "t5", "t7", "t9"]

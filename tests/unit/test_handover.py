@@ -1,0 +1,169 @@
+"""The handover (docs/ARCHITECTURE.md, invariant 8): whatever a node writes back as DELAY for a
+shard it no longer owns, and what its memory held of a shard it just lost, reaches the shard's
+new owner as hints; claims whose answer MySQL lost are undone. In memory: the queue, the
+ownership, the recorder and the unsettled claims run against small fakes, time set by the test."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from delayq.errors import Unavailable
+from delayq.nodes.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entry
+from delayq.nodes.hints import Handover
+from delayq.nodes.lease import BROKEN, MOVED
+from delayq.nodes.loader import Loader
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.recorder import Recorder
+from delayq.nodes.unsettled import Unsettled
+from delayq.store.values import Claimed
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000       # ms, both clocks
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000.0
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def handed() -> list[Entry]:
+    return []
+
+
+@pytest.fixture
+def queue(clock, handed) -> DelayQueue:
+    q = DelayQueue(clock, handover=handed.extend)
+    q.own({1, 2})
+    q.set_horizon(clock.now + 60_000)
+    return q
+
+
+def test_a_lost_shard_hands_over_what_memory_was_given_lately_and_not_what_its_owner_read(clock, queue, handed):
+    queue.offer_many([Entry("old", 2, clock.now + 50_000), Entry("kept", 1, clock.now + 50_000)])
+    clock.now += int(HANDOVER_LOOKBACK_S * 1000) + 1000
+    queue.offer_written([Entry("new", 2, clock.now + 1_000)])     # written around the move
+    assert queue.own({1}) == 2
+    assert handed == [Entry("new", 2, clock.now + 1_000)]
+    assert len(queue) == 1 and queue.holds("kept", clock.now + 50_000 - int(HANDOVER_LOOKBACK_S * 1000) - 1000)
+
+
+def test_a_write_for_a_shard_no_longer_ours_goes_to_its_owner_and_a_scan_of_it_is_dropped(clock, queue, handed):
+    queue.own({1})
+    queue.offer_written([Entry("retry", 2, clock.now + 10), Entry("mine", 1, clock.now + 10)])
+    queue.put_back([Entry("unclaimed", 2, clock.now - 5)])
+    queue.offer_many([Entry("scanned", 2, clock.now + 10)])
+    assert [e.task_id for e in handed] == ["retry", "unclaimed"]
+    assert len(queue) == 1 and queue.holds("mine", clock.now + 10)
+
+
+def test_the_loss_reaches_memory_through_the_ownership_listener(clock, handed):
+    queue = DelayQueue(clock, handover=handed.extend)
+    ownership = Ownership("n1")
+    Loader(None, queue, ownership, results=None, clock=clock, window_ms=60_000, interval_ms=5000, cap=1000)
+    ownership.set({1: 1, 2: 1}, [1, 2])
+    queue.set_horizon(clock.now + 60_000)
+    queue.offer_written([Entry("a", 2, clock.now + 100), Entry("b", 1, clock.now + 100)])
+    ownership.set({1: 1}, [1, 2])
+    assert [e.task_id for e in handed] == ["a"]
+    queue.offer_written([Entry("c", 2, clock.now + 200)])      # a write that lost the race to the move
+    assert [e.task_id for e in handed] == ["a", "c"]
+
+
+def test_the_handover_keeps_only_what_is_due_within_the_window_and_keeps_order_when_mysql_fails(clock):
+    woken = []
+    h = Handover(clock, window_ms=60_000, cap=3, wake=lambda: woken.append(1))
+    h.give([Entry("soon", 1, clock.now + 10), Entry("later", 1, clock.now + 60_000)])
+    assert h.waiting == 1 and woken == [1]
+    taken = h.take()
+    h.give([Entry("next", 1, clock.now + 20)])
+    h.restore(taken)            # not written: first in line again
+    assert [e.task_id for e in h.take()] == ["soon", "next"]
+    h.give([Entry(f"t{i}", 1, clock.now) for i in range(5)])
+    assert [e.task_id for e in h.take()] == ["t2", "t3", "t4"]     # past the cap the oldest are left to the re-read
+
+
+# ---- claims whose answer was lost --------------------------------------------------------------
+
+
+class Store:
+    """TaskStore's unclaim and release, recorded; `down` makes them fail as MySQL away does."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.unclaimed: list[tuple[tuple[str, ...], str, int]] = []
+        self.released: list[tuple[list[str], int, bool]] = []
+
+    def unclaim(self, task_ids, owner, claimed_ms, now_ms) -> int:
+        if self.down:
+            raise Unavailable("MySQL unavailable")
+        self.unclaimed.append((tuple(task_ids), owner, claimed_ms))
+        return len(task_ids)
+
+    def release(self, claimed, due_ms, sent, node_id, now_ms) -> int:
+        if self.down:
+            raise Unavailable("MySQL unavailable")
+        self.released.append(([c.task_id for c in claimed], due_ms, sent))
+        return len(claimed)
+
+
+def test_a_claim_without_an_answer_is_undone_once_mysql_answers(clock):
+    store = Store()
+    unsettled = Unsettled(store, clock)
+    unsettled.note([Entry("a", 1, 5), Entry("b", 2, 6)], "n1@s", 999)
+    store.down = True
+    with pytest.raises(Unavailable):
+        unsettled.settle()
+    assert unsettled.pending and store.unclaimed == []
+    store.down = False
+    assert unsettled.settle() == 2
+    assert store.unclaimed == [(("a", "b"), "n1@s", 999)] and not unsettled.pending
+
+
+# ---- claims handed back -------------------------------------------------------------------------
+
+
+def claimed(task_id: str, shard: int, due_ms: int) -> Claimed:
+    return Claimed(task_id, "t", shard, due_ms, 1, b"", 3000, 3)
+
+
+def recorder(clock, queue, ownership, store) -> Recorder:
+    return Recorder(store, queue, ownership, results=None, metrics=Metrics(), clock=clock,
+                    publish_retry_ms=1000, gather_ms=0)
+
+
+def test_claims_of_a_moved_shard_go_back_at_their_due_time_to_the_new_owner_logged_at_info(
+        clock, queue, handed, caplog):
+    store, ownership = Store(), Ownership("n1")
+    ownership.set({1: 1}, [1, 2])
+    queue.own({1})
+    rec = recorder(clock, queue, ownership, store)
+    rec.returned([claimed("x", 2, clock.now - 3), claimed("y", 1, clock.now + 7)], MOVED)
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.recorder"):
+        rec._record([rec._inbox.get_nowait() for _ in range(2)])
+    assert store.released == [(["x"], clock.now - 3, False), (["y"], clock.now + 7, False)]
+    assert [e.task_id for e in handed] == ["x"] and queue.holds("y", clock.now + 7)
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "handed back 2 claims of shards [1, 2]" in caplog.records[0].getMessage()
+
+
+def test_claims_refused_for_a_broken_session_are_a_warning(clock, queue, caplog):
+    store, ownership = Store(), Ownership("n1")
+    rec = recorder(clock, queue, ownership, store)
+    rec.returned([claimed("x", 1, clock.now)], BROKEN)
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.recorder"):
+        rec._record([rec._inbox.get_nowait()])
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert BROKEN in caplog.records[0].getMessage()

@@ -36,13 +36,17 @@ from delayq.errors import Unavailable
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str, int | None], None]
+RECONNECT_MAX_S = 0.25
 
 
 class ZkSession:
     def __init__(self, settings: ZkSettings):
         self.client = KazooClient(
             hosts=settings.hosts, timeout=settings.session_timeout_ms / 1000.0, **zkauth.kazoo_args(settings.auth),
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            # Reconnect attempts at most RECONNECT_MAX_S apart (kazoo's default backoff reaches a
+            # second and more, with jitter): nodes resume within a fraction of a second of
+            # ZooKeeper answering again. An attempt to a member that is down costs a refused connect.
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=RECONNECT_MAX_S, max_jitter=0.2),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self._call_timeout = max(2.0, settings.session_timeout_ms / 1000.0)
         self._auth = settings.auth

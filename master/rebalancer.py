@@ -159,7 +159,7 @@ class Rebalancer:
                       if s in target and stored.get(s, (None, 0))[1] > g.epoch})
         if not moved and len(current.shards) == len(shard_ids) and active == current.active and not fresh \
                 and intents_zxid == current.intents_zxid:
-            self._repair(current, stored)
+            self._repair(current, stored, set())
             return None
         # An intent that moves nothing is still acknowledged (intents_zxid), at the same epoch.
         epoch = max(current.epoch, self._shards.max_epoch()) + (1 if moved else 0)

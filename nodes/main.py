@@ -13,7 +13,7 @@ import time
 
 from thrift.protocol import TBinaryProtocol
 
-from delayq import schema
+from delayq import db, schema
 from delayq.access.tls import server_context
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
@@ -128,6 +128,10 @@ class NodeRuntime:
         # The pollers' reads (hints, and each change counter): one statement each, without the
         # ROLLBACK of a transaction's end, on a connection each keeps.
         self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True)
+        # An outage that only a claim, a record or a poll ran into (one shorter than a window scan's
+        # interval) holds time-outs all the same.
+        for engine in (self.engine, self.writes, self.polls):
+            db.on_unreachable(engine, lambda: self.grace.observe("mysql", False))
         self.hints = hints.HintReader(self.polls, self.queue, self.ownership, self.handover,
                                       poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)

@@ -100,6 +100,25 @@ def _ping_when_idle(engine: Engine) -> None:
             raise sqlalchemy.exc.DisconnectionError(str(e)) from e
 
 
+# Driver error codes of a server that cannot be reached: the client's own (2003 cannot connect,
+# 2006 gone away, 2013 lost during a query, ...) and the server shutting down (1053).
+_UNREACHABLE_CODES = range(2000, 3000)
+_SHUTDOWN = 1053
+
+
+def on_unreachable(engine: Engine, seen: Callable[[], None]) -> None:
+    """Call `seen` (on the failing thread; it must not block) whenever a statement or a connect
+    on this engine fails because MySQL cannot be reached, whoever's call it was: the outage grace
+    (delayq.nodes.outages) must hear of an outage that only a claim or a record ran into. Lock
+    conflicts and refused statements are not outages."""
+    @event.listens_for(engine, "handle_error")
+    def _failed(context) -> None:
+        args = getattr(context.original_exception, "args", ())
+        code = args[0] if args else None
+        if context.is_disconnect or (isinstance(code, int) and (code in _UNREACHABLE_CODES or code == _SHUTDOWN)):
+            seen()
+
+
 def database_name(settings: MySQLSettings) -> str:
     name = make_url(settings.url).database
     if not name:

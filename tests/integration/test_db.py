@@ -155,6 +155,36 @@ def test_a_missing_table_says_to_migrate(engines):
             conn.exec_driver_sql("SELECT 1 FROM job_delay_task_not_there")
 
 
+def test_an_unreachable_mysql_is_told_and_a_refused_statement_or_lock_conflict_is_not(engines):
+    engine, _, other = engines
+    told = []
+    dbm.on_unreachable(engine, lambda: told.append(1))
+    with pytest.raises(StoreUnavailable):
+        with dbm.unavailable_on_failure(), engine.connect() as conn:
+            conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1")
+            other.execute("BEGIN")
+            other.execute("UPDATE pool_probe SET b = b + 1 WHERE a = 1")
+            try:
+                conn.exec_driver_sql("UPDATE pool_probe SET b = b + 1 WHERE a = 1")     # 1205: a lock conflict
+            finally:
+                other.execute("ROLLBACK")
+    with pytest.raises(ConfigError):
+        with dbm.unavailable_on_failure(), engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1 FROM job_delay_task_not_there")
+    assert told == []
+    with engine.connect() as conn:       # the connection MySQL ends is an outage seen by this engine
+        mine = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar_one()
+        other.execute(f"KILL {int(mine)}")
+        with pytest.raises(sqlalchemy.exc.OperationalError):
+            conn.exec_driver_sql("SELECT 1")
+    assert told
+    gone = sqlalchemy.create_engine(engine.url.set(port=1), connect_args={"connect_timeout": 2})
+    dbm.on_unreachable(gone, lambda: told.append(2))
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        gone.connect()
+    assert told[-1] == 2
+
+
 @pytest.fixture
 def handler(database):
     """A node's Thrift handler on the real MySQL, with the topic "g.t" registered."""

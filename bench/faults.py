@@ -71,7 +71,7 @@ class Outcome:
     delivery: Delivery
     stuck: dict
     producer: dict              # the producer's summary
-    disturbed: str = ""         # a fault nobody asked for (MariaDB restarted by another user of it)
+    caveat: str = ""            # why the figures may mislead (a MariaDB restarted by another user of it)
 
 
 def _load(kind: str, p: dict) -> Load:
@@ -193,10 +193,14 @@ def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcom
             records = drain(topic.consumer, len(tasks), max(tasks.values(), default=now_ms()),
                             5 + (p["session_ms"] + load.ttr_ms) / 1000)
             d, stuck = settle(cl, topic.consumer, tasks, records, True)
-        restarted = kind != "mysql" and _mariadb_started_ms(cl) > mariadb_started + 2000
-    return fault, Outcome(tasks, d, stuck, summaries[0],
-                          "MariaDB was restarted during the load by something else: the figures say little"
-                          if restarted else "")
+        caveats = []
+        if kind != "mysql" and _mariadb_started_ms(cl) > mariadb_started + 2000:
+            caveats.append("MariaDB was restarted during the load by something else: the figures say little")
+        short_s = (fault.end_ms + (load.tail_ms or 0) - summaries[0]["end_ms"]) / 1000
+        if load.tail_ms is not None and short_s > 1:
+            caveats.append(f"the load ended {short_s:.0f} s too soon (duration {load.duration_s:g} s): few tasks "
+                           "were due after the fault")
+    return fault, Outcome(tasks, d, stuck, summaries[0], "; ".join(caveats))
 
 
 def _window_figures(run: Run, s: str, fault: Fault, out: Outcome) -> list[dict]:
@@ -221,7 +225,7 @@ def _recovery_figures(run: Run, s: str, fault: Fault, out: Outcome, after_ms: in
     unacked = out.producer["calls"] - out.producer["submitted"]
     return [
         run.fig(s, "from_recovery_max_lateness", rec.max_s, "s", "<= 2",
-                note=(f"{out.disturbed}! " if out.disturbed else "") + rec.note(fault.what)),
+                note=(f"{out.caveat}! " if out.caveat else "") + rec.note(fault.what)),
         run.fig(s, "from_recovery_p99_lateness", rec.p99_s, "s", "<= 1",
                 note="first delivery minus the due time, or minus the recovery point of an event whose window "
                      f"holds the due time (negative: fired before that point); tasks due during an event or up "

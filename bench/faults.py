@@ -27,6 +27,8 @@ This stops SHARED services: it is not part of the default run (`python -m bench 
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import signal
 import socket
 import subprocess
@@ -223,6 +225,10 @@ def _recovery_figures(run: Run, s: str, fault: Fault, out: Outcome, after_ms: in
     rec = from_recovery(out.tasks, {t: r.recv_us / 1000 for t, r in d.first.items()}, fault.events, after_ms)
     further = sum(1 for r in d.first.values() if r.attempt > 1) + d.duplicates - d.repeated
     unacked = out.producer["calls"] - out.producer["submitted"]
+    # The events and the late tasks, to set beside the node logs (kept with --keep-logs).
+    (run.workdir / f"{s}-{fault.start_ms}.json").write_text(json.dumps(
+        {"events": [dataclasses.asdict(e) for e in fault.events], "slow": [dataclasses.asdict(t) for t in rec.slow],
+         "caveat": out.caveat}, indent=1))
     return [
         run.fig(s, "from_recovery_max_lateness", rec.max_s, "s", "<= 2",
                 note=(f"{out.caveat}! " if out.caveat else "") + rec.note(fault.what)),

@@ -47,12 +47,21 @@ def attributed(due_ms: int, events: Sequence[Event]) -> Event | None:
     return max(before, key=lambda e: e.start_ms) if before else None
 
 
+@dataclass(frozen=True)
+class Slow:
+    """A task more than SLOW_MS late from its reference, to look up in the node logs."""
+    task_id: str
+    due_ms: int
+    reference_ms: int
+    first_ms: float
+
+
 @dataclass
 class Recovery:
     """The lateness from the reference of the tasks due during or within after_ms after an event."""
     lateness_ms: list[float] = field(default_factory=list)      # delivered ones, sorted
     undelivered: int = 0
-    slow: int = 0                                               # more than SLOW_MS late
+    slow: list[Slow] = field(default_factory=list)              # more than SLOW_MS late, by due time
     worst_by_event: dict[str, float] = field(default_factory=dict)   # event -> max lateness of its tasks
 
     @property
@@ -65,7 +74,7 @@ class Recovery:
 
     def note(self, what: str) -> str:
         worst = ", ".join(f"{e} {ms / 1000:.2f} s" for e, ms in self.worst_by_event.items())
-        return (f"{what}; {len(self.lateness_ms)} tasks due during or soon after it, {self.slow} more than "
+        return (f"{what}; {len(self.lateness_ms)} tasks due during or soon after it, {len(self.slow)} more than "
                 f"{SLOW_MS / 1000:g} s late from their reference" + (f"; worst per event: {worst}" if worst else "")
                 + (f"; {self.undelivered} never delivered (see lost)" if self.undelivered else ""))
 
@@ -80,12 +89,15 @@ def from_recovery(tasks: dict[str, int], first_ms: dict[str, float], events: Seq
         if tid not in first_ms:
             out.undelivered += 1
             continue
-        late = first_ms[tid] - reference_ms(due, events)
+        ref = reference_ms(due, events)
+        late = first_ms[tid] - ref
         out.lateness_ms.append(late)
-        out.slow += late > SLOW_MS
+        if late > SLOW_MS:
+            out.slow.append(Slow(tid, due, ref, first_ms[tid]))
         event = attributed(due, events)
         if event is not None:
             out.worst_by_event[event.what] = max(out.worst_by_event[event.what], late)
     out.lateness_ms.sort()
+    out.slow.sort(key=lambda t: t.due_ms)
     out.worst_by_event = {e: ms for e, ms in out.worst_by_event.items() if ms != float("-inf")}
     return out

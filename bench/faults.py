@@ -196,8 +196,10 @@ def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcom
                             5 + (p["session_ms"] + load.ttr_ms) / 1000)
             d, stuck = settle(cl, topic.consumer, tasks, records, True)
         caveats = []
-        if kind != "mysql" and _mariadb_started_ms(cl) > mariadb_started + 2000:
-            caveats.append("MariaDB was restarted during the load by something else: the figures say little")
+        restarted = _mariadb_started_ms(cl)
+        if kind != "mysql" and restarted > mariadb_started + 2000:
+            caveats.append(f"MariaDB was restarted during the load by something else (last at "
+                           f"{time.strftime('%H:%M:%S', time.localtime(restarted / 1000))}): the figures say little")
         short_s = (fault.end_ms + (load.tail_ms or 0) - summaries[0]["end_ms"]) / 1000
         if load.tail_ms is not None and short_s > 1:
             caveats.append(f"the load ended {short_s:.0f} s too soon (duration {load.duration_s:g} s): few tasks "
@@ -243,7 +245,8 @@ def _recovery_figures(run: Run, s: str, fault: Fault, out: Outcome, after_ms: in
         run.fig(s, "repeated_attempts", d.repeated, "deliveries", "== 0",
                 note="an attempt (<task id>:<attempt>) delivered more than once"),
         run.fig(s, "further_attempts", further, "deliveries",
-                note="tasks delivered again as a further attempt (claimed by a node that stopped before recording)"),
+                note="deliveries of an attempt after the first: a claim by a node that stopped before recording it, "
+                     "or an attempt timed out before its result was applied"),
     ]
 
 

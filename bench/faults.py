@@ -12,10 +12,10 @@ around it:
     rolling_term  each node in turn SIGTERMed, started again, rolling_gap_s between nodes (bench.rolling)
     rolling_kill  the same with SIGKILL, each node started again kill_restart_s after its kill
 
-The first five take delays of 1-3 s and a topic with ttr 0; the rolling restarts the load of an
-upgrade's report: rolling_rate submits/s, delays of 1 s to rolling_delay_max, a time-to-run of
-rolling_ttr_ms that the consumer answers with a result, and the load going on until after_s after
-the last node is back.
+The first five take delays of 1-3 s and a topic with ttr 0; the rolling restarts take the load
+under which they were seen to make tasks late: rolling_rate submits/s, delays of 1 s to
+rolling_delay_max, a time-to-run of rolling_ttr_ms that the consumer answers with a result, and
+the load going on until after_s after the last node is back.
 
 Per fault, measured from its recovery point (bench.recovery: a task due while the cluster could
 not fire it is judged from the moment it could again): the worst and p99 lateness of the tasks due
@@ -53,7 +53,7 @@ FAULTS = ("node_kill", "node_pause", "mysql", "rabbitmq", "zookeeper") + rolling
 class Fault:
     what: str
     start_ms: int
-    end_ms: int                 # the last event's recovery point
+    end_ms: int                 # the fault over (a service back, SIGCONT; a rolling restart: its last recovery point)
     events: tuple[Event, ...]
 
 

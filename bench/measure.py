@@ -16,8 +16,8 @@ from bench.receiver import ConsumerProcess, Record
 from bench.report import figure
 from delayq.client import CallbackService
 from delayq.testing.cluster import Cluster, now_ms
-from delayq.topology import results_queue
 from delayq.testing.services import AMQP_URL
+from delayq.topology import results_queue
 
 
 @dataclass

@@ -27,8 +27,10 @@ RabbitMQ consumer in separate processes:
     restart   SIGKILL and restart the only node with 1,000,000 pending: time until it fires again
     failover  3 nodes (ZooKeeper) under the steady load, SIGKILL one: max lateness of its tasks
     faults    only with --scenario faults (it stops the shared MariaDB, RabbitMQ and ZooKeeper): a node
-              killed, a node paused, each service down for 10 s, under 200 tasks/s on 3 nodes: the
-              lateness of tasks due during each fault, how soon tasks are on time again, lost, repeats
+              killed, a node paused, each service down for 10 s, rolling restarts by SIGTERM and by
+              SIGKILL, under 200 tasks/s on 3 nodes: the lateness of tasks due during or after each
+              fault from its recovery point, how soon tasks are on time again, lost, repeats
+              (--set faults.faults=rolling_term,rolling_kill: some of them)
 
 It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:

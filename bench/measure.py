@@ -14,8 +14,10 @@ from bench.cpu import CpuWindow, RssSampler, cpu_note, cpu_seconds, service_pids
 from bench.producer import start_producers
 from bench.receiver import ConsumerProcess, Record
 from bench.report import figure
+from delayq.client import CallbackService
 from delayq.testing.cluster import Cluster, now_ms
 from delayq.testing.services import AMQP_URL
+from delayq.topology import results_queue
 
 
 @dataclass
@@ -164,17 +166,24 @@ def stuck_note(stuck: dict, waited: bool) -> str:
 
 
 class Topic:
-    """A fresh topic registered with ttr 0, and a consumer process on its queue; removed on exit."""
+    """A fresh topic and a consumer process on its queue; removed on exit. Registered with ttr 0
+    (each task finishes at the broker's confirm), or with ttr_ms, when the consumer reports SUCCESS
+    of each attempt over the cluster's results queue as a real consumer would."""
 
-    def __init__(self, run: Run, cl: Cluster, prefix: str, extra_keys: tuple[str, ...] = ()):
+    def __init__(self, run: Run, cl: Cluster, prefix: str, extra_keys: tuple[str, ...] = (), ttr_ms: int = 0):
         self.name = f"bench.{prefix}.{uuid.uuid4().hex[:8]}"
-        self.run, self.cl, self.keys = run, cl, (self.name,) + extra_keys
+        self.run, self.cl, self.keys, self.ttr_ms = run, cl, (self.name,) + extra_keys, ttr_ms
 
     def __enter__(self) -> "Topic":
         for key in self.keys:
-            self.cl.register(key)
+            if self.ttr_ms:
+                with next(n for n in self.cl.nodes if n.alive()).client() as c:
+                    c.registerService(CallbackService(topic=key, ttrMs=self.ttr_ms))
+            else:
+                self.cl.register(key)
         self.queue = f"delayq.{self.name}"
-        self.consumer = ConsumerProcess(self.queue, list(self.keys), self.run.workdir / f"{self.name}.txt", AMQP_URL)
+        self.consumer = ConsumerProcess(self.queue, list(self.keys), self.run.workdir / f"{self.name}.txt", AMQP_URL,
+                                        report_to=results_queue(self.cl.name) if self.ttr_ms else None)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -7,9 +7,11 @@
 --rate R --duration S paces the calls so that R tasks/s go out for S seconds. Each task is due after a
 delay uniform in [--delay-min, --delay-max] ms, or at --due-at (epoch ms). It waits until --start-at
 (epoch ms) so that several producers start together, writes "<task id> <due ms>" per accepted task
-to --out, and prints one JSON summary line. Calls go round-robin over the endpoints; a call that
-fails on one is tried on the next (with client-chosen task ids, so a retry never submits twice).
-`run_producers` starts several and collects their results.
+to --out, and prints one JSON summary line. With --stop-file PATH a paced load ends early once that
+file exists (a scenario whose faults take an unknown time ends the load a set time after them).
+Calls go round-robin over the endpoints; a call that fails on one is tried on the next (with
+client-chosen task ids, so a retry never submits twice). `run_producers` starts several and
+collects their results.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--payload", type=int, default=16, help="payload bytes")
     p.add_argument("--id-prefix", default="")
     p.add_argument("--server-ids", action="store_true", help="let the node choose task ids")
+    p.add_argument("--stop-file", help="end the load once this file exists")
     a = p.parse_args(argv)
     logging.getLogger("thrift").setLevel(logging.CRITICAL)   # a dead node is expected in failover
 
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     cpu0 = time.process_time()
     i = 0
     while i < total:
+        if a.stop_file and os.path.exists(a.stop_file):
+            break
         n = min(a.batch, total - i)
         if a.rate:
             at = t0 + i / a.rate

@@ -9,10 +9,16 @@ auto_ack on a pika SelectConnection (the broker pushes without waiting for acks)
 
 It prints "ready" once consuming, flushes every 100 ms, and on SIGTERM writes what it holds and
 exits (deleting the queue with --delete). `ConsumerProcess` runs it and tails the file.
+
+With --report-to QUEUE (a cluster's results queue, delayq.results.<cluster>) it reports SUCCESS for
+every attempt it receives, as the consumer of a service with a time-to-run must: else each attempt
+times out and fires again. The result carries the connection's user as user_id, which the nodes
+take as their own (the bench's consumer and the nodes share a RabbitMQ user).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import subprocess
 import sys
@@ -35,7 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bind", action="append", default=[], help="routing key to bind (repeatable)")
     p.add_argument("--out", required=True)
     p.add_argument("--delete", action="store_true", help="delete the queue on exit")
+    p.add_argument("--report-to", help="results queue to report SUCCESS of each attempt to")
     args = p.parse_args(argv)
+    params = pika.URLParameters(args.amqp)
+    report_props = pika.BasicProperties(content_type="application/json", user_id=params.credentials.username)
 
     stop = False
 
@@ -51,10 +60,13 @@ def main(argv: list[str] | None = None) -> None:
     out = open(args.out, "a", buffering=1 << 20)
     state: dict = {}
 
-    def on_message(_ch, _method, props, _body):
+    def on_message(ch, _method, props, _body):
         h = props.headers or {}
         append(f"{clock() // 1000} {h.get(ATTEMPT, 0)} {h.get(DUE_AT, 0)} {h.get(DISPATCHED_AT, 0)} "
                f"{h.get(TASK_ID, props.message_id)}\n")
+        if args.report_to and TASK_ID in h:
+            ch.basic_publish("", args.report_to, json.dumps({"taskId": h[TASK_ID], "attempt": int(h.get(ATTEMPT, 1)),
+                                                             "status": "SUCCESS"}), report_props)
 
     def flush():
         if lines:
@@ -73,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
         conn.ioloop.call_later(0.1, lambda: tick(conn, ch))
 
     def on_channel(conn, ch):
+        if args.report_to:      # the nodes declare it too; whoever comes first
+            ch.queue_declare(args.report_to, durable=True)
         ch.exchange_declare(args.exchange, exchange_type="topic", durable=True,
                             callback=lambda _f: ch.queue_declare(args.queue, durable=True,
                                                                  callback=lambda _f: bind(conn, ch, list(args.bind))))
@@ -94,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         while not stop:
-            conn = SelectConnection(pika.URLParameters(args.amqp),
+            conn = SelectConnection(params,
                                     on_open_callback=lambda c: c.channel(on_open_callback=lambda ch: on_channel(c, ch)),
                                     on_open_error_callback=closed, on_close_callback=closed)
             conn.ioloop.start()
@@ -122,12 +136,14 @@ class Record:
 class ConsumerProcess:
     """Runs `python -m bench.receiver` and reads what it wrote so far."""
 
-    def __init__(self, queue: str, bind: list[str], out: Path, amqp: str, exchange: str = "delayq"):
+    def __init__(self, queue: str, bind: list[str], out: Path, amqp: str, exchange: str = "delayq",
+                 report_to: str | None = None):
         self.queue, self.out = queue, out
         out.touch()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.receiver", "--amqp", amqp, "--exchange", exchange, "--queue", queue,
-             "--out", str(out), "--delete"] + [a for key in bind for a in ("--bind", key)],
+             "--out", str(out), "--delete"] + [a for key in bind for a in ("--bind", key)]
+            + (["--report-to", report_to] if report_to else []),
             stdout=subprocess.PIPE, stderr=None, text=True, cwd=Path(__file__).resolve().parent.parent)
         line = self.proc.stdout.readline()
         if line.strip() != "ready":

@@ -41,7 +41,9 @@ PARAMS: dict[str, dict] = {
     "failover": {"nodes": 3, "rate": 1000, "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10,
                  "kill_after_s": 20, "session_ms": 6000, "victim": "follower", "wait_stuck": 1},
     "faults": {"faults": ",".join(FAULTS), "rate": 200, "duration": 40, "fault_after_s": 10, "fault_s": 10,
-               "session_ms": 6000},
+               "session_ms": 6000, "after_s": 20, "rolling_rate": 200, "rolling_delay_max": 15_000,
+               "rolling_ttr_ms": 3000, "rolling_lead_s": 15, "rolling_gap_s": 8, "kill_restart_s": 5,
+               "rolling_duration": 300},
 }
 BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
@@ -56,7 +58,9 @@ SMOKE: dict[str, dict] = {
     "scale": {"pending": 5_000, "rate": 200, "duration": 3, "delay_max": 3000},
     "restart": {"pending": 5_000, "probe_lead_s": 4, "probe_span_s": 10, "kill_after_s": 2, "wait_stuck": 0},
     "failover": {"rate": 200, "duration": 6, "delay_max": 3000, "kill_after_s": 2, "session_ms": 3000, "wait_stuck": 0},
-    "faults": {"faults": "node_kill", "rate": 100, "duration": 8, "fault_after_s": 2, "session_ms": 3000},
+    "faults": {"faults": "node_kill", "rate": 100, "duration": 8, "fault_after_s": 2, "session_ms": 3000,
+               "after_s": 3, "rolling_rate": 50, "rolling_delay_max": 3000, "rolling_lead_s": 3, "rolling_gap_s": 1,
+               "kill_restart_s": 2, "rolling_duration": 120},
 }
 COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
           "calls", "batches"}

@@ -106,10 +106,29 @@ def test_the_faults_scenario_reports_what_a_killed_node_cost(tmp_path):
     out = tmp_path / "RESULTS.md"
     lines, stderr = _bench("--smoke", "--scenario", "faults", "--out", str(out), timeout=200)
     got = {f["figure"]: f for f in lines if f.get("scenario") == "faults.node_kill"}
-    assert set(got) == {"due_during_fault_max_lateness", "on_time_again_after", "lost", "early",
-                        "repeated_attempts", "further_attempts"}, sorted(got)
+    assert set(got) == {"due_during_fault_max_lateness", "on_time_again_after", "from_recovery_max_lateness",
+                        "from_recovery_p99_lateness", "lost", "early", "repeated_attempts",
+                        "further_attempts"}, sorted(got)
     assert "SIGKILL" in got["due_during_fault_max_lateness"]["note"]
+    assert got["from_recovery_max_lateness"]["target"] == "<= 2"
     assert got["lost"]["value"] == 0 and got["repeated_attempts"]["value"] == 0, stderr[-3000:]
     assert got["early"]["value"] == 0
     assert "| faults.node_kill | on_time_again_after |" in out.read_text()
     assert not any(f.get("scenario") in ("steady", "burst") for f in lines), "faults runs only with limits"
+
+
+def test_the_rolling_restarts_stop_and_start_every_node_in_turn(tmp_path):
+    """By SIGTERM and by SIGKILL; no timed assertion (the lateness is what the scenario measures)."""
+    out = tmp_path / "RESULTS.md"
+    lines, stderr = _bench("--smoke", "--scenario", "faults", "--set", "faults.faults=rolling_term,rolling_kill",
+                           "--out", str(out), timeout=280)
+    for kind, sig in (("rolling_term", "SIGTERM"), ("rolling_kill", "SIGKILL")):
+        got = {f["figure"]: f for f in lines if f.get("scenario") == f"faults.{kind}"}
+        assert set(got) == {"from_recovery_max_lateness", "from_recovery_p99_lateness", "lost", "early",
+                            "repeated_attempts", "further_attempts"}, sorted(got)
+        note = got["from_recovery_max_lateness"]["note"]
+        assert all(f"{what} n{i}" in note for i in (1, 2, 3) for what in (sig, "start")), note
+        assert got["from_recovery_max_lateness"]["value"] is not None, note
+        assert got["lost"]["value"] == 0 and got["repeated_attempts"]["value"] == 0, stderr[-3000:]
+        assert got["early"]["value"] == 0
+    assert "| faults.rolling_kill | from_recovery_p99_lateness |" in out.read_text()

@@ -40,7 +40,7 @@ from bench import rolling
 from bench.machine import bench_cluster
 from bench.measure import Delivery, Run, Topic, drain, pct, settle, stuck_note
 from bench.producer import start_producers
-from bench.recovery import Event, from_recovery
+from bench.recovery import CLAIMED_BEFORE_MS, Event, from_recovery
 from delayq.testing.cluster import Cluster, Node, now_ms, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +142,7 @@ def _inject(kind: str, cl: Cluster, nodes: list[Node], p: dict) -> Fault:
         victim.kill()
         at = now_ms()
         return Fault(f"SIGKILL {victim.node_id}, session timeout {session / 1000:g} s", at, at + session,
-                     (Event(f"SIGKILL {victim.node_id}", at, at + session),))
+                     (Event(f"SIGKILL {victim.node_id}", at - CLAIMED_BEFORE_MS, at + session),))
     if kind == "node_pause":
         pause_s = 2.5 * session / 1000
         victim.kill(signal.SIGSTOP)
@@ -153,7 +153,7 @@ def _inject(kind: str, cl: Cluster, nodes: list[Node], p: dict) -> Fault:
         # Paused, it is a dead node to the others once its session expires; resumed, a node rejoining.
         back = rolling.resumed(cl, victim, end, f"SIGCONT {victim.node_id}", 60)
         return Fault(f"SIGSTOP {victim.node_id} for {pause_s:g} s", start, end,
-                     (Event(f"SIGSTOP {victim.node_id}", start, start + session), back))
+                     (Event(f"SIGSTOP {victim.node_id}", start - CLAIMED_BEFORE_MS, start + session), back))
     start, end = _service_fault(kind, p["fault_s"])
     return Fault(f"{kind} down {(end - start) / 1000:.1f} s", start, end, (Event(f"{kind} down", start, end),))
 

@@ -18,6 +18,10 @@ from typing import Sequence
 from bench.measure import pct
 
 SLOW_MS = 1000      # a task this late from its reference misses the per-task aim
+# A node killed or frozen may hold claims made up to the claim lease (DELAYQ_CLAIM_LEASE_MS) before
+# it stopped, not yet published: their tasks, due just before the fault, wait for it like those due
+# during it. A kill's or a pause's window starts this much before the signal.
+CLAIMED_BEFORE_MS = 1500
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-from bench.recovery import Event
+from bench.recovery import CLAIMED_BEFORE_MS, Event
 from delayq.testing.cluster import Cluster, Node, now_ms, wait_for
 
 ROLLING = ("rolling_term", "rolling_kill")
@@ -57,7 +57,7 @@ def _stop(node: Node, plan: Plan) -> Event:
     at = now_ms()
     if plan.sig == signal.SIGKILL:
         node.kill()
-        return Event(f"SIGKILL {node.node_id}", at, at + plan.session_ms)
+        return Event(f"SIGKILL {node.node_id}", at - CLAIMED_BEFORE_MS, at + plan.session_ms)
     node.proc.send_signal(signal.SIGTERM)
     try:
         wait_for(lambda: not node.alive(), plan.step_timeout_s, 0.005, f"{node.node_id} to exit on SIGTERM")

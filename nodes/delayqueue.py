@@ -61,7 +61,11 @@ def _drop(entries: list[Entry]) -> None:
 class DelayQueue:
     CHUNK = 256     # entries added per hold of the lock in offer_many
 
-    def __init__(self, clock: Clock, cap: int = 1_000_000, gate: Gate | None = None, handover: Handover = _drop):
+    def __init__(self, clock: Clock, cap: int = 1_000_000, gate: Gate | None = None, handover: Handover = _drop,
+                 shards: Iterable[int] | None = None):
+        """shards: those owned at the start (None: every shard, for a queue with no handover); a
+        node's queue owns none until the assignment gives it some, so that what it accepts
+        meanwhile goes to the shards' owners."""
         self._clock = clock
         self._cap = cap
         self._cond = threading.Condition()
@@ -71,7 +75,7 @@ class DelayQueue:
         self._seq = 0                   # the next entry's sequence number: offers in order
         # (monotonic s, first seq offered from then on): when each entry came, to a tenth of a second.
         self._marks: collections.deque[tuple[float, int]] = collections.deque()
-        self._shards: frozenset[int] | None = None      # None: every shard (until `own` is called)
+        self._shards: frozenset[int] | None = None if shards is None else frozenset(shards)
         self._handover = handover
         self._closed = False
         self.horizon_ms = 0

@@ -100,7 +100,8 @@ class NodeRuntime:
         self.flow = Flow(self.ownership)      # holds each topic to its controls
         # What memory cannot hold because the shard is another node's goes to that node as hints.
         self.handover = hints.Handover(clock, s.scheduling.window_ms)
-        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give)
+        self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give,
+                                shards=())
         self.flow.kick = self.queue.kick
         # Cycles are closed by callbacks that name a part built further down (called only once
         # the node runs): results -> dead letters -> publisher -> recorder -> results.

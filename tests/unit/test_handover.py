@@ -167,3 +167,9 @@ def test_claims_refused_for_a_broken_session_are_a_warning(clock, queue, caplog)
         rec._record([rec._inbox.get_nowait()])
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert BROKEN in caplog.records[0].getMessage()
+
+
+def test_a_node_that_owns_no_shard_yet_hands_over_what_it_accepts(clock, handed):
+    queue = DelayQueue(clock, handover=handed.extend, shards=())
+    queue.offer_written([Entry("submitted", 7, clock.now + 1_000)])    # before its first window read
+    assert [e.task_id for e in handed] == ["submitted"] and len(queue) == 0

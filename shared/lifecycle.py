@@ -84,8 +84,11 @@ class Decision:
 
 
 def on_result(status: Status, result: Result, attempt: int, policy: RetryPolicy, now_ms: int,
-              rng: random.Random | None = None) -> Decision | None:
-    """The next state of a task given a result for its current attempt; None: no change."""
+              rng: random.Random | None = None, unsent: bool = False) -> Decision | None:
+    """The next state of a task given a result for its current attempt; None: no change.
+
+    unsent: the attempt timed out with no publish ever recorded (the node that claimed it died
+    first): no consumer failed it, so a further attempt goes at once, without the back-off."""
     if status is Status.DELAY:
         # Back in DELAY with this attempt number: its confirm was lost, or its time-to-run ran out,
         # and it waits to be sent again. The consumer that did get it may still settle it.
@@ -101,4 +104,6 @@ def on_result(status: Status, result: Result, attempt: int, policy: RetryPolicy,
     # RETRY, TIMEOUT, UNROUTABLE: another attempt while retries remain.
     if attempt > policy.max_retries:
         return Decision(Status.FAILED)
+    if unsent and result is Result.TIMEOUT:
+        return Decision(Status.DELAY, now_ms)
     return Decision(Status.DELAY, now_ms + policy.delay_ms(attempt, rng))

@@ -205,8 +205,11 @@ class TaskStore:
                     raise NotFound(task_id)
                 return Transition(False, Status(final.status))
             status = Status(row.status)
+            unsent = result is Result.TIMEOUT and row.attempt == attempt and conn.execute(
+                select(EXECLOG.c.dispatched_ms).where(EXECLOG.c.task_id == task_id, EXECLOG.c.attempt == attempt,
+                                                      EXECLOG.c.dispatched_ms.is_not(None))).first() is None
             decision = on_result(status, result, row.attempt, policy(row.topic, row.max_retries),
-                                 now_ms, self._rng) if row.attempt == attempt else None
+                                 now_ms, self._rng, unsent) if row.attempt == attempt else None
             if decision is None:
                 return Transition(False, status, row.shard_id)
             if result is not Result.STARTED:

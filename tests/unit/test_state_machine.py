@@ -158,6 +158,14 @@ def test_retry_due_uses_the_exponential_backoff_for_the_attempt():
 # ---------------------------------------------------------------- RetryPolicy.delay_ms
 
 
+def test_an_attempt_that_timed_out_unsent_goes_again_at_once_and_only_a_time_out_does():
+    rng = random.Random(3)
+    assert on_result(Status.READY, Result.TIMEOUT, 1, EXP, NOW, rng, unsent=True) == Decision(Status.DELAY, NOW)
+    assert on_result(Status.READY, Result.RETRY, 1, EXP, NOW, rng, unsent=True).due_ms >= NOW + 500
+    assert on_result(Status.READY, Result.TIMEOUT, 1, EXP, NOW, rng).due_ms >= NOW + 500
+    assert on_result(Status.READY, Result.TIMEOUT, 3, EXP, NOW, rng, unsent=True) == Decision(Status.FAILED)
+
+
 def test_fixed_backoff_ignores_attempt_and_rng():
     for attempt in (0, 1, 2, 10, 100):
         assert FIXED.delay_ms(attempt, random.Random(attempt)) == 1000

@@ -1,4 +1,4 @@
-"""Election: the NetEase method on ZooKeeper primitives.
+"""Election: ZooKeeper's leader-election recipe, each candidate watching only its predecessor.
 
 Each node creates an ephemeral sequential candidate under /election, named after its member (so a
 create retried after a lost connection finds the first one); the smallest sequence is the

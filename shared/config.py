@@ -2,8 +2,8 @@
 
 Sources, later ones winning: the defaults below, an optional TOML file (``DELAYQ_CONFIG`` or
 ``--config``; keys are the setting names without the ``DELAYQ_`` prefix, lower case), then
-``DELAYQ_*`` environment variables. Every setting is declared once, in delayq.options; the loader,
-``delayq node --help`` and the README's reference are all made from that table.
+``DELAYQ_*`` environment variables. Every setting is declared once, in delayq.options; the loader and
+``delayq node --help`` are made from that table, and docs/configuration.md is checked against it.
 """
 from __future__ import annotations
 

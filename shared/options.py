@@ -1,6 +1,7 @@
 """Every setting a node and the `delayq` command read, declared once: its DELAYQ_* name, where it
-goes in delayq.config.Settings, its type, default and help. The loader (delayq.config.load),
-`delayq node --help` and the README's reference table are made from SETTINGS.
+goes in delayq.config.Settings, its type, default and help. The loader (delayq.config.load)
+and `delayq node --help` are made from SETTINGS; tests/unit/test_readme.py holds the reference in
+docs/configuration.md to it.
 """
 from __future__ import annotations
 
@@ -180,7 +181,7 @@ SECRET_FILES = frozenset(f"{s.env}_FILE" for s in SETTINGS if s.secret)     # <E
 
 
 def reference() -> list[str]:
-    """One paragraph per setting, for `--help` and the README."""
+    """One paragraph per setting, for `--help`."""
     return [f"{s.env} = {'(secret)' if s.secret else '(derived)' if callable(s.default) else repr(s.default)}"
             f"\n    {s.help}" + (f" Or {s.env}_FILE: a file holding it." if s.secret else "")
             for s in SETTINGS]

@@ -1,4 +1,4 @@
-// A business system and a downstream consumer in Node.js, as the README tells one to write them:
+// A business system and a downstream consumer in Node.js, as docs/clients.md tells one to write them:
 // Thrift code generated from shared/client/delayq.thrift (`thrift --gen js:node`), npm `thrift` (framed
 // transport, binary protocol, callback style) and `amqplib`. Prints one JSON object of what it saw.
 //

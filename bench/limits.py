@@ -137,7 +137,7 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
                 done.set()
 
     url, ca = node_amqp()        # the nodes' way to the broker: over TLS when security is on
-    pub = ConfirmedPublisher(amqp_parameters(url, 5000, ca), on_outcome, max_in_flight=window,
+    pub = ConfirmedPublisher(amqp_parameters(url, 5000, ca), max_in_flight=window,
                              exchanges=("delayq",))
     pub.start()
     consumer = None
@@ -149,7 +149,7 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
                 for i in range(messages)]
         started = time.perf_counter()
         for i in range(0, messages, batch):
-            pub.publish(msgs[i:i + batch])
+            pub.publish(msgs[i:i + batch], on_outcome)
         if not done.wait(max(60.0, messages / 1000)):
             raise RuntimeError(f"only {outcomes['n']} of {messages} publishes settled")
         secs = time.perf_counter() - started

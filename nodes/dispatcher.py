@@ -15,6 +15,10 @@ before the next claim. Tasks taken from memory whose shard is no longer ours (fe
 lost meanwhile) are handed to their shard's owner. A claim that expects a result adds its deadline
 to Deadlines.
 
+Each claimed task travels as one typed value, an Attempt (delayq.nodes.attempts), from its claim
+through the release heap, decide() (delayq.nodes.decide: misfire, route, hold-back), the publish
+and its outcome to the Recorder, which is each published batch's outcome handler.
+
 Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
 task, so no two claims touch the same row; all take the shard rows in share mode), and the releaser
 that publishes what they claimed at its due instant; all owned here. `stop()` joins the claiming
@@ -33,20 +37,22 @@ from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp import messages
 from delayq.nodes.amqp.exchanges import ExchangeGuard
-from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.claimlead import ClaimLead
 from delayq.nodes.deadlines import Deadlines
 from delayq.nodes.flow import Flow
+from delayq.nodes.attempts import Attempt, ReleaseHeap, Settled
+from delayq.nodes.decide import decide
 from delayq.nodes.delayqueue import BULK, PROMPT, DelayQueue, Entry
-from delayq.nodes.lease import MOVED, ClaimLease, Lease
+from delayq.nodes.lease import MOVED, ClaimLease
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
+from delayq.nodes.ports import ClaimStore, Outbox
 from delayq.nodes.results import ResultApplier
 from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.recorder import HELD, RETURNED, Recorder
 from delayq.nodes.threads import NodeThread
 from delayq.nodes.unsettled import Unsettled
-from delayq.store.tasks import TaskStore
-from delayq.store.values import Claim, Claimed
+from delayq.store.values import Claim
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +63,10 @@ HELD_BATCHES = 2       # claimed, not yet handed to the publisher, at most (in t
 class Dispatcher(NodeThread):
     name = "dispatcher"
 
-    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 publisher: ConfirmedPublisher, results: ResultApplier, metrics: Metrics, clock: Clock, *,
+    def __init__(self, store: ClaimStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
+                 publisher: Outbox, results: ResultApplier, metrics: Metrics, clock: Clock, *,
                  batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
-                 lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines,
-                 hold: Callable[[list[Claimed], int, str], None], returned: Callable[[list[Claimed], str], None],
+                 lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines, recorder: Recorder,
                  unsettled: Unsettled, on_fenced: Callable[[], None] = lambda: None,
                  flow: Flow | None = None, lane: str = BULK):
         super().__init__(claimers)
@@ -72,23 +77,20 @@ class Dispatcher(NodeThread):
         # A claim must be done by the due instant: the lead grows while claims are slow (at
         # most half the claim lease, which must still hold when the task is published).
         self._lead = ClaimLead(lead_ms, max_ms=min(MAX_LEAD_MS, lease_ms // 2))
-        self._claimed = DelayQueue(clock)              # claimed ahead, released at their due time
-        self._held: dict[str, tuple[Claimed, Lease]] = {}
+        self._claimed = ReleaseHeap(clock.now_ms)       # claimed ahead, released at their due time
         self._lease = ClaimLease(ownership, lease_ms)
-        self._guard, self._hold, self._deadlines = guard, hold, deadlines
-        self._returned, self._unsettled = returned, unsettled
+        self._guard, self._deadlines, self._recorder = guard, deadlines, recorder
+        self._unsettled = unsettled
         self._claim_failures = 0
         self._held_topics: dict[str, str] = {}    # topic -> the exchange its last tasks were held back for
-        self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)    # signalled when the releaser takes claimed tasks
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
         self._services, self._publisher, self._clock = services, publisher, clock
         self._batch = batch
         self._default_exchange = default_exchange
-        # Called when a claim was fenced on some shard: the loader re-reads the whole window, so
-        # that the tasks taken from memory for it do not wait for the rolling re-read.
-        self._on_fenced = on_fenced        # a shard was lost: the loader rescans
+        # Called when a claim was fenced on some shard: if the shard is ours again at a newer
+        # epoch than we knew, its tasks are in MySQL only, and the loader re-reads the window.
+        self._on_fenced = on_fenced
         self._flow = flow
 
     def _interrupt(self) -> None:
@@ -102,7 +104,6 @@ class Dispatcher(NodeThread):
     def stop(self, timeout: float = 5.0) -> None:
         super().stop(timeout)           # the claiming threads have ended (or timed out) here
         self._claims_over.set()
-        self._claimed.close()
         if self._releaser is not None:
             self._releaser.join(timeout)
 
@@ -118,7 +119,12 @@ class Dispatcher(NodeThread):
                 # Claiming is suspended or nothing could be published: leave due tasks queued.
                 self._stop.wait(0.1)
                 continue
-            if not self._wait_for_room():
+            # Claim no further ahead of the publisher than HELD_BATCHES batches: what is claimed
+            # and not yet published waits in due order, so during a burst a task of another topic
+            # taken from memory would otherwise wait behind everything claimed before it (memory
+            # is where topics take turns). One batch would wait less but leaves the claims no time
+            # to overlap the publishes: the burst drains slower.
+            if not self._claimed.wait_for_room(self._batch * HELD_BATCHES, 0.05):
                 continue
             lead_ms = self._lead.ms if prompt else 0
             try:
@@ -129,20 +135,11 @@ class Dispatcher(NodeThread):
                 self._stop.wait(0.5)
                 continue
             if due:
-                self._claim(due)
+                self.claim(due)
 
-    def _wait_for_room(self) -> bool:
-        """Claim no further ahead of the publisher than HELD_BATCHES batches: what is claimed and
-        not yet published waits in due order, so during a burst a task of another topic taken from
-        memory would otherwise wait behind everything claimed before it (memory is where topics
-        take turns). One batch would wait less but leaves the claims no time to overlap the
-        publishes: the burst drains slower."""
-        with self._room:
-            if len(self._held) >= self._batch * HELD_BATCHES:
-                self._room.wait(0.05)
-            return len(self._held) < self._batch * HELD_BATCHES
-
-    def _claim(self, due: list[Entry]) -> None:
+    def claim(self, due: list[Entry]) -> None:
+        """Claim a batch taken from memory (what each claiming thread does with it): the claimed
+        attempts wait in the release heap; the rest go back to memory or to their shard's owner."""
         lease, now = None, 0
         try:
             if self._unsettled.pending:
@@ -153,7 +150,6 @@ class Dispatcher(NodeThread):
             claim = self._store.claim(due, lease.owner, lease.fence, now, self._flow.caps() if self._flow else None)
             if self._lane == PROMPT:
                 self._lead.claimed((time.monotonic() - started) * 1000)
-            claimed, fenced = claim.claimed, claim.fenced
         except Unavailable as e:
             if lease is not None:       # the claim was sent: it may have committed
                 self._unsettled.note(due, lease.owner, now)
@@ -161,32 +157,29 @@ class Dispatcher(NodeThread):
             return
         except Exception:  # noqa: BLE001 - the dispatcher must outlive any bug in one batch
             log.exception("claiming %d due tasks failed", len(due))
-            self._dropped(due, None)
+            self._dropped()
             return
         if self._claim_failures:
             log.info("claims work again after %d failed attempts", self._claim_failures)
             self._claim_failures = 0
-        self._deadlines.add((now + c.ttr_ms, c.task_id, c.attempt) for c in claimed if c.ttr_ms > 0)
+        self._deadlines.add((now + c.ttr_ms, c.task_id, c.attempt) for c in claim.claimed if c.ttr_ms > 0)
         if claim.rooms:
-            self._kept_to_caps(claim, now)
+            self._kept_to_caps(claim)
         # Taken from memory but not ours to claim: their shard's owner takes them (a hint).
-        lost = set(fenced) | {e.shard_id for e in due if e.shard_id not in lease.fence}
+        lost = set(claim.fenced) | {e.shard_id for e in due if e.shard_id not in lease.fence}
         if lost:
             self._queue.hand_over([e for e in due if e.shard_id in lost])
-        if fenced:
-            # If the shard is ours again at a newer epoch than we knew, its tasks are in MySQL only.
+        if claim.fenced:
             self._on_fenced()
-        with self._lock:
-            for c in claimed:
-                self._held[c.task_id] = (c, lease)
         # Released at the instant memory had it for: its due time, or its catch-up slot (so that
         # concurrent claims of paced tasks still go out in due order).
         at = {e.task_id: e.at_ms for e in due}
-        self._claimed.offer_many(Entry(c.task_id, c.shard_id, at.get(c.task_id, c.due_ms)) for c in claimed)
+        self._claimed.push(Attempt(c, lease, at.get(c.task_id, c.due_ms)) for c in claim.claimed)
 
-    def _kept_to_caps(self, claim: Claim, now: int) -> None:
+    def _kept_to_caps(self, claim: Claim) -> None:
         """Tell the flow how much room each capped topic has left; the tasks the cap kept back go
         back to memory (they are still DELAY) and wait for a slot."""
+        assert self._flow is not None
         got = collections.Counter(c.topic for c in claim.claimed)
         for topic, (in_flight, left) in claim.rooms.items():
             self._flow.claimed(topic, in_flight + got[topic], left)
@@ -195,32 +188,34 @@ class Dispatcher(NodeThread):
                 self._metrics.throttled.labels(topic, "in_flight").inc(n)
             self._queue.put_back(claim.deferred)
 
+    def release_due(self, timeout: float = 0.0) -> int:
+        """Publish the claimed attempts released by now (what the releaser does each turn),
+        waiting up to `timeout` s for the first; returns how many were taken."""
+        ready = self._claimed.take_due(self._batch, timeout=timeout)
+        if ready:
+            self._release(ready)
+        return len(ready)
+
     def _release_loop(self) -> None:
         """The releaser thread: publishes claimed tasks the moment they are due, never before.
         On stop it still publishes what is claimed (due within lead_ms), then ends."""
         while True:
             stopping = self._claims_over.is_set()
-            entries = self._claimed.take_due(self._batch, timeout=0.5)
-            with self._lock:
-                ready = [self._held.pop(e.task_id) for e in entries if e.task_id in self._held]
-                left = len(self._held)
-                if ready:
-                    self._room.notify_all()
-            if ready:
-                try:
-                    self._publish(ready)
-                except Exception:  # noqa: BLE001 - left READY: their time-to-run brings them back
-                    log.exception("publishing %d claimed tasks failed", len(ready))
-            if stopping and not left:
-                return
-            if stopping and not entries:
-                # Closed queue: wait out the claim lead for what is still held, then publish it.
+            if not self.release_due(0.05 if stopping else 0.5) and stopping:
+                # No claims come any more: wait out the claim lead for what is still held, then
+                # publish it.
                 time.sleep(self._lead.ms / 1000.0)
-                with self._lock:
-                    rest, self._held = list(self._held.values()), {}
+                rest = self._claimed.take_all()
                 if rest:
-                    self._publish(rest)
+                    self._release(rest)
+                self._claimed.close()
                 return
+
+    def _release(self, attempts: list[Attempt]) -> None:
+        try:
+            self._publish(attempts)
+        except Exception:  # noqa: BLE001 - left READY: their time-to-run brings them back
+            log.exception("publishing %d claimed tasks failed", len(attempts))
 
     @property
     def held_topics(self) -> dict[str, str]:
@@ -229,24 +224,16 @@ class Dispatcher(NodeThread):
         unusable = self._guard.unusable()
         return {t: f"exchange {ex!r}: {unusable[ex]}" for t, ex in list(self._held_topics.items()) if ex in unusable}
 
-    def _hold_back(self, exchange: str, reason: str, tasks: list[Claimed], now: int) -> None:
-        """Not published: back to DELAY until the exchange is checked again (the guard logs the
-        verdict once; this counts the tasks and names the topics)."""
-        due = now + max(1000, int(self._guard.retry_in(exchange) * 1000))
-        for c in tasks:
-            self._metrics.held.labels(c.topic).inc()
-            self._held_topics[c.topic] = exchange
-        self._hold(tasks, due, reason)
-
-    def _current(self, held: list[tuple[Claimed, Lease]]) -> list[tuple[Claimed, Lease]]:
-        """The claims still current; the others go back to DELAY unsent, at their due time."""
-        current, refused = self._lease.split(held)
-        for why, claims in refused.items():
-            self._metrics.claims_expired.inc(len(claims))
+    def _current(self, attempts: list[Attempt]) -> list[Attempt]:
+        """The attempts whose claim is still current; the others go back to DELAY unsent, at
+        their due time (to the shard's new owner when it moved)."""
+        current, refused = self._lease.split([(a, a.lease) for a in attempts])
+        for why, gone in refused.items():
+            self._metrics.claims_expired.inc(len(gone))
             if why != MOVED:
-                log.warning("not publishing %d claimed tasks: %s; back to DELAY", len(claims), why)
-            self._returned(claims, why)
-        return current
+                log.warning("not publishing %d claimed tasks: %s; back to DELAY", len(gone), why)
+            self._recorder.put([Settled(a, RETURNED, why, a.task.due_ms) for a in gone])
+        return [a for a, _ in current]
 
     def _put_back(self, due: list[Entry], e: Exception) -> None:
         """MySQL is down: the batch goes back into memory (still DELAY in MySQL) and is claimed
@@ -258,49 +245,36 @@ class Dispatcher(NodeThread):
         self._queue.put_back(due)
         self._stop.wait(0.25)
 
-    def _dropped(self, due: list, reason: str | None) -> None:
+    def _dropped(self) -> None:
         """The batch is left to MySQL (still DELAY, or READY until its time-to-run); the loader's
         next scan brings DELAY ones back."""
-        if reason:
-            self._metrics.errors.labels("mysql").inc()
-            log.warning(reason)
         self._queue.set_horizon(0)
         self._stop.wait(0.5)
 
-    def _publish(self, held: list[tuple[Claimed, Lease]]) -> None:
-        held = self._current(held)
+    def _publish(self, attempts: list[Attempt]) -> None:
         now = self._clock.now_ms()
-        out, published, misfired = [], [], []
-        services = {}                   # per topic, looked up once per batch
-        verdicts: dict[str, str | None] = {}
-        kept_back: dict[str, list[Claimed]] = {}
-        sent = collections.Counter()
-        for c, lease in held:
-            if c.topic not in services:
-                services[c.topic] = self._services.find(c.topic)
-            svc = services[c.topic]
-            if svc is not None and svc.misfire_policy == "fail" and svc.misfire_threshold_ms is not None \
-                    and now - c.due_ms > svc.misfire_threshold_ms:
-                misfired.append((c, now - c.due_ms))
-                continue
-            exchange = svc.exchange if svc else self._default_exchange
-            if exchange not in verdicts:
-                verdicts[exchange] = self._guard.verdict(exchange)
-            if verdicts[exchange] is not None:
-                kept_back.setdefault(exchange, []).append(c)
-                continue
-            routing_key = svc.routing_key if svc else c.topic
-            out.append(messages.fired(c, exchange, routing_key, now))
-            published.append((c, lease))
-            sent[c.topic] += 1
-        for topic, n in sent.items():
-            self._metrics.dispatched.labels(topic).inc(n)
-            self._held_topics.pop(topic, None)
-        for exchange, tasks in kept_back.items():
-            self._hold_back(exchange, verdicts[exchange], tasks, now)
-        if out:
-            self._publisher.publish(out, veto=lambda: self._lease.refusal_of(published))
-        for c, late in misfired:
+        plan = decide(self._current(attempts), self._services.find, self._guard.verdict, self._default_exchange, now)
+        for exchange, (why, held) in plan.held.items():
+            # Not published: back to DELAY until the exchange is checked again (the guard logs
+            # the verdict once; this counts the tasks and names the topics).
+            due = now + max(1000, int(self._guard.retry_in(exchange) * 1000))
+            for a in held:
+                self._metrics.held.labels(a.task.topic).inc()
+                self._held_topics[a.task.topic] = exchange
+            self._recorder.put([Settled(a, HELD, why, due) for a in held])
+        if plan.publish:
+            sent = collections.Counter(a.task.topic for a, _ in plan.publish)
+            for topic, n in sent.items():
+                self._metrics.dispatched.labels(topic).inc(n)
+                self._held_topics.pop(topic, None)
+            out = []
+            for a, route in plan.publish:
+                a.sent_ms = now
+                out.append(messages.fired(a.task, route.exchange, route.routing_key, now, ref=a))
+            published = [(a, a.lease) for a, _ in plan.publish]
+            self._publisher.publish(out, self._recorder.on_outcome, veto=lambda: self._lease.refusal_of(published))
+        for a, late in plan.misfired:
+            c = a.task
             try:
                 self._results.apply(c.task_id, c.attempt, Result.MISFIRED,
                                     f"{late} ms late, past the service's misfire threshold")

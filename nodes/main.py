@@ -103,20 +103,19 @@ class NodeRuntime:
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give,
                                 shards=())
         self.flow.kick = self.queue.kick
-        # Cycles are closed by callbacks that name a part built further down (called only once
-        # the node runs): results -> dead letters -> publisher -> recorder -> results.
+        # The one cycle, closed by a callback that names a part built further down (called only
+        # once the node runs): results -> dead letters (woken by a FAILED task) -> results.
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
                                      on_failed=lambda: self.deadletters.wake(), on_ended=self.flow.released)
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  publish_retry_ms=s.scheduling.publish_retry_ms,
-                                 gather_ms=s.scheduling.record_gather_ms,
-                                 dead_letters=lambda *outcome: self.deadletters.on_outcome(*outcome))
+                                 gather_ms=s.scheduling.record_gather_ms)
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file)
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
             e for svc in self.services.all() for e in (svc.exchange, svc.dead_letter_exchange) if e})
         # Exchanges are declared by the exchange guard, never on a publishing channel.
-        publisher = functools.partial(ConfirmedPublisher, amqp, self.recorder.on_outcome, exchanges=(),
+        publisher = functools.partial(ConfirmedPublisher, amqp, exchanges=(),
                                       confirm_timeout=s.amqp.confirm_timeout_ms / 1000.0,
                                       on_channel_closed=self.exchanges.forget)
         self.publisher = publisher(max_in_flight=s.amqp.max_in_flight)
@@ -146,7 +145,7 @@ class NodeRuntime:
                                  results=self.results, metrics=self.metrics, clock=clock,
                                  default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
                                  lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
-                                 deadlines=self.deadlines, hold=self.recorder.hold, returned=self.recorder.returned,
+                                 deadlines=self.deadlines, recorder=self.recorder,
                                  unsettled=Unsettled(self.store, clock), on_fenced=self.loader.rescan, flow=self.flow)
         self.dispatcher = dispatchlanes.Lanes(lane, publisher(max_in_flight=dispatchlanes.PROMPT_WINDOW),
                                               self.publisher, batch=s.scheduling.dispatch_batch,

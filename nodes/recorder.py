@@ -29,19 +29,19 @@ from __future__ import annotations
 
 import logging
 import queue
-from typing import Any, Callable
 
 from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
+from delayq.nodes.attempts import Attempt, Settled
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.lease import MOVED
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
+from delayq.nodes.ports import RecordStore
 from delayq.nodes.results import ResultApplier
 from delayq.nodes.threads import NodeThread
-from delayq.store.tasks import TaskStore
 from delayq.store.values import Claimed
 
 log = logging.getLogger(__name__)
@@ -53,52 +53,56 @@ RETRY_S = 0.25      # a record MySQL refused is tried again this soon: firing re
 class Recorder(NodeThread):
     name = "recorder"
 
-    def __init__(self, store: TaskStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, gather_ms: int, batch: int = 1000,
-                 dead_letters: Callable[[Any, str, str | None], None] = lambda ref, outcome, reason: None):
+    def __init__(self, store: RecordStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
+                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, gather_ms: int, batch: int = 1000):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue_, ownership
         self._results, self._clock, self._metrics = results, clock, metrics
-        self._dead_letters = dead_letters
         self._retry_ms = publish_retry_ms
         self._batch = batch
         self._gather_s = gather_ms / 1000.0
-        self._inbox: queue.Queue[tuple[Any, str, str | None]] = queue.Queue()
+        self._inbox: queue.Queue[Settled] = queue.Queue()
 
-    def on_outcome(self, ref: Any, outcome: str, reason: str | None) -> None:
-        """Publisher callback: never blocks. Dead letters have their own bookkeeping."""
-        if isinstance(ref, tuple):
-            if outcome == VETOED:
-                self._metrics.claims_expired.inc()
-                ref, outcome = (ref[0], ref[0].due_ms), RETURNED
-            elif outcome == CONFIRMED:
-                claimed = ref[0]
-                self._metrics.confirmed.labels(claimed.topic).inc()
-                self._metrics.lateness.labels(claimed.topic).observe(
-                    max(0, self._clock.now_ms() - claimed.due_ms) / 1000.0)
-            else:
-                self._metrics.publish_failures.labels(outcome.lower()).inc()
-            self._inbox.put((ref, outcome, reason))
+    def on_outcome(self, attempt: Attempt, outcome: str, reason: str | None) -> None:
+        """The outcome handler of the dispatcher's published batches (on the publisher's thread):
+        never blocks."""
+        c = attempt.task
+        if outcome == VETOED:
+            self._metrics.claims_expired.inc()
+            self._inbox.put(Settled(attempt, RETURNED, reason, c.due_ms))
+            return
+        if outcome == CONFIRMED:
+            self._metrics.confirmed.labels(c.topic).inc()
+            self._metrics.lateness.labels(c.topic).observe(max(0, self._clock.now_ms() - c.due_ms) / 1000.0)
         else:
-            self._dead_letters(ref, outcome, reason)
+            self._metrics.publish_failures.labels(outcome.lower()).inc()
+        self._inbox.put(Settled(attempt, outcome, reason))
 
-    def hold(self, claimed: list[Claimed], due_ms: int, reason: str) -> None:
-        """The dispatcher did not publish these (unusable exchange): back to DELAY, due at due_ms."""
-        for c in claimed:
-            self._inbox.put(((c, due_ms), HELD, reason))
-
-    def returned(self, claimed: list[Claimed], reason: str) -> None:
-        """The dispatcher did not publish these (their claim is no longer current): back to
-        DELAY at their due time."""
-        for c in claimed:
-            self._inbox.put(((c, c.due_ms), RETURNED, reason))
+    def put(self, settled: list[Settled]) -> None:
+        """Attempts the dispatcher did not publish (HELD: their exchange is unusable; RETURNED: their
+        claim is no longer current): back to DELAY at their due_ms."""
+        for s in settled:
+            self._inbox.put(s)
 
     @property
     def backlog(self) -> int:
         return self._inbox.qsize()
 
+    def record_waiting(self) -> int:
+        """Record every outcome waiting now, in one go (what the thread does each turn, without
+        its gathering pause); returns how many. Raises Unavailable while MySQL is down."""
+        items = []
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        if items:
+            self._record(items)
+        return len(items)
+
     def _run(self) -> None:
-        pending: list[tuple[Any, str, str | None]] = []
+        pending: list[Settled] = []
         while not (self._stop.is_set() and not pending and self._inbox.empty()):
             if not pending:
                 try:
@@ -127,50 +131,50 @@ class Recorder(NodeThread):
                 log.exception("recording %d publish outcomes failed; dropped", len(pending))
                 pending = []
 
-    def _record(self, items: list[tuple[Any, str, str | None]]) -> None:
-        confirmed = [ref for ref, outcome, _ in items if outcome == CONFIRMED]
-        failed = [ref[0] for ref, outcome, _ in items if outcome in (FAILED, NOT_SENT)]
-        sent = {ref[0].task_id for ref, outcome, _ in items if outcome == FAILED}
-        unroutable = [(ref[0], reason) for ref, outcome, reason in items if outcome == UNROUTABLE]
-        held = [ref for ref, outcome, _ in items if outcome == HELD]
-        returned = [(ref, reason) for ref, outcome, reason in items if outcome == RETURNED]
-        if confirmed:
+    def _record(self, items: list[Settled]) -> None:
+        by: dict[str, list[Settled]] = {}
+        for s in items:
+            by.setdefault(s.outcome, []).append(s)
+        if CONFIRMED in by:
+            confirmed = [(s.attempt.task, s.attempt.sent_ms) for s in by[CONFIRMED]]
             for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
                 self._metrics.finished.labels(c.topic).inc()
                 self._results.ended(c.topic)      # no result expected: a slot of its maxInFlight is free
+        failed = by.get(NOT_SENT, []) + by.get(FAILED, [])
         if failed:
             now = self._clock.now_ms()
             due = now + self._retry_ms
             node = self._ownership.node_id
-            self._store.release([c for c in failed if c.task_id not in sent], due, False, node, now)
-            self._store.release([c for c in failed if c.task_id in sent], due, True, node, now)
-            log.warning("%d publishes failed (%s): dispatching again in %d ms",
-                        len(failed), next(r for _, o, r in items if o in (FAILED, NOT_SENT)), self._retry_ms)
-            self._requeue([(c, due) for c in failed])
-        for c, reason in unroutable:
-            self._unroutable(c, reason)
-        if held:
-            self._release_at(held)
-        if returned:
-            self._release_at([ref for ref, _ in returned])
-            self._log_returned(returned)
+            self._store.release([s.attempt.task for s in by.get(NOT_SENT, [])], due, False, node, now)
+            self._store.release([s.attempt.task for s in by.get(FAILED, [])], due, True, node, now)
+            log.warning("%d publishes failed (%s): dispatching again in %d ms", len(failed), failed[0].reason,
+                        self._retry_ms)
+            self._requeue([(s.attempt.task, due) for s in failed])
+        for s in by.get(UNROUTABLE, []):
+            self._unroutable(s.attempt.task, s.reason)
+        if HELD in by:
+            self._release_at(by[HELD])
+        if RETURNED in by:
+            self._release_at(by[RETURNED])
+            self._log_returned(by[RETURNED])
 
-    def _release_at(self, items: list[tuple[Claimed, int]]) -> None:
+    def _release_at(self, items: list[Settled]) -> None:
         """Back to DELAY with their attempt number, each at its own due time."""
         now, node = self._clock.now_ms(), self._ownership.node_id
-        for due in sorted({due for _, due in items}):
-            self._store.release([c for c, d in items if d == due], due, False, node, now)
-        self._requeue(items)
+        for due in sorted({s.due_ms for s in items if s.due_ms is not None}):
+            self._store.release([s.attempt.task for s in items if s.due_ms == due], due, False, node, now)
+        self._requeue([(s.attempt.task, s.due_ms) for s in items if s.due_ms is not None])
 
     @staticmethod
-    def _log_returned(returned: list[tuple[tuple[Claimed, int], str | None]]) -> None:
-        moved = sorted({ref[0].shard_id for ref, reason in returned if reason == MOVED})
+    def _log_returned(returned: list[Settled]) -> None:
+        moved = [s for s in returned if s.reason == MOVED]
         if moved:
             log.info("handed back %d claims of shards %s, moved to another node: their new owners fire them",
-                     sum(1 for _, reason in returned if reason == MOVED), moved)
-        others = [reason for _, reason in returned if reason != MOVED]
+                     len(moved), sorted({s.attempt.shard_id for s in moved}))
+        others = [s for s in returned if s.reason != MOVED]
         if others:
-            log.warning("%d claims not published (%s): back to DELAY, fired again at once", len(others), others[0])
+            log.warning("%d claims not published (%s): back to DELAY, fired again at once", len(others),
+                        others[0].reason)
 
     def _unroutable(self, c: Claimed, reason: str | None) -> None:
         log.warning("task %s attempt %d unroutable: %s", c.task_id, c.attempt, reason)

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from delayq.clock import Clock
-from delayq.store.tasks import TaskStore
+from delayq.nodes.ports import ClaimStore
 from delayq.store.values import Entry
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class UnknownClaim:
 
 
 class Unsettled:
-    def __init__(self, store: TaskStore, clock: Clock):
+    def __init__(self, store: ClaimStore, clock: Clock):
         self._store, self._clock = store, clock
         self._lock = threading.Lock()
         self._claims: list[UnknownClaim] = []

@@ -112,4 +112,4 @@ class DeadLetterer(NodeThread):
             if len(rows) < self._batch:
                 self._retry = {t: v for t, v in self._retry.items() if t in waiting}
         if out:
-            self._publisher.publish(out)
+            self._publisher.publish(out, self.on_outcome)

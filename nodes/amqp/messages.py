@@ -24,10 +24,10 @@ def _headers(task_id: str, topic: str, attempt: int, due_ms: int, dispatched_ms:
     return headers
 
 
-def fired(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int) -> Outgoing:
-    """The message of a claimed attempt; its ref (claim, dispatched_ms) comes back with the outcome."""
+def fired(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int, ref: Any = None) -> Outgoing:
+    """The message of a claimed attempt; `ref` (the dispatcher's Attempt) comes back with the outcome."""
     return Outgoing(exchange, routing_key, c.payload, topology.message_id(c.task_id, c.attempt),
-                    _headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms), ref=(c, dispatched_ms))
+                    _headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms), ref=ref)
 
 
 def dead_letter(row: dict, exchange: str, ref: Any) -> Outgoing:

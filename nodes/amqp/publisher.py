@@ -1,8 +1,8 @@
 """ConfirmedPublisher: persistent, mandatory publishes with pipelined publisher confirms.
 
-    pub = ConfirmedPublisher(params, on_outcome=handle, max_in_flight=10_000)
+    pub = ConfirmedPublisher(params, max_in_flight=10_000)
     pub.start()
-    pub.publish([Outgoing(exchange, routing_key, body, message_id, headers, ref=task)])
+    pub.publish([Outgoing(exchange, routing_key, body, message_id, headers, ref=task)], on_outcome=handle)
     ...
     pub.stop()
 
@@ -12,8 +12,9 @@ shared between threads). `publish()` may be called from any thread: it hands
 the batch over with `add_callback_threadsafe` and returns at once, blocking only while
 `max_in_flight` publishes are unconfirmed.
 
-Every message handed to `publish()` ends in exactly one `on_outcome(ref, outcome, reason)` call,
-made on the publisher's thread (it must not block):
+Every message handed to `publish()` ends in exactly one call of its batch's
+`on_outcome(ref, outcome, reason)`, made on the publisher's thread (it must not block): each
+caller (the dispatcher's recorder, the dead-letterer) hears of its own messages only.
     CONFIRMED   the broker took responsibility for it (basic.ack)
     UNROUTABLE  returned: no queue is bound for its routing key (mandatory)
     NOT_SENT    it never went on the wire (not connected, channel closed first)
@@ -48,11 +49,10 @@ Outcome = Callable[[Any, str, str | None], None]
 
 
 class ConfirmedPublisher:
-    def __init__(self, params: pika.ConnectionParameters, on_outcome: Outcome, *, max_in_flight: int = 10_000,
+    def __init__(self, params: pika.ConnectionParameters, *, max_in_flight: int = 10_000,
                  confirm_timeout: float = 30.0, exchanges: tuple[str, ...] = (), reconnect_delay: float = 1.0,
                  on_channel_closed: Callable[[str], None] = lambda reason: None):
         self._params = params
-        self._on_outcome = on_outcome
         self._confirm_timeout = confirm_timeout
         self._exchanges = set(exchanges)
         self._reconnect_delay = reconnect_delay
@@ -61,8 +61,8 @@ class ConfirmedPublisher:
         self._pending = 0                      # handed to publish() and not yet settled
         # Told the broker's words when it closes the channel (e.g. "no exchange 'x'"), on this thread.
         self._on_channel_lost = on_channel_closed
-        # batches handed over, not yet on the wire, each with its veto
-        self._handed: dict[int, tuple[list[Outgoing], Callable[[], bool] | None]] = {}
+        # batches handed over, not yet on the wire, each with its outcome handler and veto
+        self._handed: dict[int, tuple[list[Outgoing], Outcome, Callable[[], str | None] | None]] = {}
         self._handoffs = 0
         self._lock = threading.Lock()          # guards _conn/_ready for the handoff from other threads
         self._conn: BatchingConnection | None = None
@@ -73,7 +73,7 @@ class ConfirmedPublisher:
         # Owned by the publisher thread only:
         self._channel = None
         self._next_tag = 0
-        self._in_flight: collections.OrderedDict[int, tuple[Outgoing, float]] = collections.OrderedDict()
+        self._in_flight: collections.OrderedDict[int, tuple[Outgoing, float, Outcome]] = collections.OrderedDict()
         self._returned: set[str] = set()
 
     # ---- any thread ---------------------------------------------------------------------------
@@ -100,8 +100,8 @@ class ConfirmedPublisher:
         with self._space:
             return self._space.wait_for(lambda: not self._pending, timeout)
 
-    def publish(self, batch: list[Outgoing], veto: Callable[[], str | None] | None = None) -> None:
-        """Send the batch; every message gets an outcome. veto, when given, is asked on the
+    def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
+        """Send the batch; every message gets an outcome, told to on_outcome. veto, when given, is asked on the
         publisher thread just before the frames are written: a reason it gives settles the batch
         VETOED with that reason."""
         if not batch:
@@ -116,13 +116,13 @@ class ConfirmedPublisher:
             if self._ready and self._conn is not None:
                 self._handoffs += 1
                 key = self._handoffs
-                self._handed[key] = (batch, veto)
+                self._handed[key] = (batch, on_outcome, veto)
                 try:
                     self._conn.ioloop.add_callback_threadsafe(lambda: self._publish_handed(key))
                     return
                 except (pika.exceptions.AMQPError, RuntimeError, OSError, AttributeError):
                     del self._handed[key]
-        self._settle_many([(msg, NOT_SENT, "broker not connected") for msg in batch])
+        self._settle_all(batch, on_outcome, NOT_SENT, "broker not connected")
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -199,30 +199,28 @@ class ConfirmedPublisher:
 
     def _publish_handed(self, key: int) -> None:
         with self._lock:
-            batch, veto = self._handed.pop(key, (None, None))
-        if batch is None:
+            handed = self._handed.pop(key, None)
+        if handed is None:
             return
+        batch, on_outcome, veto = handed
         refused = veto() if veto is not None else None
         if refused is not None:
-            self._settle_many([(msg, VETOED, refused) for msg in batch])
+            self._settle_all(batch, on_outcome, VETOED, refused)
             return
-        self._publish_batch(batch)
-
-    def _publish_batch(self, batch: list[Outgoing]) -> None:
         if self._conn is None:
-            self._settle_many([(msg, NOT_SENT, "broker not connected") for msg in batch])
+            self._settle_all(batch, on_outcome, NOT_SENT, "broker not connected")
             return
         with self._conn.batched():
-            self._publish_each(batch)
+            self._publish_each(batch, on_outcome)
 
-    def _publish_each(self, batch: list[Outgoing]) -> None:
+    def _publish_each(self, batch: list[Outgoing], on_outcome: Outcome) -> None:
         now = time.monotonic()
         stamp = int(time.time())
         conn = self._conn
         body_max = conn.body_max
         for i, msg in enumerate(batch):
             if self._channel is None or not self._channel.is_open:
-                self._settle_many([(rest, NOT_SENT, "channel closed") for rest in batch[i:]])
+                self._settle_all(batch[i:], on_outcome, NOT_SENT, "channel closed")
                 return
             try:
                 frames = publish_frames(self._channel.channel_number, msg, stamp, body_max)
@@ -234,10 +232,10 @@ class ConfirmedPublisher:
                         properties=pika.BasicProperties(delivery_mode=2, message_id=msg.message_id,
                                                         headers=msg.headers, timestamp=stamp))
             except (pika.exceptions.AMQPError, OSError, ValueError, struct.error) as e:
-                self._settle_many([(rest, NOT_SENT, f"publish failed: {e}") for rest in batch[i:]])
+                self._settle_all(batch[i:], on_outcome, NOT_SENT, f"publish failed: {e}")
                 return
             self._next_tag += 1
-            self._in_flight[self._next_tag] = (msg, now)
+            self._in_flight[self._next_tag] = (msg, now, on_outcome)
 
     def _on_return(self, channel, method, properties, body) -> None:
         if properties.message_id:
@@ -259,14 +257,15 @@ class ConfirmedPublisher:
             item = self._in_flight.pop(tag, None)
             if item is None:
                 continue
-            msg = item[0]
+            msg, _, on_outcome = item
             if msg.message_id in self._returned:
                 self._returned.discard(msg.message_id)
-                settled.append((msg, UNROUTABLE, f"no queue bound to {msg.exchange!r} for {msg.routing_key!r}"))
+                settled.append((msg, on_outcome, UNROUTABLE,
+                                f"no queue bound to {msg.exchange!r} for {msg.routing_key!r}"))
             elif ack:
-                settled.append((msg, CONFIRMED, None))
+                settled.append((msg, on_outcome, CONFIRMED, None))
             else:
-                settled.append((msg, FAILED, "nacked by the broker"))
+                settled.append((msg, on_outcome, FAILED, "nacked by the broker"))
         self._settle_many(settled)
 
     def _check_timeouts(self) -> None:
@@ -285,13 +284,13 @@ class ConfirmedPublisher:
             self._ready = False
             self._conn = None
             handed, self._handed = self._handed, {}
-        for batch, _ in handed.values():
-            self._settle_many([(msg, NOT_SENT, reason) for msg in batch])
+        for batch, on_outcome, _ in handed.values():
+            self._settle_all(batch, on_outcome, NOT_SENT, reason)
         self._ready_event.clear()
         self._channel = None
         pending, self._in_flight = self._in_flight, collections.OrderedDict()
         self._returned.clear()
-        self._settle_many([(msg, FAILED, reason) for msg, _ in pending.values()])
+        self._settle_many([(msg, on_outcome, FAILED, reason) for msg, _, on_outcome in pending.values()])
 
     def _close(self) -> None:
         if self._conn is not None and self._conn.is_open:
@@ -299,14 +298,17 @@ class ConfirmedPublisher:
         elif self._conn is not None:
             self._conn.ioloop.stop()
 
-    def _settle_many(self, settled: list[tuple[Outgoing, str, str | None]]) -> None:
+    def _settle_all(self, batch: list[Outgoing], on_outcome: Outcome, outcome: str, reason: str) -> None:
+        self._settle_many([(msg, on_outcome, outcome, reason) for msg in batch])
+
+    def _settle_many(self, settled: list[tuple[Outgoing, Outcome, str, str | None]]) -> None:
         if not settled:
             return
         with self._space:
             self._pending -= len(settled)
             self._space.notify_all()
-        for msg, outcome, reason in settled:
+        for msg, on_outcome, outcome, reason in settled:
             try:
-                self._on_outcome(msg.ref, outcome, reason)
+                on_outcome(msg.ref, outcome, reason)
             except Exception:  # noqa: BLE001 - a failing callback must not kill the ioloop
                 log.exception("publish outcome handler failed")

@@ -30,10 +30,10 @@ def publisher():
         with lock:
             outcomes.append((ref, outcome))
 
-    pub = ConfirmedPublisher(amqp_parameters(AMQP_URL, 5000), on_outcome, exchanges=("delayq",))
+    pub = ConfirmedPublisher(amqp_parameters(AMQP_URL, 5000), exchanges=("delayq",))
     pub.start()
     assert pub.wait_ready(10), "publisher could not connect to RabbitMQ"
-    yield pub, outcomes
+    yield (lambda batch: pub.publish(batch, on_outcome)), outcomes
     pub.stop()
 
 
@@ -44,10 +44,10 @@ def _messages(key: str, count: int, size: int, prefix: str) -> list[Outgoing]:
 
 def test_lone_publishes_are_each_confirmed_and_delivered(route, publisher):
     key, collector = route
-    pub, outcomes = publisher
+    publish, outcomes = publisher
     sent = _messages(key, 50, 100, "one")
     for msg in sent:
-        pub.publish([msg])
+        publish([msg])
     wait_until(lambda: len(outcomes) == 50, 20, what="50 outcomes")
     assert sorted(outcomes) == sorted((m.ref, CONFIRMED) for m in sent)
     got = collector.wait_for(50, 20)
@@ -56,12 +56,12 @@ def test_lone_publishes_are_each_confirmed_and_delivered(route, publisher):
 
 def test_a_batch_larger_than_the_socket_takes_at_once_arrives_whole_and_in_order(route, publisher):
     key, collector = route
-    pub, outcomes = publisher
+    publish, outcomes = publisher
     # 24 MB in one hand-over: the socket takes a part, pika's buffer sends the rest.
     sent = _messages(key, 400, 60_000, "big")
-    pub.publish(sent)
+    publish(sent)
     after = _messages(key, 3, 100, "after")     # queued behind the buffered rest, not ahead of it
-    pub.publish(after)
+    publish(after)
     wait_until(lambda: len(outcomes) == 403, 60, what="403 outcomes")
     assert {o for _, o in outcomes} == {CONFIRMED}
     got = collector.wait_for(403, 60)

@@ -11,11 +11,12 @@ import pytest
 from delayq.errors import Unavailable
 from delayq.nodes.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entry
 from delayq.nodes.hints import Handover
-from delayq.nodes.lease import BROKEN, MOVED
+from delayq.nodes.attempts import Attempt, Settled
+from delayq.nodes.lease import BROKEN, MOVED, Lease
 from delayq.nodes.loader import Loader
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.ownership import Ownership
-from delayq.nodes.recorder import Recorder
+from delayq.nodes.recorder import RETURNED, Recorder
 from delayq.nodes.unsettled import Unsettled
 from delayq.store.values import Claimed
 
@@ -135,8 +136,10 @@ def test_a_claim_without_an_answer_is_undone_once_mysql_answers(clock):
 # ---- claims handed back -------------------------------------------------------------------------
 
 
-def claimed(task_id: str, shard: int, due_ms: int) -> Claimed:
-    return Claimed(task_id, "t", shard, due_ms, 1, b"", 3000, 3)
+def returned(task_id: str, shard: int, due_ms: int, why: str) -> Settled:
+    """A claimed attempt the dispatcher did not publish (its claim no longer current)."""
+    task = Claimed(task_id, "t", shard, due_ms, 1, b"", 3000, 3)
+    return Settled(Attempt(task, Lease(0.0, 0, "n1", {shard: 1}), due_ms), RETURNED, why, due_ms)
 
 
 def recorder(clock, queue, ownership, store) -> Recorder:
@@ -150,7 +153,7 @@ def test_claims_of_a_moved_shard_go_back_at_their_due_time_to_the_new_owner_logg
     ownership.set({1: 1}, [1, 2])
     queue.own({1})
     rec = recorder(clock, queue, ownership, store)
-    rec.returned([claimed("x", 2, clock.now - 3), claimed("y", 1, clock.now + 7)], MOVED)
+    rec.put([returned("x", 2, clock.now - 3, MOVED), returned("y", 1, clock.now + 7, MOVED)])
     with caplog.at_level(logging.INFO, logger="delayq.nodes.recorder"):
         rec._record([rec._inbox.get_nowait() for _ in range(2)])
     assert store.released == [(["x"], clock.now - 3, False), (["y"], clock.now + 7, False)]
@@ -162,7 +165,7 @@ def test_claims_of_a_moved_shard_go_back_at_their_due_time_to_the_new_owner_logg
 def test_claims_refused_for_a_broken_session_are_a_warning(clock, queue, caplog):
     store, ownership = Store(), Ownership("n1")
     rec = recorder(clock, queue, ownership, store)
-    rec.returned([claimed("x", 1, clock.now)], BROKEN)
+    rec.put([returned("x", 1, clock.now, BROKEN)])
     with caplog.at_level(logging.INFO, logger="delayq.nodes.recorder"):
         rec._record([rec._inbox.get_nowait()])
     assert [r.levelname for r in caplog.records] == ["WARNING"]

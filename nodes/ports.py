@@ -1,0 +1,42 @@
+"""What the node's dispatch core needs of MySQL and RabbitMQ, as small interfaces: the Dispatcher
+and the Recorder are written against these, delayq.store.tasks.TaskStore and
+delayq.nodes.amqp.publisher.ConfirmedPublisher implement them, and delayq.testing.fakes has
+in-memory ones for unit tests.
+
+Threading contract: every method may be called from any thread; `Outbox.publish` returns at once
+and calls `on_outcome(ref, outcome, reason)` exactly once per message, later, on the outbox's own
+thread, where the handler must not block (delayq.nodes.amqp.publisher lists the outcomes).
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Protocol, Sequence
+
+from delayq.nodes.amqp.frames import Outgoing
+from delayq.nodes.amqp.publisher import Outcome
+from delayq.store.values import Claim, Claimed, Entry
+
+
+class ClaimStore(Protocol):
+    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int,
+              caps: Mapping[str, int] | None = None) -> Claim:
+        """DELAY -> READY, attempt + 1, for the entries of shards `owner` holds at `fence`'s epochs."""
+
+    def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
+        """Undo a claim whose answer was lost, where nothing touched its rows since."""
+
+
+class RecordStore(Protocol):
+    def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
+        """Execlog rows of confirmed publishes; returns the tasks that finished with them (ttr 0)."""
+
+    def release(self, claimed: Sequence[Claimed], due_ms: int, sent: bool, node_id: str, now_ms: int) -> int:
+        """Back to DELAY, due at due_ms; sent=False gives the attempt number back."""
+
+
+class Outbox(Protocol):
+    @property
+    def ready(self) -> bool:
+        """Connected: a publish may go out now."""
+
+    def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
+        """Send the batch (veto asked just before the write); each message's outcome to on_outcome."""

@@ -1,0 +1,166 @@
+"""In-memory stand-ins for what the node's dispatch core talks to, so that claim -> publish ->
+confirm -> record runs in a unit test in milliseconds, no server involved:
+
+    ClaimTable   job_delay_task and job_shard as far as claims, releases and records go
+                 (delayq.nodes.ports.ClaimStore and RecordStore)
+    Outbox       a publisher whose broker answers when the test says (delayq.nodes.ports.Outbox)
+    Exchanges    the exchange guard's verdicts, set by the test
+    Services     topic -> ServiceSpec
+
+They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
+epoch, attempt + 1; a release conditional on READY and the attempt; every published message one
+outcome, to its batch's handler) and nothing more. The integration tests prove the same paths on
+the real MySQL and RabbitMQ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from delayq.errors import StoreUnavailable
+from delayq.lifecycle import Status
+from delayq.nodes.amqp.frames import Outgoing
+from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
+from delayq.nodes.validation import ServiceSpec
+from delayq.store.values import Claim, Claimed, Entry
+
+
+@dataclass
+class Row:
+    task_id: str
+    topic: str
+    shard_id: int
+    due_ms: int
+    status: Status = Status.DELAY
+    attempt: int = 0
+    owner: str | None = None          # node_id: who claimed it
+    claimed_ms: int | None = None     # updated_ms of the claim
+    ttr_ms: int = 3000
+    payload: bytes = b""
+    dispatched: dict[int, int] = field(default_factory=dict)     # attempt -> dispatched ms (execlog)
+
+
+class ClaimTable:
+    def __init__(self, shards: Mapping[int, tuple[str, int]]):
+        self.shards = dict(shards)            # shard -> (owner, epoch): job_shard
+        self.rows: dict[str, Row] = {}
+        self.down = False                     # every call fails as with MySQL away
+        self.lose_next_answer = False         # the next claim commits, then its answer is lost
+
+    def add(self, task_id: str, shard_id: int, due_ms: int, topic: str = "t", ttr_ms: int = 3000) -> Entry:
+        self.rows[task_id] = Row(task_id, topic, shard_id, due_ms, ttr_ms=ttr_ms)
+        return Entry(task_id, shard_id, due_ms, topic=topic)
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("MySQL unavailable: (2003, \"Can't connect\")")
+
+    def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int,
+              caps: Mapping[str, int] | None = None) -> Claim:
+        self._check()
+        asked = {e.shard_id for e in entries if e.shard_id in fence}
+        held = {s for s in asked if self.shards.get(s) == (owner, fence[s])}
+        out = []
+        for e in entries:
+            r = self.rows.get(e.task_id)
+            if r is None or r.shard_id not in held or r.status is not Status.DELAY or r.due_ms > e.due_ms:
+                continue
+            r.status, r.attempt, r.owner, r.claimed_ms = Status.READY, r.attempt + 1, owner, now_ms
+            out.append(Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt, r.payload, r.ttr_ms, 3))
+        if self.lose_next_answer:
+            self.lose_next_answer = False
+            raise StoreUnavailable("MySQL unavailable: (2013, 'Lost connection to MySQL server during query')")
+        return Claim(out, sorted(asked - held))
+
+    def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
+        self._check()
+        n = 0
+        for t in task_ids:
+            r = self.rows.get(t)
+            if r and r.status is Status.READY and r.owner == owner and r.claimed_ms == claimed_ms:
+                r.status, r.attempt, r.owner, r.claimed_ms = Status.DELAY, r.attempt - 1, None, None
+                n += 1
+        return n
+
+    def release(self, claimed: Sequence[Claimed], due_ms: int, sent: bool, node_id: str, now_ms: int) -> int:
+        self._check()
+        n = 0
+        for c in claimed:
+            r = self.rows.get(c.task_id)
+            if r and r.status is Status.READY and r.attempt == c.attempt:
+                r.status, r.due_ms, r.owner = Status.DELAY, due_ms, None
+                r.attempt = c.attempt if sent else c.attempt - 1
+                n += 1
+        return n
+
+    def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
+        self._check()
+        for c, at in confirmed:
+            if c.task_id in self.rows:
+                self.rows[c.task_id].dispatched[c.attempt] = at
+        return []
+
+
+@dataclass
+class Sent:
+    message: Outgoing
+    on_outcome: Outcome
+
+
+class Outbox:
+    """A publisher that takes every batch at once and settles its messages when the test says:
+    `answer(CONFIRMED)` for everything sent, or `answer(FAILED, ids)` for some."""
+
+    def __init__(self) -> None:
+        self.ready = True
+        self.sent: list[Sent] = []
+        self.vetoed: list[tuple[Outgoing, str]] = []
+
+    def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
+        why = veto() if veto is not None else None
+        for msg in batch:
+            if why is not None:
+                self.vetoed.append((msg, why))
+                on_outcome(msg.ref, VETOED, why)
+            elif not self.ready:
+                on_outcome(msg.ref, NOT_SENT, "broker not connected")
+            else:
+                self.sent.append(Sent(msg, on_outcome))
+
+    def answer(self, outcome: str = CONFIRMED, message_ids: Sequence[str] | None = None,
+               reason: str | None = None) -> int:
+        """Settle the messages sent (those with these message ids, or all) with one outcome."""
+        chosen = [s for s in self.sent if message_ids is None or s.message.message_id in message_ids]
+        self.sent = [s for s in self.sent if s not in chosen]
+        for s in chosen:
+            s.on_outcome(s.message.ref, outcome, reason or {FAILED: "nacked by the broker",
+                                                            UNROUTABLE: "no queue bound"}.get(outcome))
+        return len(chosen)
+
+    @property
+    def message_ids(self) -> list[str]:
+        return [s.message.message_id for s in self.sent]
+
+
+class Exchanges:
+    """The exchange guard as the dispatcher asks it: why an exchange may not be used (None: it may)."""
+
+    def __init__(self) -> None:
+        self.bad: dict[str, str] = {}
+
+    def verdict(self, exchange: str) -> str | None:
+        return self.bad.get(exchange)
+
+    def retry_in(self, exchange: str) -> float:
+        return 1.0
+
+    def unusable(self) -> dict[str, str]:
+        return dict(self.bad)
+
+
+class Services:
+    def __init__(self, *services: ServiceSpec):
+        self.by_topic = {s.topic: s for s in services}
+
+    def find(self, topic: str) -> ServiceSpec | None:
+        return self.by_topic.get(topic)

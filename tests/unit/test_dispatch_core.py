@@ -1,0 +1,247 @@
+"""The dispatch core in memory: a claim, its release, the publish, the broker's answer and the
+record, on the fakes of delayq.testing.fakes (no MySQL, no RabbitMQ, no thread but the test's).
+Each test drives the Dispatcher and the Recorder one step at a time, as their threads would, and
+looks at what a user would find: the task's row (status, attempt, due time, execlog), the
+messages sent, the hints for another node."""
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from delayq.errors import StoreUnavailable
+from delayq.lifecycle import Result, Status
+from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, UNROUTABLE
+from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.dispatcher import Dispatcher
+from delayq.nodes.metrics import Metrics
+from delayq.nodes.ownership import Ownership
+from delayq.nodes.recorder import Recorder
+from delayq.nodes.unsettled import Unsettled
+from delayq.nodes.validation import ServiceSpec
+from delayq.testing.fakes import ClaimTable, Exchanges, Outbox, Services
+
+pytestmark = pytest.mark.timeout(10)
+
+RETRY_MS = 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000.0
+
+
+class Results:
+    """The ResultApplier as the core calls it: results applied, slots freed."""
+
+    def __init__(self, table: ClaimTable) -> None:
+        self.table, self.applied = table, []
+
+    def apply(self, task_id: str, attempt: int, result: Result, message: str | None):
+        self.applied.append((task_id, attempt, result))
+        self.table.rows[task_id].status = Status.FAILED if result is Result.MISFIRED else Status.DELAY
+
+    def ended(self, topic: str) -> None:
+        pass
+
+
+class Deadlines:
+    def __init__(self) -> None:
+        self.added = []
+
+    def add(self, deadlines) -> None:
+        self.added += list(deadlines)
+
+
+class Core:
+    """One node's dispatch core on fakes: shards 1 and 2 ours (n1, epoch 1), shard 3 another's."""
+
+    def __init__(self, *services: ServiceSpec) -> None:
+        self.clock = Clock()
+        self.table = ClaimTable({1: ("n1", 1), 2: ("n1", 1), 3: ("n2", 1)})
+        self.outbox, self.exchanges = Outbox(), Exchanges()
+        self.hints: list[Entry] = []
+        self.memory = DelayQueue(self.clock, handover=self.hints.extend, shards=())
+        self.ownership = Ownership("n1")
+        self.ownership.on_change(lambda gained, lost: self.memory.own(self.ownership.shards()))
+        self.ownership.set({1: 1, 2: 1}, [1, 2, 3])
+        self.memory.set_horizon(self.clock.now + 60_000)
+        self.results = Results(self.table)
+        metrics = Metrics()
+        self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
+                                 publish_retry_ms=RETRY_MS, gather_ms=0)
+        self.dispatcher = Dispatcher(self.table, self.memory, self.ownership, Services(*services), self.outbox,
+                                     self.results, metrics, self.clock, batch=100, default_exchange="delayq",
+                                     guard=self.exchanges, deadlines=Deadlines(), recorder=self.recorder,
+                                     unsettled=Unsettled(self.table, self.clock))
+
+    def submit(self, task_id: str, shard: int = 1, in_ms: int = 0, topic: str = "t") -> Entry:
+        e = self.table.add(task_id, shard, self.clock.now + in_ms, topic)
+        self.memory.offer_written([e])
+        return e
+
+    def fire(self) -> None:
+        """Claim what memory has due, release it: a claiming thread's turn and the releaser's."""
+        self.dispatcher.claim(self.memory.take_due(100, timeout=0))
+        self.dispatcher.release_due()
+
+    def row(self, task_id: str):
+        return self.table.rows[task_id]
+
+
+def test_a_due_task_is_claimed_published_and_recorded_after_the_confirm():
+    core = Core()
+    core.submit("a")
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+    assert core.row("a").status is Status.READY and core.row("a").attempt == 1
+    assert core.row("a").dispatched == {}            # nothing recorded before the broker confirms
+    core.outbox.answer(CONFIRMED)
+    assert core.recorder.record_waiting() == 1
+    assert core.row("a").dispatched == {1: core.clock.now}
+
+
+def test_a_nack_may_have_reached_a_queue_so_the_attempt_is_used_up_and_the_task_goes_again():
+    core = Core()
+    core.submit("a")
+    core.fire()
+    core.outbox.answer(FAILED)
+    core.recorder.record_waiting()
+    assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 1)
+    assert core.row("a").due_ms == core.clock.now + RETRY_MS
+    core.clock.now += RETRY_MS
+    core.fire()
+    assert core.outbox.message_ids == ["a:2"]
+
+
+def test_a_publish_that_never_left_the_node_gives_its_attempt_number_back():
+    core = Core()
+    core.submit("a")
+    core.outbox.ready = False
+    core.fire()
+    core.recorder.record_waiting()
+    assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
+    core.outbox.ready = True
+    core.clock.now += RETRY_MS
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+
+
+def test_an_unroutable_publish_is_a_failed_attempt():
+    core = Core()
+    core.submit("a")
+    core.fire()
+    core.outbox.answer(UNROUTABLE)
+    core.recorder.record_waiting()
+    assert core.results.applied == [("a", 1, Result.UNROUTABLE)]
+
+
+def test_a_claim_of_a_session_that_broke_before_the_write_is_not_published_and_fires_again_at_once(caplog):
+    core = Core()
+    core.submit("a")
+    core.dispatcher.claim(core.memory.take_due(100, timeout=0))
+    core.ownership.set_claimable(False)          # the ZooKeeper session was suspended meanwhile
+    core.ownership.set_claimable(True)
+    with caplog.at_level(logging.WARNING):
+        core.dispatcher.release_due()
+        core.recorder.record_waiting()
+    assert core.outbox.message_ids == []
+    assert (core.row("a").status, core.row("a").attempt, core.row("a").due_ms) == (Status.DELAY, 0, core.clock.now)
+    assert any("session broke" in r.getMessage() for r in caplog.records)
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+
+
+def test_claims_of_a_shard_that_moved_go_to_its_new_owner_on_time_and_the_others_are_published(caplog):
+    core = Core()
+    core.submit("a", shard=1)
+    core.submit("b", shard=2)
+    core.dispatcher.claim(core.memory.take_due(100, timeout=0))
+    core.ownership.set({1: 1}, [1, 2, 3])        # shard 2 moved away (a rebalance)
+    core.table.shards[2] = ("n3", 2)
+    with caplog.at_level(logging.INFO):
+        core.dispatcher.release_due()
+        core.recorder.record_waiting()
+    assert core.outbox.message_ids == ["a:1"]
+    assert (core.row("b").status, core.row("b").attempt) == (Status.DELAY, 0)
+    assert [e.task_id for e in core.hints] == ["b"] and core.hints[0].due_ms == core.clock.now
+    moved = [r for r in caplog.records if "handed back" in r.getMessage()]
+    assert [r.levelname for r in moved] == ["INFO"] and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_tasks_of_a_shard_fenced_in_mysql_are_handed_to_its_owner():
+    core = Core()
+    core.submit("a", shard=2)
+    core.table.shards[2] = ("n3", 2)             # MySQL knows of the move before this node does
+    core.fire()
+    assert core.outbox.message_ids == [] and [e.task_id for e in core.hints] == ["a"]
+
+
+def test_a_claim_whose_answer_mysql_lost_is_undone_and_fires_as_the_same_attempt_when_mysql_answers():
+    core = Core()
+    core.submit("a")
+    core.table.lose_next_answer = True
+    core.fire()
+    assert core.row("a").status is Status.READY       # committed, though the node heard an error
+    core.table.down = True
+    core.fire()                                       # MySQL away: nothing goes out, nothing is lost
+    assert core.outbox.message_ids == [] and len(core.memory) == 1
+    core.table.down = False
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+
+
+def test_a_task_past_its_misfire_threshold_is_failed_not_sent():
+    core = Core(ServiceSpec("late", "delayq", "late", misfire_threshold_ms=5_000, misfire_policy="fail"))
+    core.submit("a", topic="late")
+    core.clock.now += 6_000
+    core.fire()
+    assert core.outbox.message_ids == [] and core.results.applied == [("a", 1, Result.MISFIRED)]
+
+
+def test_a_topic_whose_exchange_is_unusable_is_held_back_and_named():
+    core = Core(ServiceSpec("held", "broken-ex", "held"))
+    core.exchanges.bad["broken-ex"] = "no exchange 'broken-ex'"
+    core.submit("a", topic="held")
+    core.fire()
+    core.recorder.record_waiting()
+    assert core.outbox.message_ids == []
+    assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
+    assert core.row("a").due_ms >= core.clock.now + 1000
+    assert core.dispatcher.held_topics == {"held": "exchange 'broken-ex': no exchange 'broken-ex'"}
+
+
+def test_a_task_is_released_at_its_due_time_not_at_its_claim():
+    core = Core()
+    core.submit("a", in_ms=15)
+    core.dispatcher.claim(core.memory.take_due(100, timeout=0, lead_ms=20))    # the prompt lane's lead
+    assert core.row("a").status is Status.READY
+    assert core.dispatcher.release_due() == 0 and core.outbox.message_ids == []
+    core.clock.now += 15
+    assert core.dispatcher.release_due() == 1 and core.outbox.message_ids == ["a:1"]
+
+
+def test_records_wait_while_mysql_is_down_and_are_written_when_it_answers():
+    core = Core()
+    core.submit("a")
+    core.fire()
+    core.table.down = True
+    core.recorder.start()
+    try:
+        core.outbox.answer(CONFIRMED)
+        deadline = time.monotonic() + 5
+        while core.recorder.backlog and time.monotonic() < deadline:   # taken by the recorder's thread
+            time.sleep(0.005)
+        core.table.down = False
+        while not core.row("a").dispatched and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert core.row("a").dispatched == {1: core.clock.now}
+    finally:
+        core.recorder.stop()

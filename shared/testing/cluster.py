@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from delayq import accounts, config, db as dbm, schema
 from delayq.client import CallbackService, DelayqClient, connect
+from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
 from delayq.testing import security
 from delayq.testing.ports import free_port
@@ -296,7 +297,7 @@ class Cluster:
         """ZooKeeper mode: every shard assigned, to every live node, balanced to +-1."""
         live = {n.node_id for n in self.nodes if n.alive()}
 
-        def balanced():
+        def balanced() -> ttypes.ClusterInfo | None:
             with next(n for n in self.nodes if n.alive()).client() as c:
                 ci = c.cluster()
             counts: dict[str, int] = {}

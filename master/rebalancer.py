@@ -82,7 +82,10 @@ class Rebalancer:
     def _watch(self, arm: Callable, again: Callable[[], None]) -> None:
         try:
             self._session.call("ensure_path", self._paths.nodes)
-            arm(self._session.watcher(lambda: (self.poke(), again())))
+            def fired() -> None:
+                self.poke()
+                again()
+            arm(self._session.watcher(fired))
             # A pass that read the members before the watch was armed has not seen what changed in
             # between (nodes joining while this one became master), and no watch will tell: pass again.
             self.poke()
@@ -112,7 +115,8 @@ class Rebalancer:
 
     def _settled(self) -> bool:
         t = time.monotonic()
-        return t - self._last_change >= self._debounce_s or t - self._dirty_since >= self._max_delay_s
+        since = self._dirty_since
+        return t - self._last_change >= self._debounce_s or (since is not None and t - since >= self._max_delay_s)
 
     def _wait_time(self) -> float | None:
         if not self._leader or self._dirty_since is None:

@@ -237,6 +237,7 @@ class ReshardJob:
         resumes it)."""
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
+                assert self._progress is not None     # set before the thread started
                 return self._progress, False
             if self._stop.is_set():
                 raise Unavailable("the node is stopping")
@@ -258,6 +259,7 @@ class ReshardJob:
     def _run(self, target: int) -> None:
         def moved(n: int) -> None:
             with self._lock:
+                assert self._progress is not None     # start() set it before this run
                 self._progress = dataclasses.replace(self._progress, moved=self._progress.moved + n)
         error = None
         try:
@@ -268,6 +270,7 @@ class ReshardJob:
             log.warning("reshard to %d shards stopped: %s", target, e)
             error = f"stopped: {e}"
         with self._lock:
+            assert self._progress is not None
             self._progress = dataclasses.replace(self._progress, running=False, error=error)
 
     def stop(self) -> None:

@@ -51,7 +51,7 @@ class ClockCheck(NodeThread):
             for _ in range(SAMPLES):
                 sent_mono, sent_wall = time.monotonic(), time.time_ns() // 1_000_000
                 # Microseconds: NOW(3) would truncate, putting the node half a millisecond behind.
-                reference = float(conn.exec_driver_sql("SELECT UNIX_TIMESTAMP(NOW(6)) * 1000").scalar())
+                reference = float(conn.exec_driver_sql("SELECT UNIX_TIMESTAMP(NOW(6)) * 1000").scalar_one())
                 samples.append(Sample(sent_mono, time.monotonic(), sent_wall, reference))
         sample = best(samples)
         self._clock.adopt(sample)

@@ -87,7 +87,7 @@ class Deadlines(NodeThread):
                 wait = (self._heap[0][0] - now) / 1000.0 if self._heap else 1.0
                 self._cond.wait(min(1.0, max(0.001, wait)))
                 return []
-            due = []
+            due: list[tuple[int, str, int]] = []
             while self._heap and self._heap[0][0] <= now and len(due) < self._batch:
                 due.append(heapq.heappop(self._heap))
             return due

@@ -228,7 +228,7 @@ class Topics:
         return out
 
     def _pop(self, topic: str, limit: int, n: int) -> list[Entry]:
-        out = []
+        out: list[Entry] = []
         heap = self._heaps.get(topic)
         while heap and len(out) < n and heap[0][0] <= limit:
             _, seq, tid = heapq.heappop(heap)

@@ -124,9 +124,14 @@ class Flow:
         with self._lock:
             out = {}
             for topic, c in self._controls.items():
-                if c.paused or (c.max_fire_rate is None and c.max_in_flight is None):
+                if c.paused:
                     continue
-                want = c.max_fire_rate * BUDGET_S if c.max_fire_rate is not None else c.max_in_flight * BUDGET_PER_SLOT
+                if c.max_fire_rate is not None:
+                    want = c.max_fire_rate * BUDGET_S
+                elif c.max_in_flight is not None:
+                    want = c.max_in_flight * BUDGET_PER_SLOT
+                else:
+                    continue
                 out[topic] = int(min(MAX_BUDGET, max(MIN_BUDGET, want)))
             return out
 

@@ -30,7 +30,6 @@ Checks = Callable[[], dict[str, str | None]]     # part -> None when fine, else 
 class HealthServer:
     def __init__(self, host: str, port: int, metrics: Metrics, alive: Checks, ready: Checks,
                  detail: Callable[[], dict] = dict):
-        outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the standard library's name
@@ -61,7 +60,7 @@ class HealthServer:
         self._server.daemon_threads = True
         self._server.timeout = 5
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
-        outer.port = self._server.server_address[1]
+        self.port: int = self._server.server_address[1]
 
     def start(self) -> None:
         self._thread.start()

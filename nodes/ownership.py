@@ -10,6 +10,7 @@ Thread-safe. Listeners (gained, lost) run on the thread that changed the ownersh
 """
 from __future__ import annotations
 
+import builtins
 import random
 import threading
 from typing import Callable, Iterable, Mapping, Sequence
@@ -88,7 +89,7 @@ class Ownership:
         with self._lock:
             return self._owner, (dict(self._fence) if self._claimable else {})
 
-    def shards(self) -> set[int]:
+    def shards(self) -> builtins.set[int]:
         with self._lock:
             return set(self._fence)
 

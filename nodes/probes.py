@@ -7,7 +7,7 @@ asks (the HTTP server's, a Thrift call's).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import Unavailable
@@ -34,7 +34,7 @@ class Probes:
 
     def gauges(self) -> dict[str, float]:
         n = self._node
-        g = {"queue_size": len(n.queue), "shards_owned": len(n.ownership.shards()),
+        g: dict[str, float] = {"queue_size": len(n.queue), "shards_owned": len(n.ownership.shards()),
              "unconfirmed_publishes": n.publisher.in_flight + n.dispatcher.publisher.in_flight,
              "recorder_backlog": n.recorder.backlog,
              "assignment_epoch": self.epoch()}
@@ -55,7 +55,7 @@ class Probes:
 
     def alive(self) -> dict[str, str | None]:
         n = self._node
-        threads = {"dispatcher": n.dispatcher, "loader": n.loader, "recorder": n.recorder,
+        threads: dict[str, Any] = {"dispatcher": n.dispatcher, "loader": n.loader, "recorder": n.recorder,
                    "submits": n.submits, "thrift-calls": n.calls, "thrift-io": n.server,
                    "clock-check": n.clockcheck, "deadlines": n.deadlines,
                    "hints": n.hints, **{w.name: w for w in n.watches},
@@ -89,9 +89,11 @@ class Probes:
     def cluster_info(self) -> ttypes.ClusterInfo:
         n = self._node
         s = n.settings
+        me: str | None       # this node's member name; None while it has no ZooKeeper session
         if n.standalone is not None:
             view = n.standalone.view(f"{s.node.advertise_host}:{n.server.port}")
             me = n.standalone.member
         else:
+            assert n.zk is not None       # a node runs standalone or in a cluster with ZooKeeper
             view, me = read_view(n.zk, n.paths), n.membership.member
         return cluster_info(s.node.cluster, view, me, self.stats(), len(n.ownership.all_shards()))

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import socket
 from pathlib import Path
+from typing import cast
 
 import click
 from cryptography import x509
@@ -27,7 +28,8 @@ VALID_DAYS = 825
 
 def _key(path: Path) -> ec.EllipticCurvePrivateKey:
     if path.exists():
-        return serialization.load_pem_private_key(path.read_bytes(), password=None)
+        # A key this function wrote before: an EC one.
+        return cast(ec.EllipticCurvePrivateKey, serialization.load_pem_private_key(path.read_bytes(), password=None))
     key = ec.generate_private_key(ec.SECP256R1())
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as fh:
@@ -70,7 +72,7 @@ def ensure_leaf(folder: Path, name: str, ca: tuple[x509.Certificate, ec.Elliptic
         x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
         critical=False)
     if hosts:
-        names = []
+        names: list[x509.GeneralName] = []
         for host in hosts:
             try:
                 names.append(x509.IPAddress(ipaddress.ip_address(host)))

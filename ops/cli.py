@@ -125,7 +125,7 @@ def db_init(config_file: str | None, shards: int | None, node_account: str | Non
         with dbm.unavailable_on_failure():
             applied = schema.migrate(engine)
             count = schema.init_cluster(engine, shards or settings.scheduling.shards)
-            if node_account:
+            if node_account and node_url_file:      # given together (checked above)
                 kept = _read_url_password(node_url_file)
                 password = accounts.ensure_node_account(engine, database, node_account, kept)
                 write_private(node_url_file, accounts.node_url(settings.mysql.url, node_account, password))

@@ -13,6 +13,7 @@ from typing import Iterator
 
 import click
 
+from delayq.access import tokens
 from delayq.db import make_engine
 from delayq.ops.audit import recorded
 from delayq.ops.common import EXIT_USAGE, fail, load_settings, run, write_private
@@ -70,7 +71,8 @@ def clients() -> None:
               help="No token: the client connects with a certificate whose common name is NAME.")
 @click.option("--exist-ok", is_flag=True,
               help="For scripts: a client NAME that exists is kept and given the grants; with --token-file, "
-                   "it gets a new token only when that file is missing.")
+                   "it gets a new token only when that file is missing or its token is no longer NAME's "
+                   "(rotated or revoked since).")
 @token_file_option
 @config_option
 def add(name: str, grants: tuple[str, ...], certificate_only: bool, exist_ok: bool, token_file: str | None,
@@ -85,12 +87,28 @@ def _add(store: ClientStore, name: str, parsed, certificate_only: bool, exist_ok
     if exist_ok and _checked(lambda: any(c.name == name for c in store.list())):
         for g in parsed:
             _checked(lambda: store.grant(name, *g))
-        if token_file is not None and not os.path.exists(token_file) and not certificate_only:
+        if token_file is not None and not certificate_only and not _holds_token(store, name, token_file):
             _hand_out(_checked(lambda: store.rotate(name)), token_file)
         return
     token = _checked(lambda: store.add(name, token=not certificate_only, grants=parsed))
     if token is not None:
         _hand_out(token, token_file)
+
+
+def _holds_token(store: ClientStore, name: str, token_file: str) -> bool:
+    """token_file holds a token that is client `name`'s now. Another checkout sharing the database
+    may have rotated it (its own Quickstart, say): the file is then stale, and so renewed."""
+    if not os.path.exists(token_file):
+        return False
+    with open(token_file) as f:
+        parsed = tokens.parse(f.read().strip())
+    client = run(store.load)[1].get(name)
+    if (parsed is not None and parsed[0] == name and client is not None and not client.revoked
+            and tokens.same(client.token, parsed[1])):
+        return True
+    click.echo(f"the token in {token_file} is no longer {name}'s (rotated or revoked since): renewing it",
+               err=True)
+    return False
 
 
 @clients.command("grant")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
+
 import click
 
 from delayq.client.gen.delayq_thrift import ttypes
@@ -58,7 +60,7 @@ def _apply(settings, endpoints, timeout_s, as_json, change: intents_.Change, out
                                                      max(0.0, deadline - time.monotonic()))
     except Unavailable as e:
         fail(str(e), EXIT_UNAVAILABLE, as_json)
-    report = {"intent": what, "applied": info is not None, "drained": sorted(intents.drained),
+    report: dict[str, Any] = {"intent": what, "applied": info is not None, "drained": sorted(intents.drained),
               "pinned": {str(k): v for k, v in sorted(intents.pinned.items())}}
     if info is not None:
         report.update(epoch=info.epoch, shardsPerNode=_per_node(info))
@@ -138,7 +140,7 @@ def intents(endpoints, timeout_s, as_json, config_file) -> None:
     except Unavailable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
-    out = {"drained": sorted(i.drained), "pinned": {str(k): v for k, v in sorted(i.pinned.items())},
+    out: dict[str, Any] = {"drained": sorted(i.drained), "pinned": {str(k): v for k, v in sorted(i.pinned.items())},
            "reshardTo": i.shards}
     click.echo(json.dumps(out, indent=2) if as_json else
                f"drained: {', '.join(out['drained']) or 'none'}\n"
@@ -188,7 +190,7 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
             nodes = frozenset(n.nodeId for n in info.nodes)
             after = assign(AssignmentInput(target, nodes, dict(info.assignment),
                                            frozenset(i.drained) & nodes, {s: n for s, n in i.pinned.items() if s < target}))
-            before_counts, after_counts = _per_node(info), {}
+            before_counts, after_counts = _per_node(info), dict[str, int]()
             for n in after.values():
                 after_counts[n] = after_counts.get(n, 0) + 1
             report = {"from": p.current, "to": target, "rowsToMove": p.rows,

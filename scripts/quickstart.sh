@@ -8,6 +8,8 @@
 # its znodes, and RabbitMQ over TLS as delayq's own user in its own vhost (set up by services.sh).
 # DELAYQ_KEEP=1 leaves the nodes running afterwards (logs in var/).
 set -euo pipefail
+# A step that fails stops the Quickstart; say which, beside the message the command printed.
+trap 'echo "quickstart.sh: \`$BASH_COMMAND\` failed (exit $?)" >&2' ERR
 cd "$(dirname "$0")/.."
 scripts/services.sh
 . scripts/venv.sh
@@ -17,7 +19,8 @@ delayq db init --node-account delayq_node --node-url-file var/mysql-node.url
 delayq certs dev --dir var/tls >/dev/null
 export DELAYQ_TLS_CERT_FILE=var/tls/node.pem DELAYQ_TLS_KEY_FILE=var/tls/node.key DELAYQ_TLS_CA_FILE=var/tls/ca.pem
 # The demo's client: admin (it registers its topic and reads the cluster) and its own topic; its
-# token in var/demo.token (a new one if that file is gone).
+# token in var/demo.token: a new one if that file is gone, or if its token is no longer valid
+# (another checkout sharing the database ran its Quickstart and rotated it).
 delayq clients add demo --grant 'admin:*' --grant submit:demo --grant cancel:demo --grant read:demo \
     --grant report:demo --token-file var/demo.token --exist-ok
 export DELAYQ_TOKEN_FILE=var/demo.token
@@ -62,13 +65,34 @@ for i in 1 2 3; do
         delayq node >"var/node$i.log" 2>&1 &
     pids+=($!)
 done
+# Wait until every node is a member and the master has assigned every shard. `delayq status`
+# failing is expected while the nodes start (exit 3: none answers yet), and is reported as it is
+# when it persists; any other failure will not pass by waiting (exit 2: a usage or configuration
+# error, a token the nodes refuse included) and stops the Quickstart at once, with its message.
+formed() { python -c "import json,sys; r=json.load(sys.stdin); sys.exit(not (len(r['nodes']) >= 3 and len(r['assignment']) == r['shards']))"; }
 deadline=$((SECONDS + 60))
-until delayq status "${endpoints[@]}" --json 2>/dev/null |
-        python -c "import json,sys; r=json.load(sys.stdin); sys.exit(not (len(r['nodes']) >= 3 and len(r['assignment']) == r['shards']))" 2>/dev/null; do
-    for pid in "${pids[@]}"; do
-        kill -0 "$pid" 2>/dev/null || { echo "a node exited:"; tail -n 20 var/node*.log; exit 1; }
+last=""
+while :; do
+    rc=0
+    out="$(delayq status "${endpoints[@]}" --json 2>&1)" || rc=$?
+    if [ "$rc" = 0 ]; then
+        if formed <<<"$out" 2>/dev/null; then break; fi
+        last="the nodes answer, but not all 3 have joined or not every shard is assigned yet"
+    elif [ "$rc" = 3 ]; then
+        last="\`delayq status\` failed (exit 3): $out"
+    else
+        echo "quickstart.sh: \`delayq status ${endpoints[*]} --json\` failed (exit $rc): $out" >&2
+        exit 1
+    fi
+    for i in "${!pids[@]}"; do
+        kill -0 "${pids[$i]}" 2>/dev/null || {
+            echo "quickstart.sh: a node exited (pid ${pids[$i]}); the nodes' logs:" >&2; tail -n 20 var/node*.log; exit 1; }
     done
-    [ $SECONDS -lt $deadline ] || { echo "the cluster did not form within 60 s"; tail -n 20 var/node*.log; exit 1; }
+    if [ $SECONDS -ge $deadline ]; then
+        echo "quickstart.sh: the cluster did not form within 60 s; the last check: $last" >&2
+        tail -n 20 var/node*.log
+        exit 1
+    fi
     sleep 0.5
 done
 delayq status "${endpoints[@]}"

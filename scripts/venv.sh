@@ -1,8 +1,14 @@
 # shellcheck shell=bash
 # Source me:  . scripts/venv.sh
 # Ensures a Python >= 3.11, creates <repo>/.venv if missing, activates it, and runs
-# `pip install -e ".[${DELAYQ_EXTRAS:-test}]"` only when setup.cfg (or the extras) changed
-# since the last install (stamp: .venv/.delayq-installed).
+# `pip install -e ".[${DELAYQ_EXTRAS:-test}]"` in setuptools' strict editable mode only when
+# setup.cfg, the extras or the set of package files changed since the last install (stamp:
+# .venv/.delayq-installed).
+# Strict mode installs a tree of links, build/__editable__.*/delayq/, laid out as the package is
+# named (shared/ as delayq/, nodes/ as delayq/nodes/, ...), and puts that folder on sys.path: a
+# type checker or an editor resolves `delayq.*` through it, which it cannot through the default
+# mode's import hook. Edits to a file show at once; a file added or removed needs a new link tree,
+# hence the package files' names in the stamp.
 # Does not change the caller's shell options; returns non-zero on failure.
 # Env: DELAYQ_PYTHON (interpreter to use), DELAYQ_EXTRAS (default: test).
 
@@ -23,7 +29,7 @@ _delayq_find_python() {  # prints the first usable interpreter
 }
 
 _delayq_venv() {
-    local root py ver stamp extras="${DELAYQ_EXTRAS:-test}" f need=""
+    local root py ver stamp files state extras="${DELAYQ_EXTRAS:-test}" f need=""
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || return 1
 
     if ! py="$(_delayq_find_python)"; then
@@ -49,15 +55,20 @@ _delayq_venv() {
     . "$root/.venv/bin/activate" || return 1
 
     stamp="$root/.venv/.delayq-installed"
-    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$extras" ]; then need=1; fi
+    files="$(cd "$root" && find shared nodes master ops sql -name __pycache__ -prune -o -type f -print |
+        LC_ALL=C sort | cksum)"
+    state="$extras strict $files"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$state" ]; then need=1; fi
     for f in setup.cfg setup.py pyproject.toml; do
         if [ -f "$root/$f" ] && [ "$root/$f" -nt "$stamp" ]; then need=1; fi
     done
+    # The link tree lives in build/, which a clean of the work tree removes.
+    [ -n "$need" ] || (cd / && python -c 'import delayq') 2>/dev/null || need=1
     if [ -n "$need" ]; then
-        echo "venv.sh: pip install -e .[$extras]" >&2
-        (cd "$root" && python -m pip install -q -e ".[$extras]") || {
+        echo "venv.sh: pip install -e .[$extras] (strict editable mode)" >&2
+        (cd "$root" && python -m pip install -q -e ".[$extras]" --config-settings editable_mode=strict) || {
             echo "venv.sh: pip install failed" >&2; return 1; }
-        printf '%s\n' "$extras" >"$stamp"
+        printf '%s\n' "$state" >"$stamp"
     fi
 }
 

@@ -191,7 +191,10 @@ class HeldConnection:
     def _ping(self) -> None:
         assert self._conn is not None
         try:
-            self._engine.dialect.do_ping(self._conn.connection.dbapi_connection)
+            dbapi = self._conn.connection.dbapi_connection
+            if dbapi is None:     # invalidated: nothing to ping
+                raise ConnectionError("the held connection was invalidated")
+            self._engine.dialect.do_ping(dbapi)
         except Exception:  # noqa: BLE001 - whatever the driver raises, the connection is gone
             log.debug("a held connection did not answer its ping; connecting anew", exc_info=True)
             conn, self._conn = self._conn, None

@@ -10,6 +10,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, func, select, text
@@ -84,9 +85,10 @@ def migrate(engine: Engine, clock: Clock = SYSTEM_CLOCK) -> list[int]:
                     conn.execute(text(stmt))
                 except sqlalchemy.exc.OperationalError as e:
                     # A run cut short after this statement: its change is there already.
-                    if getattr(e.orig, "args", (None,))[0] not in _ALREADY_APPLIED:
+                    args: tuple[Any, ...] = getattr(e.orig, "args", (None,))
+                    if args[0] not in _ALREADY_APPLIED:
                         raise
-                    log.info("migration %03d: already applied: %s", mig.version, e.orig.args[1])
+                    log.info("migration %03d: already applied: %s", mig.version, args[1])
             conn.execute(text("INSERT INTO delayq_schema_version (version, name, applied_ms) "
                               "VALUES (:v, :n, :t)"), {"v": mig.version, "n": mig.name, "t": clock.now_ms()})
             conn.commit()

@@ -95,7 +95,9 @@ class Access:
         return client.name
 
     def _valid(self, parsed: tuple[str, str] | None) -> Client | None:
-        client = self._clients.get(parsed[0]) if parsed else None
+        if not parsed:
+            return None
+        client = self._clients.get(parsed[0])
         return client if client is not None and not client.revoked and tokens.same(client.token, parsed[1]) else None
 
     def client(self, caller: Caller | None) -> Client:
@@ -103,7 +105,7 @@ class Access:
         if not self.enabled:
             return EVERYONE
         if caller is not None and caller.name is None and caller.certificate is not None:
-            self._certified(caller)
+            self._certified(caller, caller.certificate)
         if caller is None or caller.name is None:
             raise self._refused(errors.Unauthenticated(
                 "call authenticate with a token first, or connect with a client certificate"))
@@ -114,9 +116,9 @@ class Access:
             raise self._refused(errors.Unauthenticated("the token was rotated: authenticate again", "rotated"))
         return client
 
-    def _certified(self, caller: Caller) -> None:
-        """The connection's verified certificate names a client: its calls are that client's."""
-        name, caller.certificate = caller.certificate, None      # looked up once per connection
+    def _certified(self, caller: Caller, name: str) -> None:
+        """The connection's verified certificate names a client (`name`): its calls are that client's."""
+        caller.certificate = None      # looked up once per connection
         client = self._clients.get(name)
         if client is None and self._fresh_look():
             client = self._clients.get(name)
@@ -168,9 +170,12 @@ class Access:
                 return errors.Unauthenticated(f"no client is named {user!r}", "unknown_reporter")
             if client.revoked:
                 return errors.Unauthenticated("the client was revoked", "revoked")
-            if client.everywhere(Permission.REPORT) or topic() is None or client.allows(Permission.REPORT, topic()):
+            if client.everywhere(Permission.REPORT):
                 return None
-            return errors.Forbidden(Permission.REPORT.value, topic())
+            named = topic()
+            if named is None or client.allows(Permission.REPORT, named):
+                return None
+            return errors.Forbidden(Permission.REPORT.value, named)
 
         error = refusal(self._clients.get(user))
         if error is not None and self._fresh_look():

@@ -75,43 +75,45 @@ class AdminCalls:
     @declared
     def intents(self) -> ttypes.Intents:
         self._admin()
-        with self._zookeeper() as call:
-            return _as_thrift(layout.read_intents(call, self._paths))
+        with self._zookeeper() as (call, paths):
+            return _as_thrift(layout.read_intents(call, paths))
 
     def _change(self, change: layout.Change) -> ttypes.Intents:
-        with self._zookeeper() as call:
-            problem = change.check(self._cluster_info(), layout.read_intents(call, self._paths))
+        with self._zookeeper() as (call, paths):
+            problem = change.check(self._cluster_info(), layout.read_intents(call, paths))
             if problem is not None:
                 raise errors.InvalidRequest(*problem)
-            return _as_thrift(layout.update_intents(call, self._paths, change.apply)[0])
+            return _as_thrift(layout.update_intents(call, paths, change.apply)[0])
 
     @declared
     def reshard(self, shards: int) -> ttypes.ReshardStatus:
         self._admin()
         if shards is None or not 1 <= shards <= 4096:
             raise errors.InvalidRequest("shards", "must be 1 to 4096")
-        with self._zookeeper() as call:
+        with self._zookeeper() as (call, paths):
+            assert self.reshards is not None      # a node with ZooKeeper has its reshard job
             last = self.reshards.progress
             if last is not None and last.running and last.target == shards:
                 return _status(last, started=False)      # a look at the progress: nothing to write
             current = self._cluster_info().shardCount
-            if layout.read_intents(call, self._paths).shards is None and current == shards:
+            if layout.read_intents(call, paths).shards is None and current == shards:
                 # Nothing to do, or this node's run to it has just finished.
                 done = last if last is not None and last.target == shards else Progress(current, shards, False, 0)
                 return _status(done, started=False)
             try:
-                claim(call, self._paths, shards)        # recorded before the run starts: a second target is refused
+                claim(call, paths, shards)        # recorded before the run starts: a second target is refused
             except Conflict as e:
                 raise errors.InvalidRequest("shards", str(e)) from None
         return _status(*self.reshards.start(current, shards))
 
     @contextlib.contextmanager
-    def _zookeeper(self) -> Iterator[layout.Call]:
-        if self._zk is None:
+    def _zookeeper(self) -> Iterator[tuple[layout.Call, ZkPaths]]:
+        """ZooKeeper's call and the cluster's paths, which a node with ZooKeeper has both of."""
+        if self._zk is None or self._paths is None:
             raise errors.InvalidRequest("cluster", "runs without ZooKeeper (DELAYQ_ZK_ENABLED=false): "
                                         "there is no master to drain, pin or reshard")
         try:
-            yield self._zk
+            yield self._zk, self._paths
         except KazooException as e:
             raise errors.Unavailable(f"ZooKeeper: {type(e).__name__}") from None
 

@@ -6,6 +6,7 @@ call; submits carry theirs through the SubmitBatcher.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 CERTIFICATE = "certificate"         # Caller.credential of a client known by its certificate
 
@@ -15,7 +16,7 @@ class Caller:
     a call sets the rest (one call per connection is served at a time)."""
     __slots__ = ("peer", "name", "credential", "certificate", "refusal")
 
-    def __init__(self, peer):
+    def __init__(self, peer: Any) -> None:     # the address as the socket gives it
         self.peer = peer
         self.name: str | None = None
         self.credential: str | None = None      # the token digest it authenticated with, or CERTIFICATE

@@ -6,7 +6,7 @@ from delayq.nodes.zk.view import ClusterView
 from delayq.zkpaths import node_of
 
 
-def cluster_info(cluster: str, view: ClusterView, me: str, local: dict, shard_count: int) -> ttypes.ClusterInfo:
+def cluster_info(cluster: str, view: ClusterView, me: str | None, local: dict, shard_count: int) -> ttypes.ClusterInfo:
     """`local`: this node's figures as Membership publishes them (queue, clock_offset_ms,
     held_topics), fresher than what ZooKeeper holds for it."""
     nodes = []

@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from delayq.nodes.front.caller import Caller
 
@@ -106,7 +106,7 @@ class Connection:
         """Take the TLS handshake one step further; True once it is over. Raises ssl.SSLError or
         OSError when it fails."""
         try:
-            self.sock.do_handshake()
+            cast(ssl.SSLSocket, self.sock).do_handshake()     # a TLS connection's socket
         except ssl.SSLWantReadError:
             self.want_write = False
             return False
@@ -131,7 +131,7 @@ class Connection:
 
     def pending(self) -> int:
         """Bytes decrypted and not yet read: the selector does not see them."""
-        return self.sock.pending() if self.tls else 0
+        return cast(ssl.SSLSocket, self.sock).pending() if self.tls else 0
 
     def feed(self, data: bytes, now: float) -> tuple[str, str] | None:
         """Take what was read, and hand each whole frame to the server, until none is left or the

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from thrift.Thrift import TApplicationException
 
@@ -51,7 +51,7 @@ def as_declared(e: errors.DelayqError) -> Exception:
     return ttypes.Unavailable(reason=str(e))     # Unavailable, or a node misconfigured: try another
 
 
-def exception_fields(result_struct: type) -> dict[type, str]:
+def exception_fields(result_struct: Any) -> dict[type, str]:
     """Declared exception class -> the field of a method's generated result struct that carries it
     (read from the struct's thrift_spec, so it follows the IDL)."""
     return {spec[3][0]: spec[2] for spec in result_struct.thrift_spec[1:] if spec is not None}

@@ -101,7 +101,7 @@ class Handler:
         allowed = [(specs, batch) for (specs, batch, _), refusal in zip(calls, refused) if refusal is None]
         out, committed = self._writes.write(allowed, now) if allowed else ([], [])
         for charge, result in zip(charges, out):
-            if charge is not None and isinstance(result, Exception):
+            if charge is not None and self._quotas is not None and isinstance(result, Exception):
                 self._quotas.refund(charge)         # not written: its tasks do not count
         written = iter(out)
         self._accepted(committed)
@@ -133,6 +133,7 @@ class Handler:
                 raise errors.InvalidTask("tasks", f"holds {len(specs)} tasks, at most {self._max_batch} allowed")
         near_before = now + self._window_ms
         services: dict[str, ServiceSpec] = {}      # per topic, looked up once per call
+        assert specs is not None        # a single submit comes as [task]; a batch of None was refused above
         checked = []
         for i, spec in enumerate(specs[first:end], first):
             index = i if batch else None
@@ -141,23 +142,25 @@ class Handler:
             req = TaskRequest(spec.topic, spec.taskId, spec.delayMs, spec.dueAtMs, spec.payload,
                               spec.maxRetries, spec.ttrMs)
             check_task(req, self._limits, index)
+            topic = req.topic
+            assert topic is not None        # check_task refuses a task without one
             due = due_time(req, now, self._limits, index)
-            svc = services.get(req.topic)
+            svc = services.get(topic)
             if svc is None:
-                svc = services[req.topic] = self._services.get(req.topic)
-            checked.append((req, due, svc))
+                svc = services[topic] = self._services.get(topic)
+            checked.append((req, topic, due, svc))
         # A near task goes to one of this node's shards (straight into its memory), but for a topic
         # with a rate limit: each node fires its share of the rate, so its tasks must spread over
         # every shard.
         rated = {t for t in services if self._services.controls(t).max_fire_rate is not None}
-        shards = self._ownership.pick_shards([due < near_before and req.topic not in rated
-                                              for req, due, _ in checked])
-        return [NewTask(task_id=req.task_id or next(ids), topic=req.topic, shard_id=shard, due_ms=due,
+        shards = self._ownership.pick_shards([due < near_before and topic not in rated
+                                              for _, topic, due, _ in checked])
+        return [NewTask(task_id=req.task_id or next(ids), topic=topic, shard_id=shard, due_ms=due,
                         payload=req.payload or b"", spec_hash=spec_hash(req),
                         max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
                         ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
                         client_id=req.task_id is not None)
-                for (req, due, svc), shard in zip(checked, shards)]
+                for (req, topic, due, svc), shard in zip(checked, shards)]
 
     def _accepted(self, committed: list[tuple[list[NewTask], list[Submitted]]]) -> None:
         """After the commit: offer the created tasks to memory and count them, for every call of

@@ -125,7 +125,9 @@ class Quotas(NodeThread):
             return None
         wanted: dict[_Account, int] = {}
         for i, spec in enumerate(specs):
-            account = accounts.get(spec.topic) if spec is not None else None
+            if spec is None:
+                continue
+            account = accounts.get(spec.topic)
             if account is not None:
                 wanted[account] = wanted.get(account, 0) + 1
                 if account.per_task:

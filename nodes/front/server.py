@@ -48,7 +48,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol, cast
 
 from delayq.access.tls import common_name
 from delayq.nodes.front.connection import Call, Connection, ConnectionLimits
@@ -59,6 +59,14 @@ log = logging.getLogger(__name__)
 _CHUNK = 256 * 1024
 _WAKE = object()
 _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
+
+
+class _InlineLane(Protocol):
+    """What a Lane with `inline` set offers the I/O thread (see delayq.nodes.front.lanes)."""
+    def bind(self, wake: Callable[[], None]) -> None: ...
+    @property
+    def pending(self) -> bool: ...
+    def serve_pending(self) -> None: ...
 
 
 class ThriftServer:
@@ -83,7 +91,9 @@ class ThriftServer:
         self._attend_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._inline = list({id(lane): lane for lane in [*lanes.values(), default] if lane.inline}.values())
+        # A lane with `inline` set is served on this thread too (see Lane), and so has these calls.
+        self._inline = [cast(_InlineLane, lane) for lane in
+                        {id(lane): lane for lane in [*lanes.values(), default] if lane.inline}.values()]
         for lane in self._inline:
             lane.bind(self._wake)
 
@@ -227,7 +237,7 @@ class ThriftServer:
             return
         self._watch(conn)
         if done:
-            cert = conn.sock.getpeercert()
+            cert = cast(ssl.SSLSocket, conn.sock).getpeercert()     # a TLS connection's socket
             if cert:
                 conn.caller.certificate = common_name(cert)
             self._read(conn)        # the client's first request may have come with its last handshake bytes

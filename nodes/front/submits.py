@@ -26,7 +26,7 @@ import logging
 import struct
 import threading
 import time
-from typing import Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
@@ -39,8 +39,9 @@ from delayq.nodes.front.lanes import UNREADABLE, Lane
 
 log = logging.getLogger(__name__)
 
-_ARGS = {"submit": DelayScheduler.submit_args, "submitBatch": DelayScheduler.submitBatch_args}
-_REPLIES = {"submit": DelayScheduler.submit_result, "submitBatch": DelayScheduler.submitBatch_result}
+# The generated structs (untyped).
+_ARGS: dict[str, Any] = {"submit": DelayScheduler.submit_args, "submitBatch": DelayScheduler.submitBatch_args}
+_REPLIES: dict[str, Any] = {"submit": DelayScheduler.submit_result, "submitBatch": DelayScheduler.submitBatch_result}
 _FIELDS = {method: exception_fields(reply) for method, reply in _REPLIES.items()}
 # A submitBatch's arguments start with field 1, a list of structs: its header and element count.
 _TASKS = struct.Struct("!bhbi")

@@ -70,8 +70,9 @@ class SubmitWrites:
                 out[i] = e
         committed: Committed = []
         if prepared:
+            done: list[list[Submitted] | Exception]
             try:
-                done = self._writer.insert_groups([new for _, new in prepared])
+                done = list(self._writer.insert_groups([new for _, new in prepared]))
             except Exception as e:  # noqa: BLE001 - every call of the statement shares it
                 done = [e] * len(prepared)
             for (i, new), result in zip(prepared, done):
@@ -85,12 +86,13 @@ class SubmitWrites:
         and _in_one answers each call. A refusal late in a large batch costs MySQL the parts
         already sent, written and rolled back: no more than the batch itself would. When MySQL
         fails, every call gets that failure, also calls not yet checked."""
-        ids = new_task_ids(now, sum(len(specs) for specs, _ in calls))
+        ids = new_task_ids(now, sum(len(specs) for specs, _ in calls if specs))
         prepared: list[list[NewTask]] = []
         try:
             with self._writer.inserting() as send:
                 waiting: list[NewTask] = []
                 for specs, batch in calls:
+                    assert specs        # streamable() lets only calls with tasks through
                     new: list[NewTask] = []
                     for first in range(0, len(specs), STREAM_PART):
                         try:

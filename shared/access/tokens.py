@@ -13,7 +13,7 @@ import secrets
 CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
-def check_name(name: str) -> str:
+def check_name(name: object) -> str:
     if not isinstance(name, str) or not CLIENT_NAME.fullmatch(name):
         raise ValueError(f"client name must be 1-64 of a-z, 0-9, '_' or '-', starting with a letter or digit: "
                          f"{name!r}")

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import pika
 from thrift.Thrift import TException
@@ -82,8 +82,9 @@ class TaskConsumer:
         self._report_timeout_s = report_timeout_s
         self._cluster = cluster            # whose results queue (None: asked of a node at start)
         self._conn: pika.BlockingConnection | None = None
-        self._channel = None
-        self._results_channel = None
+        # pika's channels (untyped), opened by run().
+        self._channel: Any = None
+        self._results_channel: Any = None
         self._ready = threading.Event()
 
     def declare(self, channel) -> str:
@@ -140,12 +141,17 @@ class TaskConsumer:
                 if time.monotonic() + delay > deadline:
                     log.warning("could not report %s for %s to a node (%s): sent to %s instead",
                                 ResultStatus._VALUES_TO_NAMES.get(status), task.message_id, e,
-                                topology.results_queue(self._cluster))
+                                self._results_queue())
                     self._report_amqp(task, status, message)
                     return
                 log.warning("reporting %s failed (%s); retrying in %.1f s", task.message_id, e, delay)
+                assert self._conn is not None     # deliveries come only while run() holds it
                 self._conn.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _results_queue(self) -> str:
+        assert self._cluster is not None      # run() settles it before the first delivery
+        return topology.results_queue(self._cluster)
 
     def _cluster_name(self) -> str:
         """Whose results queue: the cluster the Thrift client reaches (asked once), else "default"."""
@@ -162,7 +168,7 @@ class TaskConsumer:
         body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
                            "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
         # user_id: RabbitMQ vouches that it is this connection's user, whom the nodes check for `report`.
-        self._results_channel.basic_publish("", topology.results_queue(self._cluster), body,
+        self._results_channel.basic_publish("", self._results_queue(), body,
                                             properties=pika.BasicProperties(delivery_mode=2, user_id=self._user))
 
     def _on_message(self, channel, method, properties, body) -> None:

@@ -8,6 +8,7 @@ within a second, without a restart.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 from dataclasses import dataclass
 
@@ -131,7 +132,7 @@ class ClientStore:
         if conn.execute(select(CLIENT.c.name).where(CLIENT.c.name == name).with_for_update()).first() is None:
             raise NoSuchClient(f"no client {name!r}")
 
-    def _grant(self, conn: Connection, name: str, grants: list[tuple[Permission, str]]) -> None:
+    def _grant(self, conn: Connection, name: str, grants: builtins.list[tuple[Permission, str]]) -> None:
         for perm, pattern in grants:
             conn.execute(mysql_insert(GRANT).values(name=name, permission=perm.value, pattern=pattern)
                          .prefix_with("IGNORE"))

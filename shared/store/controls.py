@@ -54,7 +54,7 @@ class Controls:
 NONE = Controls()
 
 
-def from_row(row: Mapping[str, Any]) -> Controls:
+def from_row(row: Mapping[Any, Any]) -> Controls:
     return Controls(row["max_fire_rate"], row["fire_burst"], row["max_in_flight"], bool(row["paused"]),
                     row["weight"] or 1, row["tenant"])
 
@@ -102,7 +102,7 @@ class ControlStore:
             return {}
         pairs = [(t, int(s)) for t in topics for s in (Status.READY, Status.RUNNING)]
         with unavailable_on_failure(), self._engine.connect() as conn:
-            counted = dict(conn.execute(select(TASK.c.topic, func.count()).where(
+            counted: dict[str, int] = dict(conn.execute(select(TASK.c.topic, func.count()).where(
                 tuple_(TASK.c.topic, TASK.c.status).in_(pairs)).group_by(TASK.c.topic)).all())
         return {t: counted.get(t, 0) for t in topics}
 

@@ -34,11 +34,11 @@ def trim(conn: Connection, entries: Sequence[Entry], caps: Mapping[str, int]
     capped = sorted({e.topic for e in entries if e.topic in caps})
     if not capped:
         return list(entries), [], {}
-    current = dict(conn.exec_driver_sql(
+    current: dict[str, int | None] = dict(conn.exec_driver_sql(
         f"SELECT topic, max_in_flight FROM {SERVICE.name} WHERE topic IN ({marks(len(capped))}) "
         "ORDER BY topic FOR UPDATE", tuple(capped)).all())
     limited = [t for t in capped if current.get(t) is not None]     # a cap lifted meanwhile is gone
-    counts = dict(conn.exec_driver_sql(
+    counts: dict[str, int] = dict(conn.exec_driver_sql(
         f"SELECT topic, COUNT(*) FROM {TASK.name} WHERE topic IN ({marks(len(limited))}) AND status IN (%s, %s) "
         "GROUP BY topic", (*limited, int(Status.READY), int(Status.RUNNING))).all()) if limited else {}
     kept, deferred, rooms = [], [], {}
@@ -50,7 +50,9 @@ def trim(conn: Connection, entries: Sequence[Entry], caps: Mapping[str, int]
             kept.append(e)
     for topic, mine in by_topic.items():
         in_flight = counts.get(topic, 0)
-        room = max(0, current[topic] - in_flight)
+        cap = current[topic]
+        assert cap is not None        # by_topic holds the capped topics only
+        room = max(0, cap - in_flight)
         mine.sort(key=lambda e: e.due_ms)
         kept += mine[:room]
         deferred += mine[room:]

@@ -102,7 +102,8 @@ class TaskStore:
                 log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)", fenced)
             if not held:
                 return Claim([], fenced)
-            deferred, rooms = [], {}
+            deferred: list[Entry] = []
+            rooms: dict[str, inflight.Room] = {}
             if caps:
                 kept, deferred, rooms = inflight.trim(conn, [e for e in entries if e.shard_id in held], caps)
                 wanted = {e.task_id: e for e in kept}
@@ -152,7 +153,9 @@ class TaskStore:
             # node are ours to tell, the result stays. An attempt that expects no result has the
             # broker's confirm as its result.
             # The only value that may hold a percent sign, doubled for the driver's formatting pass.
-            node = conn.connection.dbapi_connection.escape(node_id).replace("%", "%%")
+            dbapi = conn.connection.dbapi_connection
+            assert dbapi is not None      # a connection within its transaction holds PyMySQL's
+            node = dbapi.escape(node_id).replace("%", "%%")
             conn.exec_driver_sql(UPSERT_DISPATCHED % ",".join(
                 f"({literal_id(c.task_id)},{c.attempt:d},{node},{at:d},{CONFIRMED if c.task_id in done else 'NULL'},"
                 f"{at if c.task_id in done else 'NULL'})" for c, at in confirmed))

@@ -94,7 +94,7 @@ def checked(quotas: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _tenant(row: Mapping[str, Any]) -> Tenant:
+def _tenant(row: Mapping[Any, Any]) -> Tenant:
     return Tenant(row["name"], *(row[c] for c in QUOTAS))
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from delayq import accounts, config, db as dbm, schema
 from delayq.client import CallbackService, DelayqClient, connect
+from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
 from delayq.testing import security
 from delayq.testing.ports import free_port
@@ -105,29 +106,33 @@ class Node:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Send sig; for one that ends the process, wait until it has (SIGSTOP/SIGCONT do not)."""
-        if self.alive():
-            os.kill(self.proc.pid, sig)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, sig)
             if sig in (signal.SIGKILL, signal.SIGTERM):
-                self.proc.wait(30)
+                proc.wait(30)
 
     def stop(self) -> None:
-        if not self.alive():
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
             return
-        os.kill(self.proc.pid, signal.SIGCONT)
-        self.proc.send_signal(signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(20)
+            proc.wait(20)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+            proc.kill()
+            proc.wait(10)
 
     def rss_kb(self) -> int:
         """VmRSS of the node process, from /proc (0 when it is not running)."""
+        if self.proc is None:
+            return 0
         try:
             for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
-        except (OSError, AttributeError):
+        except OSError:
             pass
         return 0
 
@@ -247,12 +252,18 @@ class Cluster:
         self.db: Database | None = None
 
     @property
+    def database(self) -> Database:
+        if self.db is None:
+            raise RuntimeError("the cluster has no database before `with Cluster(...)`")
+        return self.db
+
+    @property
     def name(self) -> str:
-        return self.db.name
+        return self.database.name
 
     @property
     def url(self) -> str:
-        return self.db.url
+        return self.database.url
 
     def __enter__(self) -> "Cluster":
         self.db = self._stack.enter_context(fresh_database(self.shards, self.prefix))
@@ -272,7 +283,7 @@ class Cluster:
         return dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": self.url}).mysql)
 
     def add_node(self, start: bool = True, **overrides: object) -> Node:
-        env = node_env(self.db, f"n{len(self.nodes) + 1}", self.zk, **{**self.node_settings, **overrides})
+        env = node_env(self.database, f"n{len(self.nodes) + 1}", self.zk, **{**self.node_settings, **overrides})
         node = Node(env, self.logs / f"{self.name}-{env['DELAYQ_NODE_ID']}.log", self.on_start)
         self.nodes.append(node)
         return node.start() if start else node
@@ -286,7 +297,7 @@ class Cluster:
         """ZooKeeper mode: every shard assigned, to every live node, balanced to +-1."""
         live = {n.node_id for n in self.nodes if n.alive()}
 
-        def balanced():
+        def balanced() -> ttypes.ClusterInfo | None:
             with next(n for n in self.nodes if n.alive()).client() as c:
                 ci = c.cluster()
             counts: dict[str, int] = {}

@@ -71,7 +71,9 @@ def install() -> None:
 
 def admit(engine: Engine) -> None:
     """Make test-admin a client of this database, with every permission on every topic."""
-    name, digest = tokens.parse(admin_token())
+    parsed = tokens.parse(admin_token())
+    assert parsed is not None, "the test-admin token does not parse"
+    name, digest = parsed
     with engine.begin() as conn:
         conn.exec_driver_sql("INSERT INTO job_client (name, token_sha256, revoked, created_ms, updated_ms) "
                              "VALUES (%s, %s, 0, 0, 0)", (name, digest))

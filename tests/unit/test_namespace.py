@@ -41,6 +41,7 @@ def test_the_built_package_has_one_top_level_name_and_its_data(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"delayq"}
     assert "delayq/client/delayq.thrift" in names
+    assert "delayq/py.typed" in names  # PEP 561: type checkers read the package's annotations
     assert "delayq/client/gen/delayq_thrift/ttypes.py" in names
     assert sorted(n.split("/")[-1] for n in names if n.startswith("delayq/sql/")) == \
         sorted(p.name for p in (ROOT / "sql").glob("*.sql"))

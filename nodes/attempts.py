@@ -74,7 +74,7 @@ class ReleaseHeap:
             while not self._closed:
                 now = self._now_ms()
                 if self._heap and self._heap[0][0] <= now:
-                    out = []
+                    out: list[Attempt] = []
                     while self._heap and self._heap[0][0] <= now and len(out) < max_items:
                         out.append(heapq.heappop(self._heap)[2])
                     self._cond.notify_all()       # room for the claimers

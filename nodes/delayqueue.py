@@ -245,7 +245,7 @@ class DelayQueue:
 
     # ---- taking ---------------------------------------------------------------------------------
 
-    def next_due_ms(self, skip: Container[str] = ()) -> int | None:
+    def next_due_ms(self, skip: Iterable[str] = ()) -> int | None:
         """The earliest entry's time, but for the topics in `skip`."""
         with self._cond:
             return self._topics.earliest(skip)

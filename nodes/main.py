@@ -55,6 +55,7 @@ from delayq.nodes.services import ServiceRegistry
 from delayq.nodes.skew import ReferenceClock
 from delayq.nodes.spread import spreader
 from delayq.nodes.standalone import Standalone
+from delayq.nodes.threads import Part
 from delayq.nodes.unsettled import Unsettled
 from delayq.nodes.validation import Limits
 from delayq.nodes.watch import ServicesWatch, Watch
@@ -160,7 +161,8 @@ class NodeRuntime:
         self.watches = [Watch(self.polls, versions.CLIENTS, "clients", self.access.seen, poll_ms=sec.clients_poll_ms),
                         Watch(self.polls, versions.SERVICES, "services", self.services_watch.seen,
                               poll_ms=sec.clients_poll_ms)]
-        self.results_consumer = ResultsConsumer(amqp, lambda *args: self.results.apply(*args, move_retry=True),
+        self.results_consumer = ResultsConsumer(amqp, lambda task_id, attempt, result, message: self.results.apply(
+                                                    task_id, attempt, result, message, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
         self.zk: ZkSession | None = None
@@ -214,7 +216,11 @@ class NodeRuntime:
                                            self.epochs.shard_ids)
         self.rebalancer = Rebalancer(self.zk, self.paths, self.epochs, self.clock, lambda: self.membership.member)
         self.election = Election(self.zk, self.paths, lambda: self.membership.member, self.rebalancer.set_leader)
-        self.zk.subscribe(lambda state, _sid: state != "connected" and self.metrics.errors.labels("zookeeper").inc())
+        self.zk.subscribe(self._count_zk_trouble)
+
+    def _count_zk_trouble(self, state: str, _session: int | None) -> None:
+        if state != "connected":
+            self.metrics.errors.labels("zookeeper").inc()
 
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:
@@ -222,20 +228,21 @@ class NodeRuntime:
                         "client identity, allowed everything. For development only.")
         self.http.start()
         wait_until_answered(self._mysql_ready, wait_s)
-        if self.standalone is None:
+        if self.zk is not None:
             self.rebalancer.start()
             self.zk.start(timeout=min(wait_s, 15.0))
         try:
             self.clockcheck.check_now()     # before the first task is due by this clock
         except Unavailable as e:
             log.warning("could not read MySQL's clock yet (%s): nothing is claimed until MySQL answers", e)
-        for part in (self.clockcheck, self.exchanges, self.publisher):
-            part.start()
+        for first in (self.clockcheck, self.exchanges, self.publisher):
+            first.start()
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
-        for part in (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader, self.deadletters,
-                     self.results_consumer, *self.watches, self.quotas, self.submits, self.calls,
-                     self.server):
+        parts: tuple[Part, ...] = (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader,
+                                   self.deadletters, self.results_consumer, *self.watches, self.quotas, self.submits,
+                                   self.calls, self.server)
+        for part in parts:
             part.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self.probes.epoch(), self.settings.scheduling.window_ms)
@@ -249,8 +256,9 @@ class NodeRuntime:
             self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
-        for part in (self.server, self.submits, self.calls, *self.watches, self.quotas):
-            part.stop()
+        doors: tuple[Part, ...] = (self.server, self.submits, self.calls, *self.watches, self.quotas)
+        for door in doors:
+            door.stop()
         if self.admin.reshards is not None:
             self.admin.reshards.stop()
         if self.zk is not None:

@@ -13,6 +13,15 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
+
+
+class Part(Protocol):
+    """What NodeRuntime starts and stops in order: a NodeThread, or a part owning its threads."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class NodeThread:

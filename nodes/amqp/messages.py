@@ -7,7 +7,7 @@ and on a dead letter x-delayq-status: FAILED and x-delayq-reason (the last resul
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from delayq import topology
 from delayq.nodes.amqp.frames import Outgoing
@@ -30,7 +30,7 @@ def fired(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int, ref: 
                     _headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms), ref=ref)
 
 
-def dead_letter(row: dict, exchange: str, ref: Any) -> Outgoing:
+def dead_letter(row: Mapping[str, Any], exchange: str, ref: Any) -> Outgoing:
     """The dead letter of a FAILED task (a row of DeadLetterRows.pending), routed by topic."""
     headers = _headers(row["task_id"], row["topic"], row["attempt"], row["due_ms"], row["dispatched_ms"])
     headers[topology.HEADER_STATUS] = "FAILED"

@@ -181,7 +181,8 @@ class ConfirmedPublisher:
             self._ready = True
         self._ready_event.set()
         log.info("publisher connected to RabbitMQ (confirm mode)")
-        self._conn.ioloop.call_later(1.0, self._check_timeouts)
+        if self._conn is not None:
+            self._conn.ioloop.call_later(1.0, self._check_timeouts)
 
     def _declare(self, name: str) -> None:
         if self._channel is not None and self._channel.is_open:
@@ -217,6 +218,9 @@ class ConfirmedPublisher:
         now = time.monotonic()
         stamp = int(time.time())
         conn = self._conn
+        if conn is None:
+            self._settle_all(batch, on_outcome, NOT_SENT, "broker not connected")
+            return
         body_max = conn.body_max
         for i, msg in enumerate(batch):
             if self._channel is None or not self._channel.is_open:
@@ -252,7 +256,7 @@ class ConfirmedPublisher:
                 tags.append(tag)
         else:
             tags = [method.delivery_tag]
-        settled = []
+        settled: list[tuple[Outgoing, Outcome, str, str | None]] = []
         for tag in tags:
             item = self._in_flight.pop(tag, None)
             if item is None:

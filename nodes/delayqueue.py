@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable, Container, Iterable
+from typing import Callable, Iterable
 
 from delayq.clock import Clock
 from delayq.nodes.fairshare import BULK, PROMPT, QUANTUM, Gate, Open, Topics

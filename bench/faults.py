@@ -33,7 +33,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import rolling
@@ -74,6 +74,7 @@ class Outcome:
     stuck: dict
     producer: dict              # the producer's summary
     caveat: str = ""            # why the figures may mislead (a MariaDB restarted by another user of it)
+    acked: dict[str, int] = field(default_factory=dict)    # task id -> when its submit was answered
 
 
 def _load(kind: str, p: dict) -> Load:
@@ -180,11 +181,12 @@ def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcom
         cl.wait_balanced()
         with Topic(run, cl, f"fault-{kind.replace('_', '-')}", ttr_ms=load.ttr_ms) as topic:
             stop_file = run.workdir / f"{topic.name}.stop"
+            acked: dict[str, int] = {}
             wait = start_producers(1, {"endpoints": ",".join(n.endpoint for n in nodes), "topic": topic.name,
                                        "rate": load.rate, "duration": load.duration_s, "batch": 1,
                                        "delay_min": 1000, "delay_max": load.delay_max_ms,
                                        "stop_file": stop_file if load.tail_ms is not None else None},
-                                   run.workdir, start_delay_s=0.5)
+                                   run.workdir, start_delay_s=0.5, acked=acked)
             time.sleep(0.5 + load.lead_s)
             fault = _inject(kind, cl, nodes, p)
             if load.tail_ms is not None:
@@ -204,7 +206,7 @@ def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcom
         if load.tail_ms is not None and short_s > 1:
             caveats.append(f"the load ended {short_s:.0f} s too soon (duration {load.duration_s:g} s): few tasks "
                            "were due after the fault")
-    return fault, Outcome(tasks, d, stuck, summaries[0], "; ".join(caveats))
+    return fault, Outcome(tasks, d, stuck, summaries[0], "; ".join(caveats), acked)
 
 
 def _window_figures(run: Run, s: str, fault: Fault, out: Outcome) -> list[dict]:
@@ -224,7 +226,8 @@ def _window_figures(run: Run, s: str, fault: Fault, out: Outcome) -> list[dict]:
 
 def _recovery_figures(run: Run, s: str, fault: Fault, out: Outcome, after_ms: int) -> list[dict]:
     d = out.delivery
-    rec = from_recovery(out.tasks, {t: r.recv_us / 1000 for t, r in d.first.items()}, fault.events, after_ms)
+    rec = from_recovery(out.tasks, {t: r.recv_us / 1000 for t, r in d.first.items()}, fault.events, after_ms,
+                        out.acked)
     further = sum(1 for r in d.first.values() if r.attempt > 1) + d.duplicates - d.repeated
     unacked = out.producer["calls"] - out.producer["submitted"]
     # The events and the late tasks, to set beside the node logs (kept with --keep-logs).

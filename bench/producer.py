@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
                     time.sleep(0.05)
         calls += 1
         if refs is not None:
-            out.write("".join(f"{r.taskId} {r.dueAtMs}\n" for r in refs))
+            acked = time.time_ns() // 1_000_000
+            out.write("".join(f"{r.taskId} {r.dueAtMs} {acked}\n" for r in refs))
             submitted += len(refs)
         i += n
     end_ms = time.time_ns() // 1_000_000
@@ -130,9 +131,11 @@ def _pick(dead_until: list[float], n: int) -> int:
     return n % len(dead_until)
 
 
-def run_producers(n: int, args: dict, workdir: Path, start_delay_s: float = 1.0, timeout: float = 3600):
+def run_producers(n: int, args: dict, workdir: Path, start_delay_s: float = 1.0, timeout: float = 3600,
+                  acked: dict[str, int] | None = None):
     """Run n producers with the same arguments (each its own id prefix and output) starting together;
-    returns (summaries, {task id: due ms}), after all ended."""
+    returns (summaries, {task id: due ms}), after all ended. `acked`, when given, gets each task's
+    acknowledgement time (epoch ms: when its submit was answered)."""
     start_at = time.time_ns() // 1_000_000 + int(start_delay_s * 1000)
     procs = []
     for k in range(n):
@@ -162,20 +165,23 @@ def run_producers(n: int, args: dict, workdir: Path, start_delay_s: float = 1.0,
         summaries.append(json.loads(lines[-1]))
         with open(out) as fh:
             for line in fh:
-                tid, due = line.split()
+                tid, due, at = line.split()
                 tasks[tid] = int(due)
+                if acked is not None:
+                    acked[tid] = int(at)
         out.unlink()
     return summaries, tasks
 
 
-def start_producers(n: int, args: dict, workdir: Path, start_delay_s: float = 1.0):
+def start_producers(n: int, args: dict, workdir: Path, start_delay_s: float = 1.0,
+                    acked: dict[str, int] | None = None):
     """Like run_producers, in the background: returns a function that waits and returns its result."""
     import threading
     result: dict = {}
 
     def run():
         try:
-            result["value"] = run_producers(n, args, workdir, start_delay_s)
+            result["value"] = run_producers(n, args, workdir, start_delay_s, acked=acked)
         except BaseException as e:  # noqa: BLE001 - re-raised by the waiter
             result["error"] = e
     t = threading.Thread(target=run, daemon=True)

@@ -84,8 +84,10 @@ class Recovery:
 
 
 def from_recovery(tasks: dict[str, int], first_ms: dict[str, float], events: Sequence[Event],
-                  after_ms: int) -> Recovery:
-    """tasks: task id -> due ms; first_ms: task id -> first delivery ms (undelivered ones absent)."""
+                  after_ms: int, acked: dict[str, int] | None = None) -> Recovery:
+    """tasks: task id -> due ms; first_ms: task id -> first delivery ms (undelivered ones absent);
+    acked: task id -> when its submit was answered. A task cannot fire before delayq has it: one
+    whose submit waited on a frozen node is judged from its acknowledgement when that is later."""
     out = Recovery(worst_by_event={e.what: float("-inf") for e in events})
     for tid, due in tasks.items():
         if not concerned(due, events, after_ms):
@@ -93,7 +95,7 @@ def from_recovery(tasks: dict[str, int], first_ms: dict[str, float], events: Seq
         if tid not in first_ms:
             out.undelivered += 1
             continue
-        ref = reference_ms(due, events)
+        ref = max(reference_ms(due, events), (acked or {}).get(tid, 0))
         late = first_ms[tid] - ref
         out.lateness_ms.append(late)
         if late > SLOW_MS:

@@ -71,3 +71,10 @@ def test_an_early_delivery_shows_as_negative_lateness():
 def test_no_task_concerned_means_no_figure():
     r = from_recovery({"t": 1_000}, {"t": 1_001.0}, EVENTS, after_ms=1_000)
     assert r.lateness_ms == [] and r.max_s is None and r.p99_s is None and r.worst_by_event == {}
+
+
+def test_a_task_acknowledged_after_its_recovery_point_is_judged_from_its_acknowledgement():
+    events = [Event("SIGSTOP n2", 1_000, 7_000)]
+    rec = from_recovery({"frozen": 2_000, "other": 2_000}, {"frozen": 16_100, "other": 7_200}, events, 20_000,
+                        acked={"frozen": 16_000, "other": 1_500})
+    assert rec.lateness_ms == [100, 200] and rec.slow == []

@@ -10,6 +10,8 @@ on every miss: a task in MySQL says its service exists. Thread-safe.
 """
 from __future__ import annotations
 
+import collections
+
 import threading
 from dataclasses import asdict
 
@@ -38,6 +40,11 @@ class ServiceRegistry:
         self._by_topic: dict[str, ServiceSpec] = {}
         self._controls: dict[str, Controls] = {}
         self._loaded_at = float("-inf")
+        # This node's latest upserts, numbered: a re-read whose SELECT began before one of them
+        # committed must not put the older row back (the topic would be unknown here until the
+        # next re-read, and a submit right after registering it refused).
+        self._upserts: collections.deque[tuple[int, ServiceSpec]] = collections.deque(maxlen=64)
+        self._upserted = 0
 
     def get(self, topic: str) -> ServiceSpec:
         """The enabled service for a topic, or UnknownTopic."""
@@ -74,9 +81,13 @@ class ServiceRegistry:
             conn.execute(stmt)
         with self._lock:
             self._by_topic[svc.topic] = svc
+            self._upserted += 1
+            self._upserts.append((self._upserted, svc))
         return svc
 
     def refresh(self) -> None:
+        with self._lock:
+            began = self._upserted
         with unavailable_on_failure(), self._engine.connect() as conn:
             rows = conn.execute(select(SERVICE)).mappings().all()
         fresh, controls = {}, {}
@@ -86,6 +97,9 @@ class ServiceRegistry:
             fresh[r["topic"]] = ServiceSpec(**fields)
             controls[r["topic"]] = from_row(r)
         with self._lock:
+            for n, svc in self._upserts:
+                if n > began:
+                    fresh[svc.topic] = svc
             self._by_topic, self._controls = fresh, controls
             self._loaded_at = self._clock.monotonic()
 

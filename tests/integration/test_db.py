@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
+import uuid
 
 import pymysql
 import pytest
@@ -153,6 +155,32 @@ def test_a_missing_table_says_to_migrate(engines):
     with pytest.raises(ConfigError, match="run `delayq db migrate`"):
         with dbm.unavailable_on_failure(), engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1 FROM job_delay_task_not_there")
+
+
+def test_a_reread_that_began_before_a_registration_leaves_the_new_topic_known(engines):
+    engine = sqlalchemy.create_engine(engines[0].url, pool_size=2)     # the re-read's and the registration's
+    registry = ServiceRegistry(engine, SYSTEM_CLOCK)
+    registry.refresh()
+    topic = f"t.{uuid.uuid4().hex[:10]}"
+    read, go = threading.Event(), threading.Event()
+
+    def hold(conn, cursor, statement, *args):
+        # The stale re-read has its rows (read before the registration), not yet in its cache.
+        if threading.current_thread().name == "stale-reread" and "job_callback_service" in statement:
+            read.set()
+            go.wait(5)
+    sqlalchemy.event.listen(engine, "after_cursor_execute", hold)
+    stale = threading.Thread(target=registry.refresh, name="stale-reread")
+    stale.start()
+    try:
+        assert read.wait(5)
+        registry.upsert(ServiceSpec(topic, "delayq", topic))
+    finally:
+        go.set()
+        stale.join(5)
+        sqlalchemy.event.remove(engine, "after_cursor_execute", hold)
+        engine.dispose()
+    assert registry.get(topic).topic == topic
 
 
 def test_an_unreachable_mysql_is_told_and_a_refused_statement_or_lock_conflict_is_not(engines):

@@ -36,12 +36,13 @@ from delayq.nodes.delayqueue import DelayQueue
 from delayq.nodes.dispatcher import Dispatcher
 from delayq.nodes.flow import Flow, follow
 from delayq.nodes.front.access import Access
-from delayq.nodes.front.admin import AdminCalls, Front
+from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
 from delayq.nodes.front.server import ThriftServer
+from delayq.nodes.front.service import Service
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.http import HealthServer
 from delayq.nodes.loader import Loader
@@ -190,7 +191,7 @@ class NodeRuntime:
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
                                                            scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
-        self.calls = CallPool(DelayScheduler.Processor(Front(self.handler, self.admin)), protocol,
+        self.calls = CallPool(DelayScheduler.Processor(Service(self.handler, self.admin)), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, max_connections=s.limits.thrift_workers,

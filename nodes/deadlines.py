@@ -63,29 +63,36 @@ class Deadlines(NodeThread):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            due = self._take_due()
-            if not due:
-                continue
-            hold = self._grace.hold_until()
-            if hold is not None:
-                self.add((hold, t, a) for _, t, a in due)
-                self._stop.wait(0.2)
-                continue
-            try:
-                self._expire(due)
-                self._grace.observe("mysql", True)
-            except Unavailable as e:
-                self._grace.observe("mysql", False)
-                log.debug("deadline check deferred: %s", e)
-                self.add((d + 1000, t, a) for d, t, a in due)
-                self._stop.wait(0.5)
+            if self.check(wait=True) is None:
+                self._stop.wait(0.2)        # held (an outage, or MySQL not answering): look again soon
 
-    def _take_due(self) -> list[tuple[int, str, int]]:
+    def check(self, wait: bool = False) -> int | None:
+        """One pass: time out the attempts whose deadline has come (waiting up to a second for
+        the first when `wait`); returns how many deadlines were looked at, or None when they are
+        held back (delayq's dependencies down, or in the grace after) and will be looked at again."""
+        due = self._take_due(wait)
+        if not due:
+            return 0
+        hold = self._grace.hold_until()
+        if hold is not None:
+            self.add((hold, t, a) for _, t, a in due)
+            return None
+        try:
+            self._expire(due)
+            self._grace.observe("mysql", True)
+        except Unavailable as e:
+            self._grace.observe("mysql", False)
+            log.debug("deadline check deferred: %s", e)
+            self.add((d + 1000, t, a) for d, t, a in due)
+            return None
+        return len(due)
+
+    def _take_due(self, wait: bool) -> list[tuple[int, str, int]]:
         with self._cond:
             now = self._clock.now_ms()
             if not self._heap or self._heap[0][0] > now:
-                wait = (self._heap[0][0] - now) / 1000.0 if self._heap else 1.0
-                self._cond.wait(min(1.0, max(0.001, wait)))
+                if wait:
+                    self._cond.wait(min(1.0, max(0.001, (self._heap[0][0] - now) / 1000.0 if self._heap else 1.0)))
                 return []
             due: list[tuple[int, str, int]] = []
             while self._heap and self._heap[0][0] <= now and len(due) < self._batch:

@@ -36,12 +36,13 @@ from delayq.nodes.delayqueue import DelayQueue
 from delayq.nodes.dispatcher import Dispatcher
 from delayq.nodes.flow import Flow, follow
 from delayq.nodes.front.access import Access
-from delayq.nodes.front.admin import AdminCalls, Front
+from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.lanes import CallPool
 from delayq.nodes.front.server import ThriftServer
+from delayq.nodes.front.service import Service
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.http import HealthServer
 from delayq.nodes.loader import Loader
@@ -104,13 +105,6 @@ class NodeRuntime:
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give,
                                 shards=())
         self.flow.kick = self.queue.kick
-        # The one cycle, closed by a callback that names a part built further down (called only
-        # once the node runs): results -> dead letters (woken by a FAILED task) -> results.
-        self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
-                                     on_failed=lambda: self.deadletters.wake(), on_ended=self.flow.released)
-        self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
-                                 publish_retry_ms=s.scheduling.publish_retry_ms,
-                                 gather_ms=s.scheduling.record_gather_ms)
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file)
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
@@ -122,10 +116,24 @@ class NodeRuntime:
         self.publisher = publisher(max_in_flight=s.amqp.max_in_flight)
         self.deadletters = DeadLetterer(DeadLetterRows(self.engine), self.ownership, self.services, self.publisher, self.exchanges,
                                         self.metrics, clock)
+        # A task that ended FAILED wakes the dead-letterer; an attempt that ended frees its topic's slot.
+        self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
+                                     on_failed=self.deadletters.wake, on_ended=self.flow.released)
+        self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
+                                 publish_retry_ms=s.scheduling.publish_retry_ms,
+                                 gather_ms=s.scheduling.record_gather_ms)
+        # ZooKeeper's parts (or a standalone node's), before what watches the session.
+        self.zk: ZkSession | None = None
+        self.standalone: Standalone | None = None
+        if s.zk.enabled:
+            self._build_cluster(s)
+        else:
+            self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
         # No time-out while delayq's own dependencies are down, nor for a grace after.
+        zk = self.zk
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
-            "zookeeper": lambda: self.zk is None or self.zk.state == "connected"})
+            "zookeeper": lambda: zk is None or zk.state == "connected"})
         # The pollers' reads (hints, and each change counter): one statement each, without the
         # ROLLBACK of a transaction's end, on a connection each keeps.
         self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True)
@@ -156,7 +164,7 @@ class NodeRuntime:
         follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
                spreader(self.engine, self.queue, self.ownership))
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.services_watch,
-                                   live=lambda: 1 if self.zk is None else self.membership.live)
+                                   live=(lambda: 1) if self.zk is None else lambda: self.membership.live)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure)
         self.watches = [Watch(self.polls, versions.CLIENTS, "clients", self.access.seen, poll_ms=sec.clients_poll_ms),
                         Watch(self.polls, versions.SERVICES, "services", self.services_watch.seen,
@@ -165,12 +173,6 @@ class NodeRuntime:
                                                     task_id, attempt, result, message, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
-        self.zk: ZkSession | None = None
-        self.standalone: Standalone | None = None
-        if s.zk.enabled:
-            self._build_cluster(s)
-        else:
-            self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
         self.handler = Handler(self.requests, TaskWriter(self.writes), self.services, self.queue, self.ownership,
                                clock, self.results, self.metrics, self.access,
                                limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
@@ -190,7 +192,7 @@ class NodeRuntime:
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
                                                            scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
-        self.calls = CallPool(DelayScheduler.Processor(Front(self.handler, self.admin)), protocol,
+        self.calls = CallPool(DelayScheduler.Processor(Service(self.handler, self.admin)), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, max_connections=s.limits.thrift_workers,

@@ -9,8 +9,8 @@ A layout change returns once recorded in ZooKeeper; the master applies it within
 (cluster() shows it). A reshard runs on the node that received it (delayq.master.reshard.ReshardJob)
 and the call returns at once: calling again with the same count reports its progress.
 
-Runs on the CallPool's threads, like delayq.nodes.front.handler.Handler; `Front` puts both behind
-the one object the generated Processor calls.
+Runs on the CallPool's threads, like delayq.nodes.front.handler.Handler; front.service.Service is
+the one object the generated Processor calls, and names which of the two serves each call.
 """
 from __future__ import annotations
 
@@ -171,19 +171,6 @@ class AdminCalls:
                                   grants=[ttypes.Grant(permission=p, pattern=pat) for p, pat in c.grants],
                                   updatedAtMs=c.updated_ms)
                 for c in self._clients.list()]
-
-
-class Front:
-    """The one object the generated Processor calls: each method from the first part that has it."""
-
-    def __init__(self, *parts: object):
-        self._parts = parts
-
-    def __getattr__(self, name: str):
-        for part in self._parts:
-            if hasattr(part, name):
-                return getattr(part, name)
-        raise AttributeError(name)
 
 
 def _status(p: Progress, started: bool) -> ttypes.ReshardStatus:

@@ -35,6 +35,7 @@ class Row:
     attempt: int = 0
     owner: str | None = None          # node_id: who claimed it
     claimed_ms: int | None = None     # updated_ms of the claim
+    deadline_ms: int | None = None    # when its attempt in flight times out
     ttr_ms: int = 3000
     payload: bytes = b""
     dispatched: dict[int, int] = field(default_factory=dict)     # attempt -> dispatched ms (execlog)
@@ -66,6 +67,7 @@ class ClaimTable:
             if r is None or r.shard_id not in held or r.status is not Status.DELAY or r.due_ms > e.due_ms:
                 continue
             r.status, r.attempt, r.owner, r.claimed_ms = Status.READY, r.attempt + 1, owner, now_ms
+            r.deadline_ms = now_ms + r.ttr_ms
             out.append(Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt, r.payload, r.ttr_ms, 3))
         if self.lose_next_answer:
             self.lose_next_answer = False
@@ -92,6 +94,11 @@ class ClaimTable:
                 r.attempt = c.attempt if sent else c.attempt - 1
                 n += 1
         return n
+
+    def in_flight_deadlines(self, task_ids: Sequence[str]) -> list[tuple[str, int, int | None]]:
+        self._check()
+        return [(r.task_id, r.attempt, r.deadline_ms) for t in task_ids if (r := self.rows.get(t)) is not None
+                and r.status in (Status.READY, Status.RUNNING)]
 
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
         self._check()

@@ -13,13 +13,16 @@ import pytest
 from delayq.errors import StoreUnavailable
 from delayq.lifecycle import Result, Status
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, UNROUTABLE
+from delayq.nodes.deadlines import Deadlines as RealDeadlines
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.dispatcher import Dispatcher
 from delayq.nodes.metrics import Metrics
+from delayq.nodes.outages import OutageGrace
 from delayq.nodes.ownership import Ownership
 from delayq.nodes.recorder import Recorder
 from delayq.nodes.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
+from delayq.store.values import Transition
 from delayq.testing.fakes import ClaimTable, Exchanges, Outbox, Services
 
 pytestmark = pytest.mark.timeout(10)
@@ -44,9 +47,11 @@ class Results:
     def __init__(self, table: ClaimTable) -> None:
         self.table, self.applied = table, []
 
-    def apply(self, task_id: str, attempt: int, result: Result, message: str | None):
+    def apply(self, task_id: str, attempt: int, result: Result, message: str | None) -> Transition:
         self.applied.append((task_id, attempt, result))
-        self.table.rows[task_id].status = Status.FAILED if result is Result.MISFIRED else Status.DELAY
+        status = Status.FAILED if result is Result.MISFIRED else Status.DELAY
+        self.table.rows[task_id].status = status
+        return Transition(True, status)
 
     def ended(self, topic: str) -> None:
         pass
@@ -245,3 +250,55 @@ def test_records_wait_while_mysql_is_down_and_are_written_when_it_answers():
         assert core.row("a").dispatched == {1: core.clock.now}
     finally:
         core.recorder.stop()
+
+
+# ---- deadlines --------------------------------------------------------------------------------
+
+
+def deadlines_of(core: Core, grace_ms: int = 15_000) -> tuple[RealDeadlines, OutageGrace]:
+    grace = OutageGrace(core.clock, grace_ms)
+    grace.observe("mysql", True)
+    return RealDeadlines(core.table, core.results, Metrics(), core.clock, grace), grace
+
+
+def test_an_attempt_with_no_result_within_its_time_to_run_is_timed_out_by_its_node():
+    core = Core()
+    deadlines, _ = deadlines_of(core)
+    core.submit("a")
+    core.fire()
+    deadlines.add([(core.row("a").deadline_ms, "a", 1)])
+    assert deadlines.check() == 0 and core.results.applied == []      # not yet
+    core.clock.now += 3_000
+    assert deadlines.check() == 1
+    assert core.results.applied == [("a", 1, Result.TIMEOUT)]
+
+
+def test_an_attempt_whose_deadline_mysql_moved_later_is_watched_again_not_timed_out():
+    core = Core()
+    deadlines, _ = deadlines_of(core)
+    core.submit("a")
+    core.fire()
+    deadlines.add([(core.row("a").deadline_ms, "a", 1)])
+    core.row("a").deadline_ms += 10_000                 # the consumer said it started (RUNNING)
+    core.clock.now += 3_000
+    deadlines.check()
+    assert core.results.applied == [] and len(deadlines) == 1
+    core.clock.now += 10_000
+    deadlines.check()
+    assert core.results.applied == [("a", 1, Result.TIMEOUT)]
+
+
+def test_no_attempt_is_timed_out_while_mysql_is_away_nor_in_the_grace_after():
+    core = Core()
+    deadlines, grace = deadlines_of(core, grace_ms=15_000)
+    core.submit("a")
+    core.fire()
+    deadlines.add([(core.row("a").deadline_ms, "a", 1)])
+    grace.observe("mysql", False)
+    core.clock.now += 3_000
+    assert deadlines.check() is None
+    grace.observe("mysql", True)                        # back: results held up get 15 s to arrive
+    core.clock.now += 14_000
+    assert deadlines.check() is None and core.results.applied == []
+    core.clock.now += 1_500
+    assert deadlines.check() == 1 and core.results.applied == [("a", 1, Result.TIMEOUT)]

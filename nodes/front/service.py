@@ -1,0 +1,92 @@
+"""Service: the object the generated Thrift Processor calls, one method per call of the IDL, each
+handing it to the part that serves it, so that a reader (and an editor's jump-to-definition) finds
+who answers a call here.
+
+    task calls, services, topics, cluster   front.handler.Handler
+    admin calls (drain, pin, reshard, ...)  front.admin.AdminCalls
+    submit, submitBatch                     front.submits.SubmitBatcher: the server hands those calls
+                                            to it directly (front.server), they never come here
+
+Each part checks the caller's identity and permissions itself (front.access) and maps errors to
+the IDL's declared exceptions (front.errors).
+"""
+from __future__ import annotations
+
+from delayq.client.gen.delayq_thrift import DelayScheduler
+from delayq.nodes.front.admin import AdminCalls
+from delayq.nodes.front.handler import Handler
+
+
+class Service(DelayScheduler.Iface):
+    def __init__(self, tasks: Handler, admin: AdminCalls):
+        self._tasks, self._admin = tasks, admin
+
+    # ---- task, service and topic calls (front.handler.Handler) ----------
+
+    def authenticate(self, token):
+        return self._tasks.authenticate(token)
+
+    def cancel(self, taskId):
+        return self._tasks.cancel(taskId)
+
+    def reschedule(self, taskId, dueAtMs):
+        return self._tasks.reschedule(taskId, dueAtMs)
+
+    def get(self, taskId):
+        return self._tasks.get(taskId)
+
+    def registerService(self, svc):
+        return self._tasks.registerService(svc)
+
+    def listServices(self):
+        return self._tasks.listServices()
+
+    def reportResult(self, taskId, attempt, status, message):
+        return self._tasks.reportResult(taskId, attempt, status, message)
+
+    def setTopicControls(self, controls):
+        return self._tasks.setTopicControls(controls)
+
+    def listTopicControls(self):
+        return self._tasks.listTopicControls()
+
+    def cluster(self):
+        return self._tasks.cluster()
+
+    # ---- admin calls (front.admin.AdminCalls) ----------
+
+    def drain(self, nodeId, force):
+        return self._admin.drain(nodeId, force)
+
+    def undrain(self, nodeId):
+        return self._admin.undrain(nodeId)
+
+    def pin(self, shard, nodeId, force):
+        return self._admin.pin(shard, nodeId, force)
+
+    def unpin(self, shard):
+        return self._admin.unpin(shard)
+
+    def intents(self):
+        return self._admin.intents()
+
+    def reshard(self, shards):
+        return self._admin.reshard(shards)
+
+    def redrive(self, filter):
+        return self._admin.redrive(filter)
+
+    def addClient(self, name, grants, certificateOnly):
+        return self._admin.addClient(name, grants, certificateOnly)
+
+    def grantClient(self, name, grant):
+        return self._admin.grantClient(name, grant)
+
+    def revokeClient(self, name, grant):
+        return self._admin.revokeClient(name, grant)
+
+    def rotateClient(self, name):
+        return self._admin.rotateClient(name)
+
+    def listClients(self):
+        return self._admin.listClients()

@@ -1,6 +1,7 @@
 """In-memory stand-ins for what the node's dispatch core talks to, so that claim -> publish ->
 confirm -> record runs in a unit test in milliseconds, no server involved:
 
+    ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
     ClaimTable   job_delay_task and job_shard as far as claims, releases and records go
                  (delayq.nodes.ports.ClaimStore and RecordStore)
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.ports.Outbox)
@@ -23,6 +24,19 @@ from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Claim, Claimed, Entry
+
+
+class ManualClock:
+    """delayq.clock.Clock, set by the test: `now` in epoch ms; monotonic() follows it."""
+
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000.0
 
 
 @dataclass

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from delayq.errors import StoreUnavailable
 from delayq.lifecycle import Result, Status
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, UNROUTABLE
 from delayq.nodes.deadlines import Deadlines as RealDeadlines
@@ -23,22 +22,13 @@ from delayq.nodes.recorder import Recorder
 from delayq.nodes.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Transition
-from delayq.testing.fakes import ClaimTable, Exchanges, Outbox, Services
+from delayq.testing.fakes import ClaimTable, Exchanges, ManualClock, Outbox, Services
 
 pytestmark = pytest.mark.timeout(10)
 
 RETRY_MS = 1000
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000.0
 
 
 class Results:
@@ -69,7 +59,7 @@ class Core:
     """One node's dispatch core on fakes: shards 1 and 2 ours (n1, epoch 1), shard 3 another's."""
 
     def __init__(self, *services: ServiceSpec) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.table = ClaimTable({1: ("n1", 1), 2: ("n1", 1), 3: ("n2", 1)})
         self.outbox, self.exchanges = Outbox(), Exchanges()
         self.hints: list[Entry] = []

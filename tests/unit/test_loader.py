@@ -9,19 +9,11 @@ from delayq.errors import Unavailable
 from delayq.nodes.delayqueue import DelayQueue, Entry
 from delayq.nodes.loader import Loader
 from delayq.nodes.ownership import Ownership
+from delayq.testing.fakes import ManualClock
 
 WINDOW, FULL = 60_000, 60_000
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000.0
 
 
 class Rows:
@@ -58,7 +50,7 @@ def scan(loader: Loader, rows: Rows) -> list[tuple[tuple[int, ...], int, int]]:
 
 @pytest.fixture
 def setup():
-    clock, rows = Clock(), Rows()
+    clock, rows = ManualClock(), Rows()
     queue = DelayQueue(clock)
     ownership = Ownership("n1")
     ownership.set({1: 1, 2: 1}, [1, 2, 3])
@@ -147,7 +139,7 @@ def test_incremental_scans_load_the_same_tasks_as_full_ones(setup):
 
 
 def test_a_full_scan_time_at_or_below_the_scan_interval_re_reads_every_shard_each_scan():
-    clock, rows = Clock(), Rows()
+    clock, rows = ManualClock(), Rows()
     ownership = Ownership("n1")
     ownership.set({1: 1, 2: 1, 3: 1}, [1, 2, 3])
     loader = Loader(rows, DelayQueue(clock), ownership, results=None, clock=clock, window_ms=WINDOW,

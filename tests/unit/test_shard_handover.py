@@ -20,23 +20,16 @@ from delayq.nodes.recorder import RETURNED, Recorder
 from delayq.nodes.unsettled import Unsettled
 from delayq.store.values import Claimed
 
+from delayq.testing.fakes import ManualClock
+
 pytestmark = pytest.mark.timeout(10)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000       # ms, both clocks
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000.0
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture

@@ -99,7 +99,10 @@ class TaskStore:
                 if holder == owner and epoch == fence[shard]}
             fenced = [s for s in shards if s not in held]
             if fenced:
-                log.warning("not claiming tasks of shards %s: no longer ours at our epoch (fenced)", fenced)
+                # Routine while shards move: MySQL hears of a move before this node's ZooKeeper view
+                # does. The dispatcher hands the tasks to the new owner.
+                log.info("not claiming tasks of shards %s: no longer ours at our epoch (fenced); their new owner "
+                         "takes them", fenced)
             if not held:
                 return Claim([], fenced)
             deferred: list[Entry] = []

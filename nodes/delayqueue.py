@@ -35,12 +35,12 @@ written. Older entries were written before the shard moved and are in the new ow
 """
 from __future__ import annotations
 
-import collections
 import threading
 from typing import Callable, Iterable
 
 from delayq.clock import Clock
 from delayq.nodes.fairshare import BULK, PROMPT, QUANTUM, Gate, Open, Topics
+from delayq.nodes.offertimes import OfferTimes
 from delayq.store.values import Entry
 
 __all__ = ["BULK", "PROMPT", "QUANTUM", "DelayQueue", "Entry", "Gate", "Open"]
@@ -49,7 +49,6 @@ __all__ = ["BULK", "PROMPT", "QUANTUM", "DelayQueue", "Entry", "Gate", "Open"]
 # of the move; this node hears of it at about the same moment (the same ZooKeeper write), so only
 # entries offered since then can be missing from that read. Generous against a slow event thread.
 HANDOVER_LOOKBACK_S = 5.0
-MARK_EVERY_S = 0.1      # how finely the offers' times are kept (one mark per tenth of a second)
 
 Handover = Callable[[list[Entry]], None]
 
@@ -73,8 +72,7 @@ class DelayQueue:
         self._topics = Topics(self._live, gate or Open())
         self._paused: frozenset[str] = frozenset()
         self._seq = 0                   # the next entry's sequence number: offers in order
-        # (monotonic s, first seq offered from then on): when each entry came, to a tenth of a second.
-        self._marks: collections.deque[tuple[float, int]] = collections.deque()
+        self._offered = OfferTimes(keep_s=2 * HANDOVER_LOOKBACK_S)     # when each number was given
         self._shards: frozenset[int] | None = None if shards is None else frozenset(shards)
         self._handover = handover
         self._closed = False
@@ -119,22 +117,13 @@ class DelayQueue:
         Returns how many entries were dropped."""
         with self._cond:
             self._shards = frozenset(shards)
-            since = self._seq_since(self._clock.monotonic() - lookback_s)
+            since = self._offered.since(self._clock.monotonic() - lookback_s, self._seq)
             gone = [(tid, e, seq) for tid, (e, seq) in self._live.items() if e.shard_id not in self._shards]
             for tid, _, _ in gone:
                 del self._live[tid]
             self._topics.compact_if_stale()
         self.hand_over([e for _, e, seq in gone if seq >= since])
         return len(gone)
-
-    def _seq_since(self, t: float) -> int:
-        """The first sequence number an entry offered at t or later can have (with the lock). Each
-        offer leaves a mark unless one was left less than MARK_EVERY_S before it, so the entries
-        offered from t on are those from the first mark left after t - MARK_EVERY_S."""
-        for at, seq in self._marks:
-            if at >= t - MARK_EVERY_S:
-                return seq
-        return self._seq
 
     def _offer(self, entries: list[Entry], below_horizon: bool, foreign_out: bool) -> int:
         """foreign_out: entries of shards not ours go to the handover (they were written to MySQL
@@ -152,11 +141,7 @@ class DelayQueue:
     def _offer_chunk(self, entries: list[Entry], below_horizon: bool) -> tuple[int, list[Entry]]:
         added, wake, foreign = 0, False, []
         with self._cond:
-            now = self._clock.monotonic()
-            if not self._marks or now - self._marks[-1][0] >= MARK_EVERY_S:
-                self._marks.append((now, self._seq))
-                while len(self._marks) > 1 and self._marks[1][0] < now - 2 * HANDOVER_LOOKBACK_S:
-                    self._marks.popleft()
+            self._offered.offering(self._clock.monotonic(), self._seq)
             owned = self._shards
             for e in entries:
                 if owned is not None and e.shard_id not in owned:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Sequence
+from typing import Sequence
 
 from sqlalchemy import Connection, Engine, delete, insert, tuple_
 
@@ -46,12 +46,11 @@ class Handover:
     lock held); `take` hands the writer what waits. While MySQL is down they wait, up to `cap`
     entries; beyond that the oldest are left to the owners' re-read, with a warning."""
 
-    def __init__(self, clock: Clock, window_ms: int, cap: int = 100_000, wake: Callable[[], None] = lambda: None):
+    def __init__(self, clock: Clock, window_ms: int, cap: int = 100_000):
         self._clock, self._window_ms, self._cap = clock, window_ms, cap
         self._lock = threading.Lock()
         self._waiting: list[Entry] = []
-        self.wake = wake        # set to the writer's wake-up once it is built
-        self.given = 0          # entries handed over (a counter for probes and tests)
+        self.given = threading.Event()     # set when entries wait: the writer's thread waits on it
 
     def give(self, entries: Sequence[Entry]) -> None:
         near = self._clock.now_ms() + self._window_ms
@@ -60,17 +59,17 @@ class Handover:
             return
         with self._lock:
             self._waiting += soon
-            self.given += len(soon)
             over = len(self._waiting) - self._cap
             if over > 0:
                 del self._waiting[:over]
         if over > 0:
             log.warning("%d hints for other nodes' shards not written (MySQL down, more than %d waiting): "
                         "their owners' re-read of the window finds them", over, self._cap)
-        self.wake()
+        self.given.set()
 
     def take(self) -> list[Entry]:
         with self._lock:
+            self.given.clear()
             taken, self._waiting = self._waiting, []
             return taken
 
@@ -78,6 +77,8 @@ class Handover:
         """Not written (MySQL down): first in line again."""
         with self._lock:
             self._waiting = entries + self._waiting
+            if self._waiting:
+                self.given.set()
 
     @property
     def waiting(self) -> int:
@@ -93,7 +94,6 @@ class HintReader(NodeThread):
         """engine: an autocommit engine; the reader keeps one of its connections."""
         super().__init__()
         self._queue, self._ownership, self._handover = queue, ownership, handover
-        handover.wake = self.wake
         self._held = HeldConnection(engine)
         self._poll_s, self._batch = poll_ms / 1000.0, batch
         self._shards: list[int] = []
@@ -103,8 +103,7 @@ class HintReader(NodeThread):
         failing = False
         try:
             while not self._stop.is_set():
-                self._wake.wait(self._poll_s)
-                self._wake.clear()
+                self._handover.given.wait(self._poll_s)     # a poll, or hints to write at once
                 try:
                     self.write_once()
                     while self.read_once() >= self._batch:
@@ -121,6 +120,9 @@ class HintReader(NodeThread):
                         "finds them", self._handover.waiting, e)
         finally:
             self._held.close()
+
+    def _interrupt(self) -> None:
+        self._handover.given.set()       # end the wait at once
 
     def write_once(self) -> int:
         """Write what waits in the handover, a statement per batch."""

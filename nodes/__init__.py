@@ -1,5 +1,13 @@
-"""The scheduling runtime of a node. Its core sits here (DelayQueue, loader, dispatcher, recorder,
-deadlines, results, ownership, standalone, threads); its doors are subpackages: `front` (the
-Thrift service), `amqp` (RabbitMQ: publisher, message builder, frame encoder, results queue, dead
-letters, exchange checks) and `zk` (membership, assignment follower, cluster view). `main` wires
-one node together and holds no logic of its own."""
+"""The scheduling runtime of a node, in the order a task travels it:
+
+- `front`: the Thrift door where business systems submit, read, cancel and report;
+- `memory`: what the node holds of its shards, the DelayQueue (with its fair share and flow
+  gate), filled by the loader and by hints from other nodes;
+- `dispatch`: due tasks claimed in MySQL, decided on and handed to the publisher;
+- `amqp`: the RabbitMQ door, the confirmed publisher and the results queue;
+- `outcomes`: publish outcomes recorded, results applied, deadlines timed out;
+- `cluster` and `zk`: what the node knows of the cluster (its shards, the reference clock, the
+  callback services, what other processes changed) and its ZooKeeper side.
+
+`main` wires one node together and holds no logic of its own; `probes`, `http` and `metrics`
+say how the node is doing; `threads` is the owner contract every part with a thread follows."""

@@ -24,42 +24,43 @@ from delayq.errors import Unavailable
 from delayq.master.election import Election
 from delayq.master.rebalancer import Rebalancer
 from delayq.master.reshard import ReshardJob, Resharder
-from delayq.nodes import dispatchlanes, hints
+from delayq.nodes.dispatch import lanes as dispatchlanes
+from delayq.nodes.memory import hints
 from delayq.nodes.amqp.deadletters import DeadLetterer
 from delayq.nodes.amqp.params import amqp_parameters
 from delayq.nodes.amqp.exchanges import ExchangeGuard
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.amqp.results_consumer import ResultsConsumer
-from delayq.nodes.clockcheck import ClockCheck
-from delayq.nodes.deadlines import Deadlines
-from delayq.nodes.delayqueue import DelayQueue
-from delayq.nodes.dispatcher import Dispatcher
-from delayq.nodes.flow import Flow, follow
+from delayq.nodes.cluster.clockcheck import ClockCheck
+from delayq.nodes.outcomes.deadlines import Deadlines
+from delayq.nodes.memory.delayqueue import DelayQueue
+from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.memory.flow import Flow, follow
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.handler import Handler
-from delayq.nodes.front.lanes import CallPool
+from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.service import Service
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.http import HealthServer
-from delayq.nodes.loader import Loader
+from delayq.nodes.memory.loader import Loader
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.outages import OutageGrace
+from delayq.nodes.outcomes.outages import OutageGrace
 from delayq.nodes.probes import Probes
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.recorder import Recorder
-from delayq.nodes.results import ResultApplier
-from delayq.nodes.services import ServiceRegistry
-from delayq.nodes.skew import ReferenceClock
-from delayq.nodes.spread import spreader
-from delayq.nodes.standalone import Standalone
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.outcomes.recorder import Recorder
+from delayq.nodes.outcomes.results import ResultApplier
+from delayq.nodes.cluster.services import ServiceRegistry
+from delayq.nodes.cluster.skew import ReferenceClock
+from delayq.nodes.memory.spread import spreader
+from delayq.nodes.cluster.standalone import Standalone
 from delayq.nodes.threads import Part
-from delayq.nodes.unsettled import Unsettled
+from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import Limits
-from delayq.nodes.watch import ServicesWatch, Watch
+from delayq.nodes.cluster.watch import ServicesWatch, Watch
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.store.audit import AuditLog

@@ -109,7 +109,7 @@ _SHUTDOWN = 1053
 def on_unreachable(engine: Engine, seen: Callable[[], None]) -> None:
     """Call `seen` (on the failing thread; it must not block) whenever a statement or a connect
     on this engine fails because MySQL cannot be reached, whoever's call it was: the outage grace
-    (delayq.nodes.outages) must hear of an outage that only a claim or a record ran into. Lock
+    (delayq.nodes.outcomes.outages) must hear of an outage that only a claim or a record ran into. Lock
     conflicts and refused statements are not outages."""
     @event.listens_for(engine, "handle_error")
     def _failed(context) -> None:
@@ -160,7 +160,7 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
 
 class HeldConnection:
     """The connection a polling thread keeps from one read to the next, of an autocommit engine
-    (delayq.nodes.hints reads 20 times a second). Checking one out of the pool and back for each
+    (delayq.nodes.memory.hints reads 20 times a second). Checking one out of the pool and back for each
     read cost as much CPU as the read itself: 0.9-1.1 ms against 0.55-0.65 ms held, paced 20 times
     a second against MariaDB. Like the pool's, a connection unused for PING_IDLE_S is pinged before
     its next read, and replaced if the ping fails (MySQL's wait_timeout, a restart, a proxy's idle

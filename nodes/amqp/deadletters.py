@@ -25,8 +25,8 @@ from delayq.nodes.amqp import messages
 from delayq.nodes.amqp.exchanges import ExchangeGuard
 from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.threads import NodeThread
 from delayq.store.deadletters import DeadLetterRows
 

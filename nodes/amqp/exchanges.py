@@ -15,7 +15,7 @@ again every `recheck_s`, an unusable one after a backoff (2 s doubling to `reche
 after the publishing channel was closed because of it (`forget`). While RabbitMQ cannot be reached
 the last verdicts stand, re-checked every 2 s, with one WARNING when it goes and one INFO when it is
 back. Tasks of a topic whose exchange
-is unusable are held back (delayq.nodes.dispatcher); `unusable()` says which and why.
+is unusable are held back (delayq.nodes.dispatch.dispatcher); `unusable()` says which and why.
 
 Thread: one, owned here: it checks the exchanges of every known service at start, then each check
 that is due. `check()` and `verdict()` run on the caller's thread (`verdict()` checks only an

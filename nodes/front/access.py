@@ -6,7 +6,7 @@ after a successful `authenticate`.
 
 Before each call the caller's client is looked up again, so a revocation or a rotated token also
 ends connections authenticated before it: the node re-reads the clients whenever their version in
-MySQL moves (delayq.store.clients), which the node's Watch (delayq.nodes.watch) reads every
+MySQL moves (delayq.store.clients), which the node's Watch (delayq.nodes.cluster.watch) reads every
 few hundred milliseconds and hands to `seen`.
 
 Refusals, each counted in delayq_refusals_total by reason:

@@ -2,7 +2,7 @@
 (new tasks through delayq.nodes.front.writes); delayq's errors become the IDL's declared
 exceptions in delayq.nodes.front.errors.
 
-Runs on the threads of the Thrift server's lanes (submits: the SubmitBatcher's, through
+Runs on the threads of the Thrift server's inboxes (submits: the SubmitBatcher's, through
 `submit_many`; the rest: the CallPool's); it holds no state of its own.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from delayq.access.grants import Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
 from delayq.lifecycle import Result
-from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.front import topics
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.audit import Audit
@@ -26,9 +26,9 @@ from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.quotas import Quotas
 from delayq.nodes.front.writes import SubmitWrites
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.results import ResultApplier
-from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.outcomes.results import ResultApplier
+from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.store.controls import ControlStore
 from delayq.store.requests import TaskRequests
 from delayq.store.submits import TaskWriter
@@ -177,7 +177,7 @@ class Handler:
 
     def _enqueue(self, done: list[tuple[NewTask, Submitted]]) -> None:
         """A task due within the window goes straight into memory: ours, or its shard owner's
-        through a hint (delayq.nodes.hints) when this node had no shard to put it on."""
+        through a hint (delayq.nodes.memory.hints) when this node had no shard to put it on."""
         self._queue.offer_written(Entry(d.task_id, d.shard_id, d.due_ms, topic=t.topic) for t, d in done)
 
     @declared

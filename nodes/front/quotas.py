@@ -21,7 +21,7 @@ Cost on the submit path: no MySQL round trip. Only topics whose tenant has a quo
 table `charge` looks in; when no tenant has one, `charge` returns at its first line.
 
 Threads: `charge` and `refund` run on the submit path (the Thrift I/O thread or the
-SubmitBatcher's), `reload` on the services watch's (delayq.nodes.watch), and the thread "quotas",
+SubmitBatcher's), `reload` on the services watch's (delayq.nodes.cluster.watch), and the thread "quotas",
 owned here, re-counts pending tasks. One lock guards the counters; the table is replaced whole.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
-from delayq.nodes.watch import ServicesWatch
+from delayq.nodes.cluster.watch import ServicesWatch
 from delayq.store.tenants import Tenant, TenantStore
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,10 @@
 """ThriftServer: TBinaryProtocol over TFramedTransport on TCP. One I/O thread moves the bytes and
-serves the submits; the other calls run on the lanes' threads.
+serves the submits; the other calls run on the inboxes' threads.
 
 The I/O thread (a selector over the listener and every connection) accepts, reads and cuts
-frames (delayq.nodes.front.connection), and hands each request to a lane chosen by its method name
-(delayq.nodes.front.lanes): submits to the SubmitBatcher, which serves every submit waiting with one
-transaction, everything else to the CallPool. An `inline` lane (the SubmitBatcher) is served on
+frames (delayq.nodes.front.connection), and hands each request to an inbox chosen by its method name
+(delayq.nodes.front.inboxes): submits to the SubmitBatcher, which serves every submit waiting with one
+transaction, everything else to the CallPool. An `inline` inbox (the SubmitBatcher) is served on
 the I/O thread itself after each pass over the sockets, while its MySQL writes are quick; see
 delayq.nodes.front.submits. The thread that served a call writes the reply straight to the socket; only what
 the socket does not take at once goes back to the I/O thread. (A thread per connection costs about
@@ -37,7 +37,7 @@ plaintext sent to a TLS port, a certificate from another CA, ...). The frame cap
 connection limit hold as without TLS. A verified client certificate's common name is noted on the
 connection's caller (delayq.nodes.front.access looks it up at its first call).
 
-`stop()` closes the listener and every connection and joins the I/O thread. The lanes belong to
+`stop()` closes the listener and every connection and joins the I/O thread. The inboxes belong to
 whoever made them (delayq.nodes.main), which stops them after the server.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ from typing import Callable, Mapping, Protocol, cast
 
 from delayq.access.tls import common_name
 from delayq.nodes.front.connection import Call, Connection, ConnectionLimits
-from delayq.nodes.front.lanes import Lane, method_of
+from delayq.nodes.front.inboxes import Inbox, method_of
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ _WAKE = object()
 _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 
 
-class _InlineLane(Protocol):
-    """What a Lane with `inline` set offers the I/O thread (see delayq.nodes.front.lanes)."""
+class _InlineInbox(Protocol):
+    """What a Inbox with `inline` set offers the I/O thread (see delayq.nodes.front.inboxes)."""
     def bind(self, wake: Callable[[], None]) -> None: ...
     @property
     def pending(self) -> bool: ...
@@ -70,11 +70,11 @@ class _InlineLane(Protocol):
 
 
 class ThriftServer:
-    def __init__(self, lanes: Mapping[str, Lane], default: Lane, host: str, port: int, *, max_connections: int,
+    def __init__(self, inboxes: Mapping[str, Inbox], default: Inbox, host: str, port: int, *, max_connections: int,
                  max_frame: int, idle_timeout: float, frame_timeout: float, first_frame_timeout: float,
                  max_waiting: int = 16, closed: Callable[[str], None] = lambda reason: None,
                  tls: ssl.SSLContext | None = None):
-        self._lanes = {name.encode(): lane for name, lane in lanes.items()}
+        self._inboxes = {name.encode(): inbox for name, inbox in inboxes.items()}
         self._default = default
         self._host, self._port = host, port
         self._max_connections = max_connections
@@ -91,11 +91,11 @@ class ThriftServer:
         self._attend_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # A lane with `inline` set is served on this thread too (see Lane), and so has these calls.
-        self._inline = [cast(_InlineLane, lane) for lane in
-                        {id(lane): lane for lane in [*lanes.values(), default] if lane.inline}.values()]
-        for lane in self._inline:
-            lane.bind(self._wake)
+        # An inbox with `inline` set is served on this thread too (see Inbox), and so has these calls.
+        self._inline = [cast(_InlineInbox, inbox) for inbox in
+                        {id(inbox): inbox for inbox in [*inboxes.values(), default] if inbox.inline}.values()]
+        for inbox in self._inline:
+            inbox.bind(self._wake)
 
     @property
     def port(self) -> int:
@@ -130,10 +130,10 @@ class ThriftServer:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    # ---- called from the lanes' threads -------------------------------------------------------
+    # ---- called from the inboxes' threads -------------------------------------------------------
 
     def route(self, call: Call) -> None:
-        self._lanes.get(method_of(call.frame), self._default).put(call)
+        self._inboxes.get(method_of(call.frame), self._default).put(call)
 
     def attend(self, conn: Connection) -> None:
         """The I/O thread is to look at conn: reply bytes left to send, reading to resume, or a
@@ -154,7 +154,7 @@ class ThriftServer:
         next_sweep = time.monotonic()
         try:
             while not self._stop.is_set():
-                waiting = any(lane.pending for lane in self._inline)
+                waiting = any(inbox.pending for inbox in self._inline)
                 for key, mask in self._sel.select(timeout=0 if waiting else self._sweep_every):
                     if key.data is None:
                         self._accept()
@@ -162,8 +162,8 @@ class ThriftServer:
                         self._woken()
                     else:
                         self._serve(key.data, mask)
-                for lane in self._inline:
-                    lane.serve_pending()        # what this pass read, as one group
+                for inbox in self._inline:
+                    inbox.serve_pending()        # what this pass read, as one group
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)
@@ -248,7 +248,7 @@ class ThriftServer:
             if data is None:
                 return
             if not data:
-                self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by a lane's drop()
+                self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by an inbox's drop()
                 return
             bad = conn.feed(data, time.monotonic())
             if bad is not None:

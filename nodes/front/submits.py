@@ -11,11 +11,11 @@ declared exception. A submitBatch of more tasks than the protocol reads (`max_ba
 Where: on the server's I/O thread, right after each pass over the sockets has read the calls,
 with no hand-off to another thread (measured: docs/ARCHITECTURE.md, "Submits"). The I/O thread
 reads nothing else while MySQL writes a group, so a group slower than `inline_budget_s` (MySQL
-slow or down) hands the calls after it to this lane's own thread, and the I/O thread goes on
+slow or down) hands the calls after it to this inbox's own thread, and the I/O thread goes on
 reading every other call; the thread hands them back once it has served a group within the
 budget and none is waiting. One of the two serves submits at a time, never both.
 
-Thread: one, owned here (a Lane), which serves only while MySQL is slow. On stop, calls still
+Thread: one, owned here (a Inbox), which serves only while MySQL is slow. On stop, calls still
 waiting have their connections closed: the client sees a broken connection and may retry on
 another node.
 """
@@ -35,7 +35,7 @@ from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.nodes.front.caller import Caller
 from delayq.nodes.front.connection import HEADER, Call
 from delayq.nodes.front.errors import exception_fields
-from delayq.nodes.front.lanes import UNREADABLE, Lane
+from delayq.nodes.front.inboxes import UNREADABLE, Inbox
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class _Request(NamedTuple):
         return self.method == "submitBatch"
 
 
-class SubmitBatcher(Lane):
+class SubmitBatcher(Inbox):
     name = "submits"
     inline = True
 
@@ -81,7 +81,7 @@ class SubmitBatcher(Lane):
     # ---- the server's side --------------------------------------------------------------------
 
     def bind(self, wake_io: Callable[[], None]) -> None:
-        """The server serves this lane on its I/O thread; wake_io() makes it look at new calls."""
+        """The server serves this inbox on its I/O thread; wake_io() makes it look at new calls."""
         self._wake_io = wake_io
 
     @property
@@ -101,7 +101,7 @@ class SubmitBatcher(Lane):
 
     def serve_pending(self) -> None:
         """I/O thread: serve the calls waiting for it, a group of up to max_rows tasks at a time.
-        After a group slower than the budget, the rest go to the lane's thread."""
+        After a group slower than the budget, the rest go to the inbox's thread."""
         self._io_thread = threading.get_ident()
         if not self._pending:
             return      # most passes (other calls, wake-ups); a call put since comes with a wake-up
@@ -119,7 +119,7 @@ class SubmitBatcher(Lane):
                          "until it answers in time", self._budget * 1000)
                 return
 
-    # ---- the lane's thread --------------------------------------------------------------------
+    # ---- the inbox's thread --------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():

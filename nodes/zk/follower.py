@@ -17,7 +17,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from delayq import zkauth
 from delayq.coordination import ZkSession
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.zkpaths import AssignmentDoc, ZkPaths
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Moving tasks that wait (DELAY) to other shards, outside a reshard: a node spreading a topic's
-tasks over every shard when the topic gets a rate limit (delayq.nodes.spread).
+tasks over every shard when the topic gets a rate limit (delayq.nodes.memory.spread).
 
 Safe against the claims of the shards' old owner: a claim takes only rows still DELAY and still on
 a shard it holds at its epoch, re-read under lock (delayq.store.tasks.TaskStore.claim), so a memory

@@ -133,7 +133,7 @@ class TaskStore:
                      fenced, deferred, rooms)
 
     def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
-        """Undo a claim whose answer was lost (delayq.nodes.unsettled): READY -> DELAY with the
+        """Undo a claim whose answer was lost (delayq.nodes.dispatch.unsettled): READY -> DELAY with the
         attempt given back, for the rows the claim made READY (`owner` at `claimed_ms`) and nothing
         has touched since. Returns the rows given back."""
         if not task_ids:

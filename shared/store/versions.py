@@ -2,7 +2,7 @@
 
 Every change to a watched set of rows (the clients; the services with their controls and the
 tenants) bumps its counter in the same transaction; a node reads each counter every few hundred
-milliseconds (delayq.nodes.watch) and re-reads the rows only when it moved, so a change holds on
+milliseconds (delayq.nodes.cluster.watch) and re-reads the rows only when it moved, so a change holds on
 every node within a second, without a restart.
 """
 from __future__ import annotations

@@ -3,8 +3,8 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
 
     ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
     ClaimTable   job_delay_task and job_shard as far as claims, releases and records go
-                 (delayq.nodes.ports.ClaimStore and RecordStore)
-    Outbox       a publisher whose broker answers when the test says (delayq.nodes.ports.Outbox)
+                 (delayq.nodes.dispatch.ports.ClaimStore and RecordStore)
+    Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec
 

@@ -18,12 +18,12 @@ from delayq.client import TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import SYSTEM_CLOCK
 from delayq.errors import ConfigError, StoreUnavailable, UnknownTopic
-from delayq.nodes.delayqueue import DelayQueue
+from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.validation import Limits, ServiceSpec
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore

@@ -227,7 +227,7 @@ def test_a_rate_limit_is_reached_when_every_task_is_submitted_through_one_node(n
 @pytest.mark.timeout(60)
 def test_a_rate_limit_set_on_tasks_already_submitted_through_one_node_is_reached(nodes):
     # Taken before the limit, the tasks sit on the shards of the node that took them; with the
-    # limit, every node moves those it holds onto every node's shards (delayq.nodes.spread).
+    # limit, every node moves those it holds onto every node's shards (delayq.nodes.memory.spread).
     topic = _topic(nodes)
     fired = Collector("delayq", topic)
     try:

@@ -12,7 +12,7 @@ from sqlalchemy import event
 from delayq import config, db
 from delayq.db import HeldConnection, make_engine
 from delayq.errors import StoreUnavailable
-from delayq.nodes.watch import Watch
+from delayq.nodes.cluster.watch import Watch
 from delayq.store import versions
 from delayq.testing.ports import free_port
 from tests.conftest import wait_until
@@ -59,7 +59,7 @@ def test_a_follower_that_fails_is_logged_once_and_told_again(engines, caplog):
             raise RuntimeError("a follower's bug")
 
     watch = Watch(engines(), versions.SERVICES, "services", follower, poll_ms=50)
-    with caplog.at_level(logging.INFO, logger="delayq.nodes.watch"):
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.cluster.watch"):
         watch.start()
         try:
             wait_until(lambda: len(calls) >= 5, 2, what="the follower called after it failed")
@@ -77,7 +77,7 @@ def test_a_mysql_that_does_not_answer_is_logged_once_and_stops_nothing(settings,
     attempts, seen = [], []
     event.listen(engine, "do_connect", lambda *args: attempts.append(1))
     watch = Watch(engine, versions.CLIENTS, "clients", seen.append, poll_ms=50)
-    with caplog.at_level(logging.WARNING, logger="delayq.nodes.watch"):
+    with caplog.at_level(logging.WARNING, logger="delayq.nodes.cluster.watch"):
         watch.start()
         try:
             wait_until(lambda: len(attempts) >= 4, 5, what="four reads tried")

@@ -1,8 +1,8 @@
 """Unit tests for how far ahead of their due time the prompt lane claims tasks
-(delayq.nodes.claimlead): the configured lead while claims are quick, longer while they are slow."""
+(delayq.nodes.dispatch.claimlead): the configured lead while claims are quick, longer while they are slow."""
 from __future__ import annotations
 
-from delayq.nodes.claimlead import RECENT, ClaimLead
+from delayq.nodes.dispatch.claimlead import RECENT, ClaimLead
 
 
 def test_the_claim_lead_is_the_configured_one_while_claims_are_quick():

@@ -1,9 +1,9 @@
 """decide(): what becomes of a batch of claimed attempts at their release (pure)."""
 from __future__ import annotations
 
-from delayq.nodes.attempts import Attempt
-from delayq.nodes.decide import Route, decide
-from delayq.nodes.lease import Lease
+from delayq.nodes.dispatch.attempts import Attempt
+from delayq.nodes.dispatch.decide import Route, decide
+from delayq.nodes.dispatch.lease import Lease
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Claimed
 

@@ -1,4 +1,4 @@
-"""Unit tests for delayq.nodes.delayqueue.DelayQueue, driven by an injected fake clock (no sleeps)."""
+"""Unit tests for delayq.nodes.memory.delayqueue.DelayQueue, driven by an injected fake clock (no sleeps)."""
 from __future__ import annotations
 
 import random
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 
 pytestmark = pytest.mark.timeout(10)
 

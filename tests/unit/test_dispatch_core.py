@@ -12,14 +12,14 @@ import pytest
 
 from delayq.lifecycle import Result, Status
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, UNROUTABLE
-from delayq.nodes.deadlines import Deadlines as RealDeadlines
-from delayq.nodes.delayqueue import DelayQueue, Entry
-from delayq.nodes.dispatcher import Dispatcher
+from delayq.nodes.outcomes.deadlines import Deadlines as RealDeadlines
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.dispatch.dispatcher import Dispatcher
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.outages import OutageGrace
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.recorder import Recorder
-from delayq.nodes.unsettled import Unsettled
+from delayq.nodes.outcomes.outages import OutageGrace
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.outcomes.recorder import Recorder
+from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Transition
 from delayq.testing.fakes import ClaimTable, Exchanges, ManualClock, Outbox, Services

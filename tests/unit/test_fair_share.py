@@ -1,5 +1,5 @@
 """Unit tests for fair share and flow control in memory: the DelayQueue's round robin over topics,
-its gate (delayq.nodes.flow.Flow: rates split by shard share, in-flight room), paused topics, and
+its gate (delayq.nodes.memory.flow.Flow: rates split by shard share, in-flight room), paused topics, and
 which dispatch lane takes a topic's tasks (prompt while on time, bulk with a backlog or once
 behind). Driven by fake clocks, no sleeps."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import collections
 
 import pytest
 
-from delayq.nodes.delayqueue import BULK, PROMPT, QUANTUM, DelayQueue, Entry, Open
-from delayq.nodes.fairshare import BACKLOG, BEHIND_MS
-from delayq.nodes.flow import Bucket, Flow
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.memory.delayqueue import BULK, PROMPT, QUANTUM, DelayQueue, Entry, Open
+from delayq.nodes.memory.fairshare import BACKLOG, BEHIND_MS
+from delayq.nodes.memory.flow import Bucket, Flow
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.store.controls import Controls
 
 pytestmark = pytest.mark.timeout(10)
@@ -259,7 +259,7 @@ def test_the_two_lanes_take_every_task_once_and_each_topic_in_due_order():
         assert dues == sorted(dues)
 
 
-# ---- a topic that gets a rate limit spreads over every shard (delayq.nodes.spread) -------------------
+# ---- a topic that gets a rate limit spreads over every shard (delayq.nodes.memory.spread) -------------------
 
 class Watch:
     def __init__(self):
@@ -287,7 +287,7 @@ class Metrics:
 
 
 def test_a_topic_spreads_once_when_it_gets_a_rate_limit_and_not_at_the_first_read():
-    from delayq.nodes.flow import follow
+    from delayq.nodes.memory.flow import follow
     watch, services, spread = Watch(), Services(), []
     services.controls = {"old": Controls(max_fire_rate=10.0), "capped": Controls(max_in_flight=3)}
     follow(watch, services, Flow(Ownership("n1")), DelayQueue(Clock()), lambda: None, Metrics(),

@@ -1,7 +1,7 @@
 """ClaimLease: a claim may be published only within its lease, with no session break since, and
 while its shard is still ours at the epoch it was claimed under."""
-from delayq.nodes.lease import BROKEN, EXPIRED, MOVED, ClaimLease, boottime
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.dispatch.lease import BROKEN, EXPIRED, MOVED, ClaimLease, boottime
+from delayq.nodes.cluster.ownership import Ownership
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Unit tests for delayq.nodes.loader.Loader's window scans: what each scan asks MySQL for and what ends up
+"""Unit tests for delayq.nodes.memory.loader.Loader's window scans: what each scan asks MySQL for and what ends up
 in memory. The store is an in-memory table of DELAY rows, the clock is set by the test; no thread
 runs (scan_once is called directly)."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from delayq.errors import Unavailable
-from delayq.nodes.delayqueue import DelayQueue, Entry
-from delayq.nodes.loader import Loader
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.memory.loader import Loader
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.testing.fakes import ManualClock
 
 WINDOW, FULL = 60_000, 60_000

@@ -1,4 +1,4 @@
-"""Unit tests for delayq.nodes.ownership: which shard a new task goes to (pure)."""
+"""Unit tests for delayq.nodes.cluster.ownership: which shard a new task goes to (pure)."""
 from __future__ import annotations
 
 import collections
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.cluster.ownership import Ownership
 
 
 def _ownership(mine: set[int], every: range) -> Ownership:

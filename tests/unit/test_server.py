@@ -17,7 +17,7 @@ from thrift.transport import TTransport
 from delayq.client import connect
 from delayq.client.security import ClientSecurity
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
-from delayq.nodes.front.lanes import CallPool
+from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.submits import SubmitBatcher
 from tests.conftest import wait_until

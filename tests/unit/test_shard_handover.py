@@ -9,15 +9,15 @@ import logging
 import pytest
 
 from delayq.errors import Unavailable
-from delayq.nodes.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entry
-from delayq.nodes.hints import Handover
-from delayq.nodes.attempts import Attempt, Settled
-from delayq.nodes.lease import BROKEN, MOVED, Lease
-from delayq.nodes.loader import Loader
+from delayq.nodes.memory.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entry
+from delayq.nodes.memory.hints import Handover
+from delayq.nodes.dispatch.attempts import Attempt, Settled
+from delayq.nodes.dispatch.lease import BROKEN, MOVED, Lease
+from delayq.nodes.memory.loader import Loader
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.recorder import RETURNED, Recorder
-from delayq.nodes.unsettled import Unsettled
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.outcomes.recorder import RETURNED, Recorder
+from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.store.values import Claimed
 
 from delayq.testing.fakes import ManualClock
@@ -146,7 +146,7 @@ def test_claims_of_a_moved_shard_go_back_at_their_due_time_to_the_new_owner_logg
     queue.own({1})
     rec = recorder(clock, queue, ownership, store)
     rec.put([returned("x", 2, clock.now - 3, MOVED), returned("y", 1, clock.now + 7, MOVED)])
-    with caplog.at_level(logging.INFO, logger="delayq.nodes.recorder"):
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.outcomes.recorder"):
         rec._record([rec._inbox.get_nowait() for _ in range(2)])
     assert store.released == [(["x"], clock.now - 3, False), (["y"], clock.now + 7, False)]
     assert [e.task_id for e in handed] == ["x"] and queue.holds("y", clock.now + 7)
@@ -158,7 +158,7 @@ def test_claims_refused_for_a_broken_session_are_a_warning(clock, queue, caplog)
     store, ownership = Store(), Ownership("n1")
     rec = recorder(clock, queue, ownership, store)
     rec.put([returned("x", 1, clock.now, BROKEN)])
-    with caplog.at_level(logging.INFO, logger="delayq.nodes.recorder"):
+    with caplog.at_level(logging.INFO, logger="delayq.nodes.outcomes.recorder"):
         rec._record([rec._inbox.get_nowait()])
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert BROKEN in caplog.records[0].getMessage()

@@ -1,7 +1,7 @@
 """The reference clock: MySQL's time, kept between readings by the monotonic clock."""
 import pytest
 
-from delayq.nodes.skew import ReferenceClock, Sample, best
+from delayq.nodes.cluster.skew import ReferenceClock, Sample, best
 
 
 class System:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.zk.view import ClusterView
 from delayq.store.epochs import ShardEpochs
 from delayq.zkpaths import member_name

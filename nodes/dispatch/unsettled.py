@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from delayq.clock import Clock
-from delayq.nodes.ports import ClaimStore
+from delayq.nodes.dispatch.ports import ClaimStore
 from delayq.store.values import Entry
 
 log = logging.getLogger(__name__)

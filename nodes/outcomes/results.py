@@ -8,10 +8,10 @@ from typing import Callable
 
 from delayq.clock import Clock
 from delayq.lifecycle import Result, Status
-from delayq.nodes.delayqueue import DelayQueue, Entry
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.store.tasks import TaskStore
 from delayq.store.values import Transition
 

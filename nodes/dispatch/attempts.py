@@ -20,14 +20,14 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from delayq.nodes.lease import Lease
+from delayq.nodes.dispatch.lease import Lease
 from delayq.store.values import Claimed
 
 
 @dataclass(eq=False, slots=True)
 class Attempt:
     task: Claimed           # the task, and the attempt number its claim took
-    lease: Lease            # the claim's right to be published (delayq.nodes.lease)
+    lease: Lease            # the claim's right to be published (delayq.nodes.dispatch.lease)
     release_ms: int         # when it goes out: its due time, or its catch-up slot
     sent_ms: int = 0        # when it was handed to the broker (0: not yet)
 

@@ -24,11 +24,11 @@ import threading
 import time
 from typing import Callable
 
-from delayq.nodes.delayqueue import DelayQueue
+from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.services import ServiceRegistry
-from delayq.nodes.watch import ServicesWatch
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.cluster.services import ServiceRegistry
+from delayq.nodes.cluster.watch import ServicesWatch
 from delayq.store.controls import NONE, Controls
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class Flow:
         with self._lock:
             return {t: c.max_in_flight for t, c in self._controls.items() if c.max_in_flight is not None}
 
-    # ---- the gate (delayq.nodes.delayqueue.Gate) ----------------------------------------------
+    # ---- the gate (delayq.nodes.memory.delayqueue.Gate) ----------------------------------------------
 
     def weight(self, topic: str) -> int:
         c = self._controls.get(topic)
@@ -230,7 +230,7 @@ def follow(watch: ServicesWatch, services: ServiceRegistry, flow: Flow, queue: D
            rescan: Callable[[], None], metrics: Metrics, spread: Callable[[str], int] = lambda topic: 0) -> None:
     """Apply every re-read of the services to the flow and the queue: paused topics leave memory,
     resumed ones are read again (rescan), topics that got a rate limit spread over every shard
-    (delayq.nodes.spread); per-topic figures go to the metrics."""
+    (delayq.nodes.memory.spread); per-topic figures go to the metrics."""
     rated: set[str] | None = None           # until the first read: a node starting spreads nothing
 
     def apply() -> None:

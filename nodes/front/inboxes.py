@@ -1,6 +1,6 @@
-"""Lanes: where the Thrift server sends the calls it read. A lane is an inbox and the threads (a
+"""Inboxes: where the Thrift server sends the calls it read. An inbox is a queue of calls and the threads (a
 NodeThread) that serve it; CallPool serves calls with the generated Thrift processor. The submits'
-lane is delayq.nodes.front.submits.SubmitBatcher.
+inbox is delayq.nodes.front.submits.SubmitBatcher.
 """
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ log = logging.getLogger(__name__)
 UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.error)
 
 
-class Lane(NodeThread):
+class Inbox(NodeThread):
     """An inbox and the threads that serve it. Calls still waiting when the threads stop have
     their connections closed.
 
-    A lane with `inline` set is also served on the server's I/O thread: the server calls
+    An inbox with `inline` set is also served on the server's I/O thread: the server calls
     `bind(wake)` once, and after each pass over the sockets `serve_pending()`; `pending` says
     calls wait for it (the server then does not sleep in select), and wake() wakes the I/O thread
     for a call put from another thread."""
@@ -58,7 +58,7 @@ class Lane(NodeThread):
             call.drop("the node is stopping", "stopping")
 
 
-class CallPool(Lane):
+class CallPool(Inbox):
     """Serves calls with the generated Thrift processor, one call per thread at a time. A request
     that cannot be read closes its connection; the handler's errors are the processor's business
     (declared exceptions, or an internal error)."""

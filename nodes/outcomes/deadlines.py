@@ -10,7 +10,7 @@ deadline MySQL moved later is watched again. The sweep remains the backstop for 
 that died.
 
 No time-out is applied during an outage of delayq's own dependencies or its grace after
-(delayq.nodes.outages): due deadlines wait until it ends.
+(delayq.nodes.outcomes.outages): due deadlines wait until it ends.
 
 Thread: one, owned here; `stop()` ends it.
 """
@@ -25,8 +25,8 @@ from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.outages import OutageGrace
-from delayq.nodes.results import ResultApplier
+from delayq.nodes.outcomes.outages import OutageGrace
+from delayq.nodes.outcomes.results import ResultApplier
 from delayq.nodes.threads import NodeThread
 from delayq.store.tasks import TaskStore
 

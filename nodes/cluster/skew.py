@@ -8,7 +8,7 @@ midpoint is the estimate. `ReferenceClock` is the node's Clock: the reference ti
 adopted sample, advanced by the monotonic clock, so a step of the system clock between checks
 changes nothing. It takes the reading as made at the end of the round trip, the latest it can
 have been: the node's time is then never ahead of the reference, only behind it by at most the
-round trip (a fraction of a millisecond), so nothing fires early because of the estimate. Pure: the node's clock check (delayq.nodes.clockcheck) feeds it samples.
+round trip (a fraction of a millisecond), so nothing fires early because of the estimate. Pure: the node's clock check (delayq.nodes.cluster.clockcheck) feeds it samples.
 """
 from __future__ import annotations
 

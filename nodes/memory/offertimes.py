@@ -1,7 +1,7 @@
 """OfferTimes: when the DelayQueue's entries were offered, to a tenth of a second, without a time
 per entry: the queue numbers its offers in order, and this keeps a mark (time, next number) at
 most every MARK_EVERY_S, for twice the handover's look-back. A shard's loss hands over the entries
-offered since a moment (delayq.nodes.delayqueue, "Handover"): those numbered from `since(t)` on.
+offered since a moment (delayq.nodes.memory.delayqueue, "Handover"): those numbered from `since(t)` on.
 
 Not thread-safe: the DelayQueue calls it with its lock held.
 """

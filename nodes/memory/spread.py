@@ -2,7 +2,7 @@
 
 A task due within the window goes to a shard of the node that takes it (straight into its memory),
 but for a topic with a rate limit: each node fires its part of the rate, by its part of the shards
-(delayq.nodes.flow), so such a topic's tasks must spread over every shard
+(delayq.nodes.memory.flow), so such a topic's tasks must spread over every shard
 (delayq.nodes.front.handler). Tasks taken before the limit was set sit on the shards of the nodes
 that took them and would drain at those nodes' part of the rate only. So when a topic gets a rate
 limit, every node moves the tasks of it that its memory holds onto shards picked by task id over
@@ -10,7 +10,7 @@ all of the cluster's (delayq.store.placement), tells the new owners (hints), and
 stayed its own.
 
 Runs on the thread that applies a change of the services (the services' Watch); a topic's memory holds
-at most its budget of tasks (delayq.nodes.flow.Flow.limited), so this moves at most that many. A
+at most its budget of tasks (delayq.nodes.memory.flow.Flow.limited), so this moves at most that many. A
 move MySQL refuses is left undone: those tasks fire at this node's share of the rate.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlalchemy import Engine
 
 from delayq import errors
 from delayq.db import retry_lock_conflicts
-from delayq.nodes.delayqueue import DelayQueue, Entry
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.store import placement
 
 log = logging.getLogger(__name__)

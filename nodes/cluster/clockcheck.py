@@ -1,7 +1,7 @@
 """ClockCheck: keeps the node's ReferenceClock on MySQL's clock and says how far off its own is.
 
 Every `interval_ms` it reads MySQL's clock a few times, adopts the reading with the shortest round
-trip (delayq.nodes.skew), and publishes the system clock's offset: the gauge
+trip (delayq.nodes.cluster.skew), and publishes the system clock's offset: the gauge
 delayq_clock_offset_seconds, a WARNING when it crosses `max_offset_ms` (and an INFO when it is back
 within), and `describe()` for /readyz and `delayq status`. Due times follow the reference clock
 either way, so a node whose clock is 30 s ahead fires nothing early; the warning is for the
@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from delayq.db import unavailable_on_failure
 from delayq.errors import Unavailable
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.skew import ReferenceClock, Sample, best
+from delayq.nodes.cluster.skew import ReferenceClock, Sample, best
 from delayq.nodes.threads import NodeThread
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ A node's shards move only after its session expired, which takes the session tim
 least) after the node stopped answering: a lease well below that cannot outlive the ownership it
 was taken under. A claim that is no longer current is not published; it goes back to DELAY with
 its attempt number (conditional on still being that attempt, READY) and its due time, into memory
-or to its shard's new owner (delayq.nodes.hints), so nothing is lost, late or sent twice.
+or to its shard's new owner (delayq.nodes.memory.hints), so nothing is lost, late or sent twice.
 
 `refusal` says why not, and the reasons differ for the operator: a shard moved by plan (a
 rebalance, a drain, a pin) is routine; a lease outlived or a session broken means the node was
@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.cluster.ownership import Ownership
 
 
 class Sharded(Protocol):

@@ -6,7 +6,7 @@ moved away (a claim it could not publish, put back to DELAY; a retry). The owner
 find them only at its next full re-read of the window (up to DELAYQ_FULL_SCAN_MS, longer while a
 backlog pauses it). So the DelayQueue gives every such entry due within the window to the node's
 `Handover`, and so it does with the entries of a lost shard it was given in the last seconds
-(delayq.nodes.delayqueue, "Handover"). The HintReader's thread writes them as hints (shard, task,
+(delayq.nodes.memory.delayqueue, "Handover"). The HintReader's thread writes them as hints (shard, task,
 due, topic) after the tasks themselves committed, and every node reads and deletes the hints of
 its own shards every `poll_ms`, offering the tasks to its memory. A hint is only a nudge: the
 claim still checks MySQL, so a stale hint (the task cancelled, rescheduled, or already fired)
@@ -26,8 +26,8 @@ from delayq import tables
 from delayq.clock import Clock
 from delayq.db import HeldConnection
 from delayq.errors import Unavailable
-from delayq.nodes.delayqueue import DelayQueue, Entry
-from delayq.nodes.ownership import Ownership
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.threads import NodeThread
 
 log = logging.getLogger(__name__)

@@ -1,22 +1,22 @@
 """Dispatcher: takes due tasks from the DelayQueue in batches, claims them in MySQL (fenced) and
-hands the claimed ones to the publisher. There is one per lane (delayq.nodes.dispatchlanes), each taking
+hands the claimed ones to the publisher. There is one per lane (delayq.nodes.dispatch.lanes), each taking
 only the topics of its lane and publishing on its own connection.
 
 Only a task whose claim matched may be published, and only while that claim is current
-(delayq.nodes.lease): the releaser checks each claim's lease before handing it to the publisher,
+(delayq.nodes.dispatch.lease): the releaser checks each claim's lease before handing it to the publisher,
 and the publisher checks them again just before it writes the frames; a claim no longer current
 goes back to DELAY unsent, at its due time (the Recorder's `returned`), into memory or to its
 shard's new owner. What happens after the publish is the Recorder's job: it gets every publish
 outcome. A task later than its service's misfire threshold, with the policy "fail", is failed
 instead of published. A claim that fails because MySQL is down puts its batch back into memory
 and is tried again a quarter of a second later, so firing resumes the moment MySQL answers; since
-it may have committed all the same, it is noted as unsettled (delayq.nodes.unsettled) and undone
+it may have committed all the same, it is noted as unsettled (delayq.nodes.dispatch.unsettled) and undone
 before the next claim. Tasks taken from memory whose shard is no longer ours (fenced in MySQL, or
 lost meanwhile) are handed to their shard's owner. A claim that expects a result adds its deadline
 to Deadlines.
 
-Each claimed task travels as one typed value, an Attempt (delayq.nodes.attempts), from its claim
-through the release heap, decide() (delayq.nodes.decide: misfire, route, hold-back), the publish
+Each claimed task travels as one typed value, an Attempt (delayq.nodes.dispatch.attempts), from its claim
+through the release heap, decide() (delayq.nodes.dispatch.decide: misfire, route, hold-back), the publish
 and its outcome to the Recorder, which is each published batch's outcome handler.
 
 Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
@@ -37,26 +37,26 @@ from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp import messages
 from delayq.nodes.amqp.exchanges import ExchangeGuard
-from delayq.nodes.claimlead import ClaimLead
-from delayq.nodes.deadlines import Deadlines
-from delayq.nodes.flow import Flow
-from delayq.nodes.attempts import Attempt, ReleaseHeap, Settled
-from delayq.nodes.decide import decide
-from delayq.nodes.delayqueue import BULK, PROMPT, DelayQueue, Entry
-from delayq.nodes.lease import MOVED, ClaimLease
+from delayq.nodes.dispatch.claimlead import ClaimLead
+from delayq.nodes.outcomes.deadlines import Deadlines
+from delayq.nodes.memory.flow import Flow
+from delayq.nodes.dispatch.attempts import Attempt, ReleaseHeap, Settled
+from delayq.nodes.dispatch.decide import decide
+from delayq.nodes.memory.delayqueue import BULK, PROMPT, DelayQueue, Entry
+from delayq.nodes.dispatch.lease import MOVED, ClaimLease
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.ports import ClaimStore, Outbox
-from delayq.nodes.results import ResultApplier
-from delayq.nodes.services import ServiceRegistry
-from delayq.nodes.recorder import HELD, RETURNED, Recorder
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.dispatch.ports import ClaimStore, Outbox
+from delayq.nodes.outcomes.results import ResultApplier
+from delayq.nodes.cluster.services import ServiceRegistry
+from delayq.nodes.outcomes.recorder import HELD, RETURNED, Recorder
 from delayq.nodes.threads import NodeThread
-from delayq.nodes.unsettled import Unsettled
+from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.store.values import Claim
 
 log = logging.getLogger(__name__)
 
-MAX_LEAD_MS = 250      # the furthest ahead of its due time a task is claimed (delayq.nodes.claimlead)
+MAX_LEAD_MS = 250      # the furthest ahead of its due time a task is claimed (delayq.nodes.dispatch.claimlead)
 HELD_BATCHES = 2       # claimed, not yet handed to the publisher, at most (in the lane's batches)
 
 

@@ -1,7 +1,7 @@
 """Two dispatch lanes, so that no topic's backlog delays another topic's tasks.
 
 Tasks wait in three places between memory and their consumer: in memory, until a take gives
-their topic its turn (fair share, delayq.nodes.fairshare); claimed and not yet published, in due
+their topic its turn (fair share, delayq.nodes.memory.fairshare); claimed and not yet published, in due
 order behind everything claimed before them; and published and not yet taken by the broker, behind
 every earlier message of the connection. Fair share covers only the first: with one pipeline, a
 quiet topic's task taken during another topic's burst of 100,000 still waits behind up to two
@@ -25,8 +25,8 @@ import time
 from typing import Callable
 
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
-from delayq.nodes.dispatcher import Dispatcher
-from delayq.nodes.fairshare import BULK, PROMPT
+from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.memory.fairshare import BULK, PROMPT
 
 PROMPT_BATCH = 100       # a claim of the prompt lane: its first tasks are claimed in milliseconds
 PROMPT_WINDOW = 1000     # unconfirmed publishes on the prompt lane's connection

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from delayq import errors
 from delayq.db import HeldConnection
-from delayq.nodes.services import ServiceRegistry
+from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.threads import NodeThread
 from delayq.store import versions
 

@@ -7,12 +7,12 @@
     UNROUTABLE  a failed attempt (no queue bound): retried with the service's backoff, then FAILED
     HELD        not published: its service's exchange is unusable (delayq.nodes.amqp.exchanges); back to
                 DELAY with its number, due when the exchange is next checked
-    RETURNED    not published: its claim is no longer current (delayq.nodes.lease; VETOED when the
+    RETURNED    not published: its claim is no longer current (delayq.nodes.dispatch.lease; VETOED when the
                 publisher found so just before the write); back to DELAY with its number and its
                 due time, so it fires at once wherever its shard now is
 
 Whatever goes back to DELAY goes back into memory, or to its shard's new owner as a hint when the
-shard moved meanwhile (delayq.nodes.delayqueue, "Handover"). A shard moved by plan (a rebalance,
+shard moved meanwhile (delayq.nodes.memory.delayqueue, "Handover"). A shard moved by plan (a rebalance,
 a drain, a pin) is routine: its claims handed back are logged at INFO, once per record batch.
 
 If MySQL is down, the outcomes wait here and are retried every RETRY_S; a crash loses nothing either: a claimed
@@ -34,13 +34,13 @@ from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
-from delayq.nodes.attempts import Attempt, Settled
-from delayq.nodes.delayqueue import DelayQueue, Entry
-from delayq.nodes.lease import MOVED
+from delayq.nodes.dispatch.attempts import Attempt, Settled
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.dispatch.lease import MOVED
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.ports import RecordStore
-from delayq.nodes.results import ResultApplier
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.dispatch.ports import RecordStore
+from delayq.nodes.outcomes.results import ResultApplier
 from delayq.nodes.threads import NodeThread
 from delayq.store.values import Claimed
 
@@ -186,5 +186,5 @@ class Recorder(NodeThread):
             log.warning("unroutable task %s not updated: %s", c.task_id, e)
 
     def _requeue(self, items: list[tuple[Claimed, int]]) -> None:
-        # Into memory if the shard is still ours, else handed over to its owner (delayq.nodes.hints).
+        # Into memory if the shard is still ours, else handed over to its owner (delayq.nodes.memory.hints).
         self._queue.offer_written(Entry(c.task_id, c.shard_id, due, topic=c.topic) for c, due in items)

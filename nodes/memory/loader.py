@@ -14,7 +14,7 @@ full_scan_ms: the cost of a whole-window read, spread evenly over the scans inst
 the dispatcher all at once. The re-read pauses while memory holds a backlog of overdue tasks.
 In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail):
 the backstop for attempts a dead node dispatched (the dispatching node's own deadlines fire in
-delayq.nodes.deadlines), held like those during an outage of delayq's dependencies (delayq.nodes.outages).
+delayq.nodes.outcomes.deadlines), held like those during an outage of delayq's dependencies (delayq.nodes.outcomes.outages).
 A failed scan is retried within a second, so the node is back to firing within a second of MySQL
 answering again.
 
@@ -28,10 +28,10 @@ from typing import Callable
 from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
-from delayq.nodes.delayqueue import DelayQueue, Entry
-from delayq.nodes.outages import OutageGrace
-from delayq.nodes.ownership import Ownership
-from delayq.nodes.results import ResultApplier
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.outcomes.outages import OutageGrace
+from delayq.nodes.cluster.ownership import Ownership
+from delayq.nodes.outcomes.results import ResultApplier
 from delayq.nodes.threads import NodeThread
 from delayq.store.tasks import TaskStore
 
@@ -144,7 +144,7 @@ class Loader(NodeThread):
 
     def _top_up(self, shards: set[int], limited: dict[str, int], end: int) -> list[Entry]:
         """A topic held to a rate or an in-flight cap keeps at most its budget of tasks in memory
-        (delayq.nodes.flow.Flow.limited), its earliest, read apart from the others' whenever memory
+        (delayq.nodes.memory.flow.Flow.limited), its earliest, read apart from the others' whenever memory
         holds less than half of it: a backlog it fires slowly never takes the memory the other
         topics' tasks need, nor pushes their horizon back. Memory is not complete below the
         horizon for these topics; a topic whose limits are lifted makes the window read again."""

@@ -1,9 +1,9 @@
 """Fair share in memory: a due-time heap per topic, a heap of the topics' earliest entries (which
 topics have something due, so a topic with nothing due costs nothing), and the ring of topics that
-have, served by weighted round robin through a gate (delayq.nodes.flow) that says how many of a
+have, served by weighted round robin through a gate (delayq.nodes.memory.flow) that says how many of a
 topic's due entries may go now.
 
-Topics keeps the structure only; the DelayQueue (delayq.nodes.delayqueue) owns the entries, the
+Topics keeps the structure only; the DelayQueue (delayq.nodes.memory.delayqueue) owns the entries, the
 lock and the waiting, and calls it under its lock. Heap items go stale when their entry is removed
 or re-timed (the `live` map says which item is current) and are dropped on the way.
 """
@@ -16,7 +16,7 @@ from delayq.store.values import Entry
 
 QUANTUM = 32            # entries a topic of weight 1 may take per round when others have tasks due too
 
-# Lanes (delayq.nodes.dispatchlanes): a take for one lane sees only that lane's topics. A topic is
+# Lanes (delayq.nodes.dispatch.lanes): a take for one lane sees only that lane's topics. A topic is
 # backlogged, and its due entries go to the bulk lane, when more than BACKLOG of them are due
 # already, or when its earliest is BEHIND_MS late (the prompt lane is not keeping up); otherwise
 # they go to the prompt lane, which also takes every entry ahead of its due time (the start of a burst).

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from delayq.nodes.attempts import Attempt
+from delayq.nodes.dispatch.attempts import Attempt
 from delayq.nodes.validation import ServiceSpec
 
 

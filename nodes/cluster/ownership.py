@@ -4,7 +4,7 @@ The claim statement checks the same (owner, epoch) against job_shard in MySQL, s
 can only make a claim fail, never succeed wrongly. `claimable` is off while the node must not claim
 at all (ZooKeeper session suspended). `suspensions` counts them, and `holds` says whether shards
 are still ours at the epochs a claim was fenced with: a claim taken before a suspension, or of a
-shard lost or granted anew since, may no longer be published (delayq.nodes.lease).
+shard lost or granted anew since, may no longer be published (delayq.nodes.dispatch.lease).
 
 Thread-safe. Listeners (gained, lost) run on the thread that changed the ownership.
 """

@@ -8,10 +8,10 @@ claims it.
     q.offer(Entry("t1", shard_id=3, due_ms=clock.now_ms() + 500, topic="orders"))
     due = q.take_due(max_items=500, timeout=1.0)   # blocks until t1 is due (or 1 s passes)
 
-Fair share (delayq.nodes.fairshare): each topic has its own heap, and when several have entries
+Fair share (delayq.nodes.memory.fairshare): each topic has its own heap, and when several have entries
 due a take serves them by weighted round robin, each in due order, the next take going on where
 this one stopped: a topic with 100,000 tasks due at once gets no more turns than one with a single
-task due. The gate (delayq.nodes.flow) says how many of a topic's due entries may be taken now (its
+task due. The gate (delayq.nodes.memory.flow) says how many of a topic's due entries may be taken now (its
 rate, its attempts in flight) and when to look again; an entry held back stays here, unclaimed, so
 it can still be cancelled. Paused topics are not held at all (`pause`): their tasks stay in MySQL
 until they resume.
@@ -29,7 +29,7 @@ Handover (docs/ARCHITECTURE.md, invariant 8). Once told which shards the node ow
 queue holds entries of those shards only, and decides under its lock, so that no entry can slip in
 beside a shard's loss: an entry written for a shard it does not own (a retry, a claim put back, a
 submit, after the shard moved) goes to `handover`, which tells the shard's owner (a hint row,
-delayq.nodes.hints); and when a shard is lost, the entries of it offered in the last
+delayq.nodes.memory.hints); and when a shard is lost, the entries of it offered in the last
 HANDOVER_LOOKBACK_S go there too, since the new owner may have read its window before they were
 written. Older entries were written before the shard moved and are in the new owner's read.
 """
@@ -39,8 +39,8 @@ import threading
 from typing import Callable, Iterable
 
 from delayq.clock import Clock
-from delayq.nodes.fairshare import BULK, PROMPT, QUANTUM, Gate, Open, Topics
-from delayq.nodes.offertimes import OfferTimes
+from delayq.nodes.memory.fairshare import BULK, PROMPT, QUANTUM, Gate, Open, Topics
+from delayq.nodes.memory.offertimes import OfferTimes
 from delayq.store.values import Entry
 
 __all__ = ["BULK", "PROMPT", "QUANTUM", "DelayQueue", "Entry", "Gate", "Open"]
@@ -260,7 +260,7 @@ class DelayQueue:
         takes everything due within lead_ms: a taker that keeps up takes about gather_ms worth of
         entries each time instead of one at a time.
 
-        With a lane (PROMPT or BULK, delayq.nodes.fairshare), only the topics that go to that lane
+        With a lane (PROMPT or BULK, delayq.nodes.memory.fairshare), only the topics that go to that lane
         now are taken; a take wakes the other waiters, since it may have moved a topic between lanes.
 
         Returns [] when the timeout passes with nothing due, or when the queue is closed.

@@ -1,0 +1,3 @@
+"""What becomes of an attempt once it left: publish outcomes recorded (`recorder`), results and
+time-outs applied (`results`, `deadlines`), and delayq's own outages kept from using up
+consumers' time-to-run (`outages`)."""

@@ -40,11 +40,16 @@ from delayq.nodes.front.access import Access
 from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
+from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.service import Service
+from delayq.nodes.front.newtasks import NewTasks, SubmitRules
+from delayq.nodes.front.placing import Placing
+from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
+from delayq.nodes.front.topics import TopicCalls
 from delayq.nodes.http import HealthServer
 from delayq.nodes.memory.loader import Loader
 from delayq.nodes.metrics import Metrics
@@ -174,26 +179,28 @@ class NodeRuntime:
                                                     task_id, attempt, result, message, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
-        self.handler = Handler(self.requests, TaskWriter(self.writes), self.services, self.queue, self.ownership,
-                               clock, self.results, self.metrics, self.access,
-                               limits=Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms),
-                               max_batch=s.limits.max_batch, window_ms=s.scheduling.window_ms,
-                               default_exchange=s.amqp.exchange, check_exchange=self.exchanges.check,
-                               audit=Audit(AuditLog(self.engine), clock), controls=ControlStore(self.engine, clock),
-                               quotas=self.quotas, cluster_info=self.probes.cluster_info)
+        answers = CallAnswers(self.metrics, Audit(AuditLog(self.engine), clock).call)
+        placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
+        limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
+        self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
+        self.topics = TopicCalls(self.services, ControlStore(self.engine, clock), self.access, answers,
+                                 self.exchanges.check, default_exchange=s.amqp.exchange)
+        self.submit_path = SubmitPath(SubmitGate(self.access, self.quotas),
+                                      NewTasks(self.services, placing, SubmitRules(limits, s.limits.max_batch)),
+                                      TaskWriter(self.writes), placing, answers, clock)
         # Strings up to the frame cap are read, and the handler refuses what is too large. A list
         # longer than the largest batch is refused while decoding, before anything is built (a frame
         # of 8 MiB could claim millions of tasks), and the SubmitBatcher answers it as too large.
         protocol = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
             string_length_limit=s.limits.max_frame_bytes, container_length_limit=s.limits.max_batch)
-        self.submits = SubmitBatcher(self.handler.submit_many, protocol, max_batch=s.limits.max_batch)
-        self.admin = AdminCalls(self.access, self.handler.answers, clock, self.engine, ClientStore(self.engine),
+        self.submits = SubmitBatcher(self.submit_path.submit_many, protocol, max_batch=s.limits.max_batch)
+        self.admin = AdminCalls(self.access, answers, clock, self.engine, ClientStore(self.engine),
                                 cluster_info=self.probes.cluster_info, zk=self.zk and self.zk.call,
                                 paths=self.zk and self.paths, reshards=self.zk and ReshardJob(
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
                                                            scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
-        self.calls = CallPool(DelayScheduler.Processor(Service(self.handler, self.admin)), protocol,
+        self.calls = CallPool(DelayScheduler.Processor(Service(self.handler, self.topics, self.admin)), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, max_connections=s.limits.thrift_workers,

@@ -1,5 +1,5 @@
 """AdminCalls: the Thrift calls that change the cluster rather than tasks, each for a client holding
-`admin`: the layout (drain, undrain, pin, unpin, intents, reshard), redrive, and clients (add,
+`admin`: the cluster as this node sees it (cluster), the layout (drain, undrain, pin, unpin, intents, reshard), redrive, and clients (add,
 grant, revoke, rotate, list). They do what the operator's `delayq` commands do, through the same
 code (delayq.master.intents, delayq.master.reshard, delayq.store.maintenance, delayq.store.clients),
 so an admin needs a token, not MySQL and ZooKeeper credentials; each is recorded in the audit log
@@ -51,6 +51,11 @@ class AdminCalls:
         self._access.require(current(), Permission.ADMIN)
 
     # ---- the cluster's layout -----------------------------------------------------------------
+
+    @declared
+    def cluster(self) -> ttypes.ClusterInfo:
+        self._admin()
+        return self._cluster_info()
 
     @declared
     def drain(self, nodeId: str, force: bool) -> ttypes.Intents:

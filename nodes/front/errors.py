@@ -63,7 +63,7 @@ class CallAnswers:
 
     def __init__(self, metrics: Metrics, observe: Callable[[str, tuple, object, Exception | None], None]
                  = lambda method, args, result, error: None):
-        self._metrics = metrics
+        self.metrics = metrics
         self.observe = observe          # every call but submits, once answered (the audit log)
         self._pairs: dict[tuple[str, str], tuple] = {}
 
@@ -85,12 +85,12 @@ class CallAnswers:
         else:
             outcome = OUTCOMES.get(type(error), "error")
             if isinstance(error, errors.Unavailable):
-                self._metrics.errors.labels("rabbitmq" if isinstance(error, errors.BrokerUnavailable)
+                self.metrics.errors.labels("rabbitmq" if isinstance(error, errors.BrokerUnavailable)
                                             else "mysql").inc()
         pair = self._pairs.get((method, outcome))
         if pair is None:       # prometheus' labels() costs more than the count: looked up once
-            pair = self._pairs[method, outcome] = (self._metrics.thrift_requests.labels(method, outcome),
-                                                   self._metrics.thrift_seconds.labels(method))
+            pair = self._pairs[method, outcome] = (self.metrics.thrift_requests.labels(method, outcome),
+                                                   self.metrics.thrift_seconds.labels(method))
         pair[0].inc()
         pair[1].observe(elapsed)
 

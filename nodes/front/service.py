@@ -2,10 +2,12 @@
 handing it to the part that serves it, so that a reader (and an editor's jump-to-definition) finds
 who answers a call here.
 
-    task calls, services, topics, cluster   front.handler.Handler
-    admin calls (drain, pin, reshard, ...)  front.admin.AdminCalls
-    submit, submitBatch                     front.submits.SubmitBatcher: the server hands those calls
-                                            to it directly (front.server), they never come here
+    task calls (cancel, reschedule, get...)  front.handler.Handler
+    services and topic controls              front.topics.TopicCalls
+    admin calls (cluster, drain, pin, ...)   front.admin.AdminCalls
+    submit, submitBatch                      front.submits.SubmitBatcher, then front.submitpath.SubmitPath:
+                                             the server hands those calls to it directly (front.server),
+                                             they never come here
 
 Each part checks the caller's identity and permissions itself (front.access) and maps errors to
 the IDL's declared exceptions (front.errors).
@@ -15,13 +17,14 @@ from __future__ import annotations
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front.handler import Handler
+from delayq.nodes.front.topics import TopicCalls
 
 
 class Service(DelayScheduler.Iface):
-    def __init__(self, tasks: Handler, admin: AdminCalls):
-        self._tasks, self._admin = tasks, admin
+    def __init__(self, tasks: Handler, topics: TopicCalls, admin: AdminCalls):
+        self._tasks, self._topics, self._admin = tasks, topics, admin
 
-    # ---- task, service and topic calls (front.handler.Handler) ----------
+    # ---- task calls (front.handler.Handler) ----------
 
     def authenticate(self, token):
         return self._tasks.authenticate(token)
@@ -35,25 +38,27 @@ class Service(DelayScheduler.Iface):
     def get(self, taskId):
         return self._tasks.get(taskId)
 
-    def registerService(self, svc):
-        return self._tasks.registerService(svc)
-
-    def listServices(self):
-        return self._tasks.listServices()
-
     def reportResult(self, taskId, attempt, status, message):
         return self._tasks.reportResult(taskId, attempt, status, message)
 
+    # ---- services and topic controls (front.topics.TopicCalls) ----------
+
+    def registerService(self, svc):
+        return self._topics.registerService(svc)
+
+    def listServices(self):
+        return self._topics.listServices()
+
     def setTopicControls(self, controls):
-        return self._tasks.setTopicControls(controls)
+        return self._topics.setTopicControls(controls)
 
     def listTopicControls(self):
-        return self._tasks.listTopicControls()
-
-    def cluster(self):
-        return self._tasks.cluster()
+        return self._topics.listTopicControls()
 
     # ---- admin calls (front.admin.AdminCalls) ----------
+
+    def cluster(self):
+        return self._admin.cluster()
 
     def drain(self, nodeId, force):
         return self._admin.drain(nodeId, force)

@@ -1,7 +1,7 @@
 """SubmitWrites: how a group of submit calls reaches MySQL — in one statement, or streamed in parts.
 
-A group of calls is checked and prepared (by the handler's `prepare`), then written through
-delayq.store.submits.TaskWriter one of two ways:
+A group of calls is checked and converted (delayq.nodes.front.newtasks.NewTasks), then written
+through delayq.store.submits.TaskWriter one of two ways:
 
 - in one statement (`_in_one`): every call checked first, the tasks of those that passed written
   together; the only way when a client chose a task id, which may exist already;
@@ -15,10 +15,11 @@ Each call keeps its own result: its Submitted rows, or its own exception.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.nodes.front.newtasks import NewTasks
 from delayq.store.submits import TaskWriter
 from delayq.store.values import NewTask, Submitted
 
@@ -26,8 +27,6 @@ STREAM_ROWS = 256
 STREAM_PART = 128
 
 Calls = Sequence[tuple[Sequence[ttypes.TaskSpec] | None, bool]]      # (specs, batch) per call
-# prepare(specs, batch, now_ms, ids, first, end): the checked NewTasks of specs[first:end]
-Prepare = Callable[[Sequence[ttypes.TaskSpec] | None, bool, int, Iterator[str], int, int | None], list[NewTask]]
 Committed = list[tuple[list[NewTask], list[Submitted]]]
 
 
@@ -51,8 +50,8 @@ def streamable(calls: Calls) -> bool:
 
 
 class SubmitWrites:
-    def __init__(self, writer: TaskWriter, prepare: Prepare):
-        self._writer, self._prepare = writer, prepare
+    def __init__(self, writer: TaskWriter, new_tasks: NewTasks):
+        self._writer, self._prepare = writer, new_tasks.prepare
 
     def write(self, calls: Calls, now: int) -> tuple[list, Committed]:
         """Per call its list of Submitted or its exception; and what was committed, per call that was."""

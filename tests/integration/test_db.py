@@ -20,15 +20,16 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.errors import ConfigError, StoreUnavailable, UnknownTopic
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.front.access import Access
-from delayq.nodes.front.handler import Handler
+from delayq.nodes.front.errors import CallAnswers
+from delayq.nodes.front.newtasks import NewTasks, SubmitRules
+from delayq.nodes.front.placing import Placing
+from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.validation import Limits, ServiceSpec
 from delayq.store.clients import ClientStore
-from delayq.store.controls import ControlStore
 from delayq.store.submits import TaskWriter
-from delayq.store.requests import TaskRequests
 from delayq.store.values import NewTask
 
 pytestmark = pytest.mark.integration
@@ -215,7 +216,7 @@ def test_an_unreachable_mysql_is_told_and_a_refused_statement_or_lock_conflict_i
 
 @pytest.fixture
 def handler(database):
-    """A node's Thrift handler on the real MySQL, with the topic "g.t" registered."""
+    """A node's submit path on the real MySQL, with the topic "g.t" registered."""
     settings = config.load({"DELAYQ_MYSQL_URL": database.url})
     engine, writes = dbm.make_engine(settings.mysql), dbm.make_engine(settings.mysql, autocommit=True)
     services = ServiceRegistry(engine, SYSTEM_CLOCK)
@@ -224,10 +225,9 @@ def handler(database):
     ownership.set({s: 1 for s in range(database.shards)}, range(database.shards))
     metrics = Metrics()
     access = Access(ClientStore(engine), metrics, enabled=False)       # the write path alone
-    yield Handler(TaskRequests(engine), TaskWriter(writes), services,
-                  DelayQueue(SYSTEM_CLOCK), ownership, SYSTEM_CLOCK, results=None, metrics=metrics, access=access,
-                  limits=Limits(1024, 86_400_000), max_batch=1000, window_ms=60_000, default_exchange="delayq",
-                  check_exchange=lambda _e: None, cluster_info=lambda: None, controls=ControlStore(engine))
+    placing = Placing(DelayQueue(SYSTEM_CLOCK), ownership, window_ms=60_000)
+    yield SubmitPath(SubmitGate(access), NewTasks(services, placing, SubmitRules(Limits(1024, 86_400_000), 1000)),
+                     TaskWriter(writes), placing, CallAnswers(metrics), SYSTEM_CLOCK)
     engine.dispose()
     writes.dispose()
 

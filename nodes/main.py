@@ -35,6 +35,7 @@ from delayq.nodes.cluster.clockcheck import ClockCheck
 from delayq.nodes.outcomes.deadlines import Deadlines
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.flow import Flow, follow
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.admin import AdminCalls
@@ -51,12 +52,12 @@ from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
 from delayq.nodes.http import HealthServer
-from delayq.nodes.memory.loader import Loader
+from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
 from delayq.nodes.probes import Probes
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.outcomes.recorder import Recorder
+from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.outcomes.results import ResultApplier
 from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.cluster.skew import ReferenceClock
@@ -110,7 +111,6 @@ class NodeRuntime:
         self.handover = hints.Handover(clock, s.scheduling.window_ms)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give,
                                 shards=())
-        self.flow.kick = self.queue.kick
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file)
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
@@ -126,8 +126,7 @@ class NodeRuntime:
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
                                      on_failed=self.deadletters.wake, on_ended=self.flow.released)
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
-                                 publish_retry_ms=s.scheduling.publish_retry_ms,
-                                 gather_ms=s.scheduling.record_gather_ms)
+                                 RecordSettings.of(s.scheduling))
         # ZooKeeper's parts (or a standalone node's), before what watches the session.
         self.zk: ZkSession | None = None
         self.standalone: Standalone | None = None
@@ -150,21 +149,20 @@ class NodeRuntime:
         self.hints = hints.HintReader(self.polls, self.queue, self.ownership, self.handover,
                                       poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
-        self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock,
-                             window_ms=s.scheduling.window_ms, interval_ms=s.scheduling.scan_interval_ms,
-                             cap=s.scheduling.memory_cap, full_scan_ms=s.scheduling.full_scan_ms,
-                             catchup_rate=s.scheduling.catchup_rate,
-                             catchup_grace_ms=s.scheduling.catchup_grace_ms, grace=self.grace,
-                             limited=self.flow.limited)
-        lane = functools.partial(Dispatcher, self.store, self.queue, self.ownership, self.services,
-                                 results=self.results, metrics=self.metrics, clock=clock,
-                                 default_exchange=s.amqp.exchange, lead_ms=s.scheduling.claim_lead_ms,
-                                 lease_ms=s.scheduling.claim_lease_ms, guard=self.exchanges,
-                                 deadlines=self.deadlines, recorder=self.recorder,
-                                 unsettled=Unsettled(self.store, clock), on_fenced=self.loader.rescan, flow=self.flow)
-        self.dispatcher = dispatchlanes.Lanes(lane, publisher(max_in_flight=dispatchlanes.PROMPT_WINDOW),
-                                              self.publisher, batch=s.scheduling.dispatch_batch,
-                                              claimers=s.scheduling.write_concurrency)
+        self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock, ScanSettings.of(s.scheduling),
+                             grace=self.grace, limited=self.flow.limited)
+        # Two lanes (delayq.nodes.dispatch.lanes), sharing all but their publisher.
+        claims = Claims(self.store, self.ownership, Unsettled(self.store, clock))
+        memory = Memory(self.queue, self.flow, rescan=self.loader.rescan)
+        publishing = Publishing(self.publisher, self.services, self.exchanges, default_exchange=s.amqp.exchange)
+        outcomes = Outcomes(self.recorder, self.results, self.deadlines)
+        dispatch = DispatchSettings.of(s.scheduling)
+        prompt_publisher = publisher(max_in_flight=dispatchlanes.PROMPT_WINDOW)
+        self.dispatcher = dispatchlanes.Lanes(
+            Dispatcher(claims, memory, publishing.via(prompt_publisher), outcomes, self.metrics, clock,
+                       dispatchlanes.prompt_settings(dispatch)),
+            Dispatcher(claims, memory, publishing, outcomes, self.metrics, clock, dispatchlanes.bulk_settings(dispatch)),
+            prompt_publisher)
         sec = s.security
         self.services_watch = ServicesWatch(self.engine, self.services)
         follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,

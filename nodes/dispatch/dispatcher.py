@@ -17,7 +17,8 @@ to Deadlines.
 
 Each claimed task travels as one typed value, an Attempt (delayq.nodes.dispatch.attempts), from its claim
 through the release heap, decide() (delayq.nodes.dispatch.decide: misfire, route, hold-back), the publish
-and its outcome to the Recorder, which is each published batch's outcome handler.
+and its outcome to the Recorder, which is each published batch's outcome handler. What a
+Dispatcher is built from, in four bundles and its settings: delayq.nodes.dispatch.wiring.
 
 Threads: `claimers` claiming threads, each taking its own batches from the DelayQueue (one entry per
 task, so no two claims touch the same row; all take the shard rows in share mode), and the releaser
@@ -30,28 +31,20 @@ import collections
 import logging
 import threading
 import time
-from typing import Callable
 
 from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp import messages
-from delayq.nodes.amqp.exchanges import ExchangeGuard
-from delayq.nodes.dispatch.claimlead import ClaimLead
-from delayq.nodes.outcomes.deadlines import Deadlines
-from delayq.nodes.memory.flow import Flow
 from delayq.nodes.dispatch.attempts import Attempt, ReleaseHeap, Settled
+from delayq.nodes.dispatch.claimlead import ClaimLead
 from delayq.nodes.dispatch.decide import decide
-from delayq.nodes.memory.delayqueue import BULK, PROMPT, DelayQueue, Entry
 from delayq.nodes.dispatch.lease import MOVED, ClaimLease
+from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
+from delayq.nodes.memory.delayqueue import PROMPT, Entry
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.dispatch.ports import ClaimStore, Outbox
-from delayq.nodes.outcomes.results import ResultApplier
-from delayq.nodes.cluster.services import ServiceRegistry
-from delayq.nodes.outcomes.recorder import HELD, RETURNED, Recorder
+from delayq.nodes.outcomes.recorder import HELD, RETURNED
 from delayq.nodes.threads import NodeThread
-from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.store.values import Claim
 
 log = logging.getLogger(__name__)
@@ -63,35 +56,27 @@ HELD_BATCHES = 2       # claimed, not yet handed to the publisher, at most (in t
 class Dispatcher(NodeThread):
     name = "dispatcher"
 
-    def __init__(self, store: ClaimStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 publisher: Outbox, results: ResultApplier, metrics: Metrics, clock: Clock, *,
-                 batch: int, default_exchange: str, lead_ms: int = 20, claimers: int = 1,
-                 lease_ms: int = 1500, guard: ExchangeGuard, deadlines: Deadlines, recorder: Recorder,
-                 unsettled: Unsettled, on_fenced: Callable[[], None] = lambda: None,
-                 flow: Flow | None = None, lane: str = BULK):
-        super().__init__(claimers)
-        self._lane = lane
-        self.name = f"{lane}-lane"
-        self._store, self._queue, self._ownership = store, queue, ownership
-        self._results, self._metrics = results, metrics
+    def __init__(self, claims: Claims, memory: Memory, publishing: Publishing, outcomes: Outcomes,
+                 metrics: Metrics, clock: Clock, settings: DispatchSettings = DispatchSettings()):
+        super().__init__(settings.claimers)
+        self._lane = settings.lane
+        self.name = f"{self._lane}-lane"
+        self._store, self._ownership, self._unsettled = claims.store, claims.ownership, claims.unsettled
+        self._queue, self._flow, self._rescan = memory.queue, memory.flow, memory.rescan
+        self._publisher, self._services, self._guard = publishing.outbox, publishing.services, publishing.guard
+        self._default_exchange = publishing.default_exchange
+        self._recorder, self._results, self._deadlines = outcomes.recorder, outcomes.results, outcomes.deadlines
+        self._metrics, self._clock = metrics, clock
+        self._batch = settings.batch
         # A claim must be done by the due instant: the lead grows while claims are slow (at
         # most half the claim lease, which must still hold when the task is published).
-        self._lead = ClaimLead(lead_ms, max_ms=min(MAX_LEAD_MS, lease_ms // 2))
+        self._lead = ClaimLead(settings.lead_ms, max_ms=min(MAX_LEAD_MS, settings.lease_ms // 2))
         self._claimed = ReleaseHeap(clock.now_ms)       # claimed ahead, released at their due time
-        self._lease = ClaimLease(ownership, lease_ms)
-        self._guard, self._deadlines, self._recorder = guard, deadlines, recorder
-        self._unsettled = unsettled
+        self._lease = ClaimLease(self._ownership, settings.lease_ms)
         self._claim_failures = 0
         self._held_topics: dict[str, str] = {}    # topic -> the exchange its last tasks were held back for
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
-        self._services, self._publisher, self._clock = services, publisher, clock
-        self._batch = batch
-        self._default_exchange = default_exchange
-        # Called when a claim was fenced on some shard: if the shard is ours again at a newer
-        # epoch than we knew, its tasks are in MySQL only, and the loader re-reads the window.
-        self._on_fenced = on_fenced
-        self._flow = flow
 
     def _interrupt(self) -> None:
         self._queue.close()
@@ -170,7 +155,7 @@ class Dispatcher(NodeThread):
         if lost:
             self._queue.hand_over([e for e in due if e.shard_id in lost])
         if claim.fenced:
-            self._on_fenced()
+            self._rescan()
         # Released at the instant memory had it for: its due time, or its catch-up slot (so that
         # concurrent claims of paced tasks still go out in due order).
         at = {e.task_id: e.at_ms for e in due}

@@ -22,25 +22,30 @@ A topic moves between the lanes as its backlog grows and drains; each take looks
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.wiring import DispatchSettings
 from delayq.nodes.memory.fairshare import BULK, PROMPT
 
 PROMPT_BATCH = 100       # a claim of the prompt lane: its first tasks are claimed in milliseconds
 PROMPT_WINDOW = 1000     # unconfirmed publishes on the prompt lane's connection
 
 
-class Lanes:
-    """Both lanes and the prompt lane's publisher (the bulk lane's is the node's, shared with the
-    dead letters); owns their threads."""
+def prompt_settings(settings: DispatchSettings) -> DispatchSettings:
+    return settings.for_lane(PROMPT, max_batch=PROMPT_BATCH, claimers=1)
 
-    def __init__(self, build: Callable[..., Dispatcher], prompt_publisher: ConfirmedPublisher,
-                 bulk_publisher: ConfirmedPublisher, *, batch: int, claimers: int):
-        self.publisher = prompt_publisher
-        self.prompt = build(lane=PROMPT, publisher=prompt_publisher, batch=min(batch, PROMPT_BATCH), claimers=1)
-        self.bulk = build(lane=BULK, publisher=bulk_publisher, batch=batch, claimers=claimers)
+
+def bulk_settings(settings: DispatchSettings) -> DispatchSettings:
+    return settings.for_lane(BULK, max_batch=settings.batch)
+
+
+class Lanes:
+    """Both lanes (built with prompt_settings and bulk_settings) and the prompt lane's publisher
+    (the bulk lane's is the node's, shared with the dead letters); owns their threads."""
+
+    def __init__(self, prompt: Dispatcher, bulk: Dispatcher, prompt_publisher: ConfirmedPublisher):
+        self.prompt, self.bulk, self.publisher = prompt, bulk, prompt_publisher
 
     def start(self) -> None:
         self.publisher.start()

@@ -1,7 +1,8 @@
 """What the node's dispatch core needs of MySQL and RabbitMQ, as small interfaces: the Dispatcher
-and the Recorder are written against these, delayq.store.tasks.TaskStore and
-delayq.nodes.amqp.publisher.ConfirmedPublisher implement them, and delayq.testing.fakes has
-in-memory ones for unit tests.
+and the Recorder are written against these, delayq.store.tasks.TaskStore,
+delayq.nodes.amqp.publisher.ConfirmedPublisher, delayq.nodes.cluster.services.ServiceRegistry and
+delayq.nodes.amqp.exchanges.ExchangeGuard implement them, and delayq.testing.fakes has in-memory
+ones for unit tests.
 
 Threading contract: every method may be called from any thread; `Outbox.publish` returns at once
 and calls `on_outcome(ref, outcome, reason)` exactly once per message, later, on the outbox's own
@@ -13,6 +14,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.amqp.publisher import Outcome
+from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Claim, Claimed, Entry
 
 
@@ -40,3 +42,21 @@ class Outbox(Protocol):
 
     def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
         """Send the batch (veto asked just before the write); each message's outcome to on_outcome."""
+
+
+class ServiceFinder(Protocol):
+    def find(self, topic: str) -> ServiceSpec | None:
+        """The topic's callback service (its exchange, routing key, misfire policy), or None."""
+
+
+class ExchangeVerdicts(Protocol):
+    """The exchange guard as the dispatch core asks it (delayq.nodes.amqp.exchanges)."""
+
+    def verdict(self, exchange: str) -> str | None:
+        """Why the exchange may not be published to now, or None."""
+
+    def retry_in(self, exchange: str) -> float:
+        """Seconds until an unusable exchange is checked again."""
+
+    def unusable(self) -> dict[str, str]:
+        """Exchange -> why, for every exchange known to be unusable now."""

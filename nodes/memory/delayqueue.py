@@ -69,7 +69,9 @@ class DelayQueue:
         self._cap = cap
         self._cond = threading.Condition()
         self._live: dict[str, tuple[Entry, int]] = {}       # task_id -> (entry, seq of its heap item)
-        self._topics = Topics(self._live, gate or Open())
+        gate = gate or Open()
+        self._topics = Topics(self._live, gate)
+        gate.on_change(self.kick)       # held-back entries may go now: the takers look again
         self._paused: frozenset[str] = frozenset()
         self._seq = 0                   # the next entry's sequence number: offers in order
         self._offered = OfferTimes(keep_s=2 * HANDOVER_LOOKBACK_S)     # when each number was given

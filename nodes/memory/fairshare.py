@@ -10,7 +10,7 @@ or re-timed (the `live` map says which item is current) and are dropped on the w
 from __future__ import annotations
 
 import heapq
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from delayq.store.values import Entry
 
@@ -33,6 +33,9 @@ class Gate(Protocol):
 
     def weight(self, topic: str) -> int: ...
 
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """listener() after each change that may let held-back entries go (the queue's kick)."""
+
 
 class Open:
     """No limits: every due entry may go, all topics weigh the same."""
@@ -44,6 +47,9 @@ class Open:
 
     def weight(self, topic: str) -> int:
         return 1
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        pass        # never changes
 
 
 class Topics:

@@ -76,7 +76,16 @@ class Flow:
         self._in_flight: dict[str, int] = {}      # topic -> attempts in flight at the last claim
         self._fired: dict[str, tuple[int, int, int]] = {}   # topic -> (second, taken in it, taken the one before)
         self._share = 0.0
-        self.kick: Callable[[], None] = lambda: None      # the queue's, once built
+        self._listeners: list[Callable[[], None]] = []     # the queue's kick, which subscribes itself
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """listener() after each change that may let held-back tasks go: new controls, a new split
+        of the rates, a slot freed. Called on the changer's thread, outside the flow's lock."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     # ---- settings -----------------------------------------------------------------------------
 
@@ -88,7 +97,7 @@ class Flow:
             for topic in list(self._room):
                 if self._controls.get(topic, NONE).max_in_flight is None:
                     del self._room[topic]
-        self.kick()
+        self._changed()
 
     def ownership_changes(self) -> None:
         """Split the rates again whenever the node's shards change."""
@@ -98,7 +107,7 @@ class Flow:
         """The node's shards changed: split the rates again."""
         with self._lock:
             self._resplit()
-        self.kick()
+        self._changed()
 
     def _resplit(self) -> None:
         total = self._ownership.assigned      # draining shards of a reshard included: their owners fire too
@@ -207,7 +216,7 @@ class Flow:
                 return
             self._room[topic] = max(1, self._room[topic] + 1)
             self._in_flight[topic] = max(0, self._in_flight.get(topic, 1) - 1)
-        self.kick()
+        self._changed()
 
     # ---- figures ------------------------------------------------------------------------------
 

@@ -23,9 +23,11 @@ Thread: one, owned here; `stop()` ends it.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 from delayq.clock import Clock
+from delayq.config import SchedulingSettings
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
@@ -40,22 +42,38 @@ log = logging.getLogger(__name__)
 DRAINING_MS = 1000
 
 
+@dataclass(frozen=True)
+class ScanSettings:
+    window_ms: int                  # how far ahead memory holds the shards' tasks
+    interval_ms: int                # between two scans
+    cap: int                        # tasks memory holds at most
+    full_scan_ms: int = 15_000      # every shard's loaded window re-read within this
+    catchup_rate: int = 2000        # tasks per second a backlog of late tasks is fired at
+    catchup_grace_ms: int = 2000    # late by more than this is a backlog
+
+    @classmethod
+    def of(cls, s: SchedulingSettings) -> ScanSettings:
+        return cls(window_ms=s.window_ms, interval_ms=s.scan_interval_ms, cap=s.memory_cap,
+                   full_scan_ms=s.full_scan_ms, catchup_rate=s.catchup_rate, catchup_grace_ms=s.catchup_grace_ms)
+
+
 class Loader(NodeThread):
+    """grace holds the time-outs during delayq's own outages; limited() names the topics held to a
+    rate or a cap, with how many of their tasks memory keeps (delayq.nodes.memory.flow.Flow.limited)."""
     name = "loader"
 
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 clock: Clock, *, window_ms: int, interval_ms: int, cap: int, full_scan_ms: int = 15_000,
-                 catchup_rate: int = 2000, catchup_grace_ms: int = 2000, grace: OutageGrace | None = None,
+                 clock: Clock, settings: ScanSettings, *, grace: OutageGrace | None = None,
                  limited: Callable[[], dict[str, int]] = dict):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue, ownership
         self._results, self._clock = results, clock
-        self._window_ms, self._interval_ms, self._cap = window_ms, interval_ms, cap
+        self._window_ms, self._interval_ms, self._cap = settings.window_ms, settings.interval_ms, settings.cap
         self.scans = 0
-        self._full_scan_ms = full_scan_ms
+        self._full_scan_ms = settings.full_scan_ms
         self._roll = 0                  # where the rolling re-read goes on in the sorted shard list
         self.caught_up = 0
-        self._catchup_rate, self._catchup_grace_ms = catchup_rate, catchup_grace_ms
+        self._catchup_rate, self._catchup_grace_ms = settings.catchup_rate, settings.catchup_grace_ms
         self._next_slot_ms = 0.0
         self._grace = grace
         self._limited = limited

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import logging
 import queue
+from dataclasses import dataclass
 
 from delayq.clock import Clock
+from delayq.config import SchedulingSettings
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
@@ -50,17 +52,28 @@ HELD, RETURNED = "HELD", "RETURNED"
 RETRY_S = 0.25      # a record MySQL refused is tried again this soon: firing resumes as it answers
 
 
+@dataclass(frozen=True)
+class RecordSettings:
+    publish_retry_ms: int = 1000    # a publish that never left the node is sent again this much later
+    gather_ms: int = 0              # outcomes gathered into one record batch after the first arrives
+    batch: int = 1000               # outcomes per record batch, at most
+
+    @classmethod
+    def of(cls, s: SchedulingSettings) -> RecordSettings:
+        return cls(publish_retry_ms=s.publish_retry_ms, gather_ms=s.record_gather_ms)
+
+
 class Recorder(NodeThread):
     name = "recorder"
 
     def __init__(self, store: RecordStore, queue_: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 metrics: Metrics, clock: Clock, *, publish_retry_ms: int, gather_ms: int, batch: int = 1000):
+                 metrics: Metrics, clock: Clock, settings: RecordSettings = RecordSettings()):
         super().__init__()
         self._store, self._queue, self._ownership = store, queue_, ownership
         self._results, self._clock, self._metrics = results, clock, metrics
-        self._retry_ms = publish_retry_ms
-        self._batch = batch
-        self._gather_s = gather_ms / 1000.0
+        self._retry_ms = settings.publish_retry_ms
+        self._batch = settings.batch
+        self._gather_s = settings.gather_ms / 1000.0
         self._inbox: queue.Queue[Settled] = queue.Queue()
 
     def on_outcome(self, attempt: Attempt, outcome: str, reason: str | None) -> None:

@@ -15,10 +15,11 @@ from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, UNROUTABLE
 from delayq.nodes.outcomes.deadlines import Deadlines as RealDeadlines
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.outcomes.recorder import Recorder
+from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Transition
@@ -71,11 +72,12 @@ class Core:
         self.results = Results(self.table)
         metrics = Metrics()
         self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
-                                 publish_retry_ms=RETRY_MS, gather_ms=0)
-        self.dispatcher = Dispatcher(self.table, self.memory, self.ownership, Services(*services), self.outbox,
-                                     self.results, metrics, self.clock, batch=100, default_exchange="delayq",
-                                     guard=self.exchanges, deadlines=Deadlines(), recorder=self.recorder,
-                                     unsettled=Unsettled(self.table, self.clock))
+                                 RecordSettings(publish_retry_ms=RETRY_MS))
+        self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock)),
+                                     Memory(self.memory),
+                                     Publishing(self.outbox, Services(*services), self.exchanges, "delayq"),
+                                     Outcomes(self.recorder, self.results, Deadlines()), metrics, self.clock,
+                                     DispatchSettings(batch=100))
 
     def submit(self, task_id: str, shard: int = 1, in_ms: int = 0, topic: str = "t") -> Entry:
         e = self.table.add(task_id, shard, self.clock.now + in_ms, topic)

@@ -7,7 +7,7 @@ import pytest
 
 from delayq.errors import Unavailable
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
-from delayq.nodes.memory.loader import Loader
+from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.testing.fakes import ManualClock
 
@@ -54,8 +54,8 @@ def setup():
     queue = DelayQueue(clock)
     ownership = Ownership("n1")
     ownership.set({1: 1, 2: 1}, [1, 2, 3])
-    loader = Loader(rows, queue, ownership, results=None, clock=clock, window_ms=WINDOW, interval_ms=5000,
-                    cap=1000, full_scan_ms=FULL)
+    loader = Loader(rows, queue, ownership, results=None, clock=clock,
+                    settings=ScanSettings(WINDOW, interval_ms=5000, cap=1000, full_scan_ms=FULL))
     return clock, rows, queue, ownership, loader
 
 
@@ -142,8 +142,8 @@ def test_a_full_scan_time_at_or_below_the_scan_interval_re_reads_every_shard_eac
     clock, rows = ManualClock(), Rows()
     ownership = Ownership("n1")
     ownership.set({1: 1, 2: 1, 3: 1}, [1, 2, 3])
-    loader = Loader(rows, DelayQueue(clock), ownership, results=None, clock=clock, window_ms=WINDOW,
-                    interval_ms=5000, cap=1000, full_scan_ms=5000)
+    loader = Loader(rows, DelayQueue(clock), ownership, results=None, clock=clock,
+                    settings=ScanSettings(WINDOW, interval_ms=5000, cap=1000, full_scan_ms=5000))
     first = scan(loader, rows)
     clock.now += 5_000
     assert scan(loader, rows)[1] == ((1, 2, 3), 0, first[0][2])

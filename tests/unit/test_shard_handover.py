@@ -13,10 +13,10 @@ from delayq.nodes.memory.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entr
 from delayq.nodes.memory.hints import Handover
 from delayq.nodes.dispatch.attempts import Attempt, Settled
 from delayq.nodes.dispatch.lease import BROKEN, MOVED, Lease
-from delayq.nodes.memory.loader import Loader
+from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.outcomes.recorder import RETURNED, Recorder
+from delayq.nodes.outcomes.recorder import RETURNED, RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.store.values import Claimed
 
@@ -66,7 +66,7 @@ def test_a_write_for_a_shard_no_longer_ours_goes_to_its_owner_and_a_scan_of_it_i
 def test_the_loss_reaches_memory_through_the_ownership_listener(clock, handed):
     queue = DelayQueue(clock, handover=handed.extend)
     ownership = Ownership("n1")
-    Loader(None, queue, ownership, results=None, clock=clock, window_ms=60_000, interval_ms=5000, cap=1000)
+    Loader(None, queue, ownership, results=None, clock=clock, settings=ScanSettings(60_000, 5000, 1000))
     ownership.set({1: 1, 2: 1}, [1, 2])
     queue.set_horizon(clock.now + 60_000)
     queue.offer_written([Entry("a", 2, clock.now + 100), Entry("b", 1, clock.now + 100)])
@@ -136,7 +136,7 @@ def returned(task_id: str, shard: int, due_ms: int, why: str) -> Settled:
 
 def recorder(clock, queue, ownership, store) -> Recorder:
     return Recorder(store, queue, ownership, results=None, metrics=Metrics(), clock=clock,
-                    publish_retry_ms=1000, gather_ms=0)
+                    settings=RecordSettings(publish_retry_ms=1000, gather_ms=0))
 
 
 def test_claims_of_a_moved_shard_go_back_at_their_due_time_to_the_new_owner_logged_at_info(

@@ -51,6 +51,10 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
+from delayq.nodes.console.app import Console
+from delayq.nodes.console.history import HistoryThread
+from delayq.nodes.console.peers import Peers
+from delayq.nodes.console.reads import ConsoleReads, console_engine
 from delayq.nodes.http import HealthServer
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
@@ -75,6 +79,7 @@ from delayq.store.controls import ControlStore
 from delayq.store.deadletters import DeadLetterRows
 from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
+from delayq.store.tenants import TenantStore
 from delayq.store.requests import TaskRequests
 from delayq.store.tasks import TaskStore
 from delayq.store import versions
@@ -198,7 +203,8 @@ class NodeRuntime:
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
                                                            scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
-        self.calls = CallPool(DelayScheduler.Processor(Service(self.handler, self.topics, self.admin)), protocol,
+        self.service = Service(self.handler, self.topics, self.admin)
+        self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, max_connections=s.limits.thrift_workers,
@@ -209,8 +215,24 @@ class NodeRuntime:
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
         self.metrics.gauges(self.probes.gauges, self.probes.counters)
+        # The HTTP port speaks TLS too when the node has a certificate (the console needs it).
         self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
-                                 self.probes.detail)
+                                 self.probes.detail, tls=None if sec.insecure else server_context(
+                                     sec.tls_cert_file, sec.tls_key_file))
+        self.console: Console | None = None
+        if s.http.console:
+            self._build_console(s)
+
+    def _build_console(self, s: Settings) -> None:
+        """The web console: reads on an engine of its own, actions through the Thrift service."""
+        self.console_engine = console_engine(s.mysql)
+        self.console = self.http.console = Console(
+            service=self.service, access=self.access, reads=ConsoleReads(self.console_engine),
+            history=HistoryThread(self.metrics, self.clock), peers=Peers(),
+            http_endpoints=self.probes.http_endpoints, clock=self.clock, cluster=s.node.cluster,
+            node_id=s.node.node_id, audit=AuditLog(self.console_engine),
+            tenants=TenantStore(self.console_engine, self.clock), cookie=f"delayq_console_{self.http.port}",
+            tls=self.http.tls, plaintext=s.http.console_plaintext)
 
     def _build_cluster(self, s: Settings) -> None:
         """ZooKeeper mode: membership, the assignment follower, and the master role (election and
@@ -252,6 +274,8 @@ class NodeRuntime:
                                    self.calls, self.server)
         for part in parts:
             part.start()
+        if self.console is not None:
+            self.console.start()
         log.info("node %s ready: %d shards at epoch %d, window %d ms", self.settings.node.node_id,
                  len(self.ownership.shards()), self.probes.epoch(), self.settings.scheduling.window_ms)
 
@@ -288,4 +312,7 @@ class NodeRuntime:
         self.writes.dispose()
         self.polls.dispose()
         self.http.stop()
+        if self.console is not None:
+            self.console.stop()
+            self.console_engine.dispose()
         log.info("node %s stopped", self.settings.node.node_id)

@@ -13,6 +13,7 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import Unavailable
 from delayq.nodes.front.clusterinfo import cluster_info
 from delayq.nodes.zk.view import read_view
+from delayq.zkpaths import node_of
 
 if TYPE_CHECKING:
     from delayq.nodes.main import NodeRuntime
@@ -29,8 +30,21 @@ class Probes:
     def stats(self) -> dict:
         """This node's figures as it publishes them to ZooKeeper."""
         n = self._node
-        return {"shards": len(n.ownership.shards()), "queue": len(n.queue),
+        return {"shards": len(n.ownership.shards()), "queue": len(n.queue), "http": self.http_endpoint(),
                 "clock_offset_ms": n.clockcheck.offset_ms, "held_topics": dict(n.dispatcher.held_topics)}
+
+    def http_endpoint(self) -> str:
+        """Where this node's HTTP port is reached (its console asks the others' for their history)."""
+        n = self._node
+        return f"{n.settings.node.advertise_host}:{n.http.port}"
+
+    def http_endpoints(self) -> dict[str, str]:
+        """Every node's HTTP port (node id -> host:port), as the members published them."""
+        n = self._node
+        if n.zk is None:
+            return {n.settings.node.node_id: self.http_endpoint()}
+        view = read_view(n.zk, n.paths)
+        return {node_of(m): data["http"] for m, data in view.members.items() if data.get("http")}
 
     def gauges(self) -> dict[str, float]:
         n = self._node
@@ -59,7 +73,7 @@ class Probes:
                    "submits": n.submits, "thrift-calls": n.calls, "thrift-io": n.server,
                    "clock-check": n.clockcheck, "deadlines": n.deadlines,
                    "hints": n.hints, **{w.name: w for w in n.watches},
-                   "quotas": n.quotas}
+                   "quotas": n.quotas, **({"console-history": n.console.history} if n.console else {})}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def ready(self) -> dict[str, str | None]:

@@ -102,6 +102,8 @@ class SecuritySettings:
 class HttpSettings:
     host: str
     port: int
+    console: bool
+    console_plaintext: bool
 
 
 @dataclass(frozen=True)

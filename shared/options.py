@@ -172,6 +172,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,
             "Port of /metrics, /healthz and /readyz (default: DELAYQ_PORT + 1000; 0 picks a free one)."),
+    Setting("DELAYQ_CONSOLE", "http", "console", _bool, True,
+            "Serve the web console under /ui on the HTTP port (over TLS when the node has a certificate)."),
+    Setting("DELAYQ_CONSOLE_PLAINTEXT", "http", "console_plaintext", _bool, False,
+            "Serve the console over plain HTTP too on a node with a certificate (only behind a proxy that "
+            "terminates TLS on the same machine): tokens and session cookies then cross in the clear."),
     Setting("DELAYQ_LOG_LEVEL", "log", "level", str, "INFO", "DEBUG, INFO, WARNING or ERROR."),
     Setting("DELAYQ_LOG_FORMAT", "log", "format", str, "plain", "plain or json."),
 )

@@ -20,6 +20,7 @@ class Entry:
     action: str
     target: str
     outcome: str
+    id: int = 0             # its row's id, as read (a page of the log continues before it)
 
 
 def _fit(text: str, size: int) -> str:
@@ -37,8 +38,8 @@ class AuditLog:
                 action=_fit(entry.action, 32), target=_fit(entry.target, 255), outcome=_fit(entry.outcome, 64)))
 
     def list(self, *, actor: str | None = None, action: str | None = None, since_ms: int | None = None,
-             until_ms: int | None = None, limit: int = 100) -> list[Entry]:
-        """Newest first."""
+             until_ms: int | None = None, limit: int = 100, before_id: int | None = None) -> list[Entry]:
+        """Newest first; with before_id, those older than that row (a keyset page)."""
         q = select(AUDIT).order_by(AUDIT.c.id.desc()).limit(limit)
         if actor:
             q = q.where(AUDIT.c.actor == actor)
@@ -48,5 +49,7 @@ class AuditLog:
             q = q.where(AUDIT.c.at_ms >= since_ms)
         if until_ms is not None:
             q = q.where(AUDIT.c.at_ms < until_ms)
+        if before_id is not None:
+            q = q.where(AUDIT.c.id < before_id)
         with unavailable_on_failure(), self._engine.connect() as conn:
-            return [Entry(r.at_ms, r.actor, r.address, r.action, r.target, r.outcome) for r in conn.execute(q)]
+            return [Entry(r.at_ms, r.actor, r.address, r.action, r.target, r.outcome, r.id) for r in conn.execute(q)]

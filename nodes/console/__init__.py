@@ -1,0 +1,15 @@
+"""The web console: pages an operator opens on any node's HTTP port, under /ui.
+
+    app.Console        routes a request to a page or an action; sessions, CSRF, rendering
+    sessions           login sessions and their CSRF tokens (in memory, per node)
+    history            this node's last hour of fire rate and lateness per topic, a ring of 10 s slots
+    peers              the other nodes' history and health, asked over their HTTP ports
+    reads              the console's MySQL reads: bounded, indexed, with a statement timeout
+    view               pure formatting: numbers, times, payloads, error fingerprints
+    pages_*            one module per page group
+
+Who may see and do what is the Thrift service's rule, not a second one: a login is
+`authenticate(token)`, every request re-checks the client as a Thrift call does (delayq.nodes.front
+.access), and every action is the Thrift call itself (front.service.Service) made on the HTTP
+thread as the session's client, so its permission check and its audit row are the Thrift call's.
+"""

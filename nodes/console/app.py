@@ -1,0 +1,271 @@
+"""Console: the console's requests, from the HTTP port's router (delayq.nodes.http) to a page or
+an action and back.
+
+    GET  /ui/login, POST /ui/login, POST /ui/logout     a client token in, a session cookie out
+    GET  /ui/static/<file>                              the package's assets (vendored libraries)
+    GET  /ui/<page>, POST /ui/<action>                  pages_* modules; every POST needs the
+                                                        session's CSRF token and a same-origin Origin
+    GET  /history                                       this node's history, for the other nodes
+
+Runs on the HTTP server's request threads. Each request runs as the session's client: a
+delayq.nodes.front.caller.Caller is set on the thread, and the client is looked up through
+Access as a Thrift call's is, so a revoked client or a rotated token ends the session at its next
+request. Actions are the Thrift service's own calls (permission checks and audit rows included).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+import urllib.parse
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Mapping
+
+import jinja2
+
+from delayq.access.grants import Client, Permission
+from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.clock import Clock
+from delayq.nodes.console import view
+from delayq.nodes.console.history import HistoryThread
+from delayq.nodes.console.peers import Peers
+from delayq.nodes.console.reads import ConsoleReads
+from delayq.nodes.console.sessions import Session, Sessions, csrf_ok, same_origin
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.caller import Caller, serving
+from delayq import errors
+from delayq.store.audit import AuditLog
+from delayq.store.tenants import TenantStore
+
+log = logging.getLogger(__name__)
+
+HEADERS = [("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+           ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "same-origin"),
+           ("Cache-Control", "no-store")]
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, str]
+    form: Mapping[str, str]
+    cookies: Mapping[str, str]
+    origin: str | None
+    host: str | None
+    peer: tuple
+    secure: bool            # came over TLS
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    ctype: str = "text/html; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Ctx:
+    """One request of a logged-in session."""
+    req: Request
+    session: Session
+    client: Client
+    caller: Caller
+    now_ms: int
+
+    @property
+    def admin(self) -> bool:
+        return self.client.holds(Permission.ADMIN)
+
+    def may(self, permission: Permission, topic: str | None = None) -> bool:
+        return self.client.allows(permission, topic) if topic is not None else self.client.holds(permission)
+
+
+Handler = Callable[["Console", Ctx], Response]
+
+
+class ActionRefused(Exception):
+    """What a page tells the person when an action or a read could not be done."""
+
+
+def describe(e: Exception) -> str:
+    """A Thrift call's declared exception (or delayq's error) as a sentence for the page."""
+    if isinstance(e, (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService)):
+        return f"{e.field}: {e.reason}"
+    if isinstance(e, ttypes.Forbidden):
+        return f"not allowed: this client does not hold {e.permission}" + (f" on {e.topic}" if e.topic else "")
+    if isinstance(e, ttypes.NotFound):
+        return f"no task {e.taskId} (or not one this client may see)"
+    if isinstance(e, ttypes.Unauthenticated):
+        return f"not logged in: {e.reason}"
+    if isinstance(e, ttypes.Conflict):
+        return f"conflict on {e.taskId}: {e.reason}"
+    if isinstance(e, ttypes.Unavailable):
+        return f"the cluster could not do it now: {e.reason}"
+    if isinstance(e, errors.DelayqError):
+        return str(e)
+    return "internal error (see the node's log)"
+
+
+class Console:
+    def __init__(self, *, service: DelayScheduler.Iface, access: Access, reads: ConsoleReads, history: HistoryThread,
+                 peers: Peers, http_endpoints: Callable[[], dict[str, str]], clock: Clock, cluster: str,
+                 node_id: str, audit: AuditLog, tenants: TenantStore, cookie: str, tls: bool,
+                 plaintext: bool = False, sessions: Sessions | None = None):
+        self.service, self.access, self.reads = service, access, reads
+        self.node_id, self.audit, self.tenants = node_id, audit, tenants
+        self.history, self.peers, self.http_endpoints = history, peers, http_endpoints
+        self.clock, self.cluster = clock, cluster
+        self.cookie = cookie
+        self.tls, self.plaintext = tls, plaintext
+        self.sessions = sessions or Sessions()
+        self.env = jinja2.Environment(loader=jinja2.PackageLoader("delayq.nodes.console", "templates"),
+                                      autoescape=True, undefined=jinja2.StrictUndefined)
+        self.env.filters.update(thousands=view.thousands, duration=view.duration, late=view.late, utc=view.utc,
+                                iso=view.iso, relative=lambda ms: view.relative(ms, self.clock.now_ms()))
+        from delayq.nodes.console import pages_admin, pages_overview, pages_tasks, pages_topics
+        self.routes: dict[tuple[str, str], Handler] = {}
+        for module in (pages_overview, pages_topics, pages_tasks, pages_admin):
+            self.routes.update(module.ROUTES)
+
+    def start(self) -> None:
+        self.history.start()
+
+    def stop(self) -> None:
+        self.history.stop()
+        self.peers.stop()
+
+    # ---- the way in ---------------------------------------------------------------------------
+
+    def handle(self, req: Request) -> Response:
+        if req.path == "/history":
+            return Response(200, json.dumps(self.history.snapshot()).encode(), "application/json")
+        if self.tls and not req.secure and not self.plaintext:
+            # The node has a certificate: the console speaks TLS only (the token and the cookie
+            # never cross the network in the clear).
+            if req.method == "GET" and req.host:
+                return self.redirect(f"https://{req.host}{req.path}", secure_host=True)
+            return self.text(403, "the console is served over HTTPS on this port")
+        if req.path.startswith("/ui/static/"):
+            return self.static(req.path.removeprefix("/ui/static/"))
+        if req.path in ("/ui", "/ui/"):
+            return self.redirect("/ui/overview")
+        if req.path == "/ui/login":
+            return self.login(req)
+        session = self.sessions.get(req.cookies.get(self.cookie))
+        if req.path == "/ui/logout" and req.method == "POST":
+            if session is not None and csrf_ok(session, req.form.get("csrf")):
+                self.sessions.close(session.id)
+            return self.redirect("/ui/login", cookie=self._cookie("", req.secure, expire=True))
+        if session is None:
+            return self.redirect("/ui/login?" + urllib.parse.urlencode({"next": req.path})) if req.method == "GET" \
+                else self.text(403, "not logged in")
+        handler = self.routes.get((req.method, req.path))
+        if handler is None:
+            return self.text(404, "no such page")
+        if req.method == "POST" and not (csrf_ok(session, req.form.get("csrf"))
+                                         and same_origin(req.origin, req.host, req.secure)):
+            return self.text(403, "refused: the form is not from this console (missing or wrong CSRF token)")
+        caller = Caller(req.peer)
+        caller.name, caller.credential = session.client, session.credential
+        serving(caller)
+        try:
+            client = self.access.client(caller)
+        except errors.Unauthenticated as e:
+            self.sessions.close(session.id)
+            return self.redirect("/ui/login?" + urllib.parse.urlencode({"why": e.reason}),
+                                 cookie=self._cookie("", req.secure, expire=True))
+        ctx = Ctx(req, session, client, caller, self.clock.now_ms())
+        try:
+            return handler(self, ctx)
+        except errors.DelayqError as e:
+            return self.page(ctx, "error.html", status=503, problem=describe(e))
+        finally:
+            serving(None)
+
+    def login(self, req: Request) -> Response:
+        if req.method == "GET":
+            return self.html(self.env.get_template("login.html").render(
+                why=req.query.get("why"), next=_local(req.query.get("next")), problem=None,
+                insecure=not self.access.enabled, cluster=self.cluster))
+        token = (req.form.get("token") or "").strip()
+        if not same_origin(req.origin, req.host, req.secure):
+            return self.text(403, "refused: the form is not from this console")
+        caller = Caller(req.peer)
+        serving(caller)
+        try:
+            name = self.service.authenticate(token)
+        except ttypes.Unauthenticated:
+            return self.html(self.env.get_template("login.html").render(
+                why=None, next=_local(req.form.get("next")), insecure=False, cluster=self.cluster,
+                problem="That token is not a valid client token of this cluster."), status=401)
+        finally:
+            serving(None)
+        session = self.sessions.open(name, caller.credential)
+        log.info("console: %s logged in from %s", name, req.peer[0] if req.peer else "?")
+        return self.redirect(_local(req.form.get("next")) or "/ui/overview",
+                             cookie=self._cookie(session.id, req.secure))
+
+    # ---- answers ------------------------------------------------------------------------------
+
+    def page(self, ctx: Ctx, template: str, status: int = 200, **values: Any) -> Response:
+        flash, ctx.session.flash = ctx.session.flash, None
+        body = self.env.get_template(template).render(
+            me=ctx.client.name, admin=ctx.admin, csrf=ctx.session.csrf, cluster=self.cluster, now_ms=ctx.now_ms,
+            path=ctx.req.path, flash=flash, insecure=not self.access.enabled, **values)
+        return self.html(body, status)
+
+    def act(self, ctx: Ctx, call: Callable[[], Any], done: Callable[[Any], str], back: str) -> Response:
+        """Run an action (a Thrift call as the session's client); back to `back` with what happened."""
+        try:
+            result = call()
+            ctx.session.flash = ("ok", done(result))
+        except (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService, ttypes.Forbidden, ttypes.NotFound,
+                ttypes.Unauthenticated, ttypes.Conflict, ttypes.Unavailable, errors.DelayqError, ActionRefused) as e:
+            ctx.session.flash = ("error", str(e) if isinstance(e, ActionRefused) else describe(e))
+        return self.redirect(back)
+
+    def html(self, body: str, status: int = 200) -> Response:
+        return Response(status, body.encode(), headers=list(HEADERS))
+
+    def json(self, doc: Any) -> Response:
+        return Response(200, json.dumps(doc).encode(), "application/json", list(HEADERS))
+
+    def text(self, status: int, message: str) -> Response:
+        return Response(status, (message + "\n").encode(), "text/plain; charset=utf-8", list(HEADERS))
+
+    def redirect(self, location: str, cookie: str | None = None, secure_host: bool = False) -> Response:
+        headers = [("Location", location if secure_host else _local(location) or "/ui/overview"), *HEADERS]
+        if cookie:
+            headers.append(("Set-Cookie", cookie))
+        return Response(303, b"", "text/plain", headers)
+
+    def static(self, name: str) -> Response:
+        if "/" in name.replace("vendor/", "", 1) or ".." in name or not name:
+            return self.text(404, "no such file")
+        try:
+            data = resources.files("delayq.nodes.console").joinpath("static", *name.split("/")).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return self.text(404, "no such file")
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype.endswith("javascript"):
+            ctype += "; charset=utf-8"
+        return Response(200, data, ctype, [("Cache-Control", "max-age=3600"), ("X-Content-Type-Options", "nosniff")])
+
+    def _cookie(self, value: str, secure: bool, expire: bool = False) -> str:
+        parts = [f"{self.cookie}={value}", "Path=/ui", "HttpOnly", "SameSite=Strict"]
+        if secure:
+            parts.append("Secure")
+        if expire:
+            parts.append("Max-Age=0")
+        return "; ".join(parts)
+
+
+def _local(url: str | None) -> str | None:
+    """A redirect target inside the console only (no open redirect to another site)."""
+    if not url or not url.startswith("/ui/") or url.startswith("//") or "\\" in url:
+        return None
+    return url

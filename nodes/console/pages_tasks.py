@@ -1,0 +1,160 @@
+"""The Tasks pages: search (by id; by topic, state and a time range, a page at a time by keyset),
+a task's page (its state, payload shown safely, every attempt), its actions (cancel, reschedule,
+redrive), and the Dead letters page (FAILED tasks grouped by topic and error fingerprint, a group
+redriven with its count shown first).
+
+A task's page is the `get` call, actions are `cancel`, `reschedule` and `redrive`: the Thrift
+calls, made as the session's client. A search reads MySQL (delayq.nodes.console.reads) for a topic
+the client may read, as `get` would let it read each task.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from delayq.access.grants import Permission
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.lifecycle import LIVE, Status
+from delayq.nodes.console import view
+from delayq.nodes.console.app import ActionRefused, Console, Ctx, Response, describe
+from delayq.nodes.console.pages_overview import visible
+from delayq.nodes.console.reads import DEAD_CAP, Search
+from delayq.nodes.validation import check_task_id
+from delayq import errors
+
+DEAD_DAYS = 1
+REDRIVE_CHUNK = 500          # the redrive call's limit of ids
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        raise ActionRefused(f"not a number: {value!r}") from None
+
+
+def tasks(c: Console, ctx: Ctx) -> Response:
+    q = ctx.req.query
+    task_id = (q.get("id") or "").strip()
+    if task_id:
+        return c.redirect("/ui/task?" + _qs(id=task_id))
+    topic = (q.get("topic") or "").strip()
+    state = q.get("state") or "DELAY"
+    values: dict[str, Any] = dict(topic=topic, state=state, since=q.get("since") or "", until=q.get("until") or "",
+                  states=[s.name for s in Status], page=None, problem=None, next_url=None)
+    if not topic:
+        return c.page(ctx, "tasks.html", **values)
+    try:
+        status = Status[state]
+        since, until = _int(q.get("since")), _int(q.get("until"))
+        after = None
+        if q.get("after"):
+            ms, _, last = q["after"].partition(":")
+            after = (int(ms), last)
+    except (KeyError, ValueError, ActionRefused) as e:
+        return c.page(ctx, "tasks.html", **{**values, "problem": f"bad search: {e}"}, status=400)
+    if not ctx.may(Permission.READ, topic):
+        return c.page(ctx, "tasks.html", **{**values, "problem": f"this client may not read tasks of {topic}"},
+                      status=403)
+    try:
+        page = c.reads.search(Search(topic, status, since, until), after)
+    except errors.DelayqError as e:
+        return c.page(ctx, "tasks.html", **{**values, "problem": describe(e)}, status=503)
+    next_url = None
+    if page.next_key:
+        next_url = "/ui/tasks?" + _qs(topic=topic, state=state, since=q.get("since"), until=q.get("until"),
+                                      after=page.next_key)
+    return c.page(ctx, "tasks.html", **{**values, "page": page, "next_url": next_url, "archived": status not in LIVE})
+
+
+def task(c: Console, ctx: Ctx) -> Response:
+    task_id = (ctx.req.query.get("id") or "").strip()
+    try:
+        check_task_id(task_id)
+        info = c.service.get(task_id)
+    except errors.InvalidTask as e:
+        return c.page(ctx, "task.html", info=None, problem=f"not a task id: {e.reason}", task_id=task_id, status=400)
+    except (ttypes.NotFound, ttypes.InvalidTask, ttypes.Forbidden, ttypes.Unavailable) as e:
+        return c.page(ctx, "task.html", info=None, problem=describe(e), task_id=task_id,
+                      status=404 if isinstance(e, ttypes.NotFound) else 403)
+    status = Status(info.status)
+    return c.page(ctx, "task.html", info=info, task_id=task_id, state=status.name, problem=None,
+                  payload=view.payload(bytes(info.payload or b"")),
+                  can_cancel=status is Status.DELAY and ctx.may(Permission.CANCEL, info.topic),
+                  can_reschedule=status is Status.DELAY and ctx.may(Permission.CANCEL, info.topic),
+                  can_redrive=status is Status.FAILED and ctx.admin)
+
+
+def cancel(c: Console, ctx: Ctx) -> Response:
+    task_id = ctx.req.form.get("id") or ""
+    return c.act(ctx, lambda: c.service.cancel(task_id),
+                 lambda r: f"cancel {task_id}: {ttypes.CancelResult._VALUES_TO_NAMES.get(r, r)}",
+                 "/ui/task?" + _qs(id=task_id))
+
+
+def reschedule(c: Console, ctx: Ctx) -> Response:
+    task_id = ctx.req.form.get("id") or ""
+
+    def call():
+        due = _int(ctx.req.form.get("due_ms"))
+        minutes = _int(ctx.req.form.get("in_minutes"))
+        if due is None and minutes is not None:
+            due = ctx.now_ms + minutes * 60_000
+        if due is None:
+            raise ActionRefused("say when: a time, or in how many minutes")
+        return c.service.reschedule(task_id, due)
+    return c.act(ctx, call, lambda r: f"{task_id} now due at {view.utc(r.dueAtMs)}", "/ui/task?" + _qs(id=task_id))
+
+
+def redrive(c: Console, ctx: Ctx) -> Response:
+    task_id = ctx.req.form.get("id") or ""
+    return c.act(ctx, lambda: c.service.redrive(ttypes.RedriveFilter(taskIds=[task_id])),
+                 lambda r: f"redriven: {r.redriven}", "/ui/task?" + _qs(id=task_id))
+
+
+# ---- dead letters ----------------------------------------------------------------------------
+
+
+def _groups(c: Console, ctx: Ctx):
+    rows, more = c.reads.dead(ctx.now_ms - DEAD_DAYS * 86_400_000)
+    see = visible(ctx)
+    groups: dict[tuple[str, str], list] = {}
+    for r in rows:
+        if see(r.topic):
+            groups.setdefault((r.topic, view.fingerprint(r.message)), []).append(r)
+    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    return ordered, more
+
+
+def dead(c: Console, ctx: Ctx) -> Response:
+    groups, more = _groups(c, ctx)
+    want = (ctx.req.query.get("topic"), ctx.req.query.get("fp"))
+    confirm = next(((k, v) for k, v in groups if k == want), None) if all(want) else None
+    return c.page(ctx, "dead.html", groups=groups, more=more, cap=DEAD_CAP, days=DEAD_DAYS, confirm=confirm)
+
+
+def dead_redrive(c: Console, ctx: Ctx) -> Response:
+    topic, fp = ctx.req.form.get("topic") or "", ctx.req.form.get("fp") or ""
+    expected = _int(ctx.req.form.get("count"))
+
+    def call():
+        groups, _ = _groups(c, ctx)
+        ids = [r.task_id for k, rows in groups if k == (topic, fp) for r in rows]
+        if not ids:
+            raise ActionRefused("that group has no dead letters any more (redriven or purged meanwhile)")
+        if expected is not None and len(ids) > expected:
+            ids = ids[:expected]          # never more than the count the person confirmed
+        moved = 0
+        for i in range(0, len(ids), REDRIVE_CHUNK):
+            moved += c.service.redrive(ttypes.RedriveFilter(taskIds=ids[i:i + REDRIVE_CHUNK])).redriven
+        return moved
+    return c.act(ctx, call, lambda n: f"redriven {n:,} tasks of {topic}", "/ui/dead")
+
+
+def _qs(**values) -> str:
+    import urllib.parse
+    return urllib.parse.urlencode({k: v for k, v in values.items() if v not in (None, "")})
+
+
+ROUTES = {("GET", "/ui/tasks"): tasks, ("GET", "/ui/task"): task, ("POST", "/ui/task/cancel"): cancel,
+          ("POST", "/ui/task/reschedule"): reschedule, ("POST", "/ui/task/redrive"): redrive,
+          ("GET", "/ui/dead"): dead, ("POST", "/ui/dead/redrive"): dead_redrive}

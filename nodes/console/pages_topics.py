@@ -1,0 +1,158 @@
+"""The Topics pages: every topic the client may see with its pending tasks, what is due in the
+next minute/hour/day, fire rate, lateness, in-flight against its cap, retries and failures in the
+last hour, paused and limits (pause, resume and limits changed here through `setTopicControls`); a
+topic's own page with its last hour charted; and Upcoming load, the pending tasks of each topic by
+due time over the next hour, day or week.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from delayq import errors
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.nodes.console import history, view
+from delayq.nodes.console.app import ActionRefused, Console, Ctx, Response
+from delayq.nodes.console.pages_overview import merged_history, visible
+from delayq.nodes.console.reads import COUNT_CAP, LOAD_CAP, TopicCounts, capped
+
+RECENT_SLOTS = 30           # lateness over the last 5 minutes
+RATE_SLOTS = 6              # fire rate over the last minute
+HORIZONS = {"hour": (3_600_000, 300_000, "5 min"), "day": (86_400_000, 3_600_000, "hour"),
+            "week": (7 * 86_400_000, 6 * 3_600_000, "6 h")}
+
+
+@dataclass(frozen=True)
+class TopicRow:
+    topic: str
+    counts: TopicCounts | None
+    problem: str | None
+    controls: ttypes.TopicControls
+    rate: float
+    p50_s: float | None
+    p99_s: float | None
+    retried: int
+    failed: int
+
+    def count(self, n: int) -> str:
+        return capped(n, COUNT_CAP)
+
+
+def _controls(c: Console) -> dict[str, ttypes.TopicControls]:
+    shown = {s.topic: ttypes.TopicControls(topic=s.topic) for s in c.service.listServices()}
+    shown.update({t.topic: t for t in c.service.listTopicControls()})
+    return dict(sorted(shown.items()))
+
+
+def _figures(merged: history.Merged, topic: str) -> tuple[float, float | None, float | None, int, int]:
+    slots = list(merged.values())
+    recent, last_minute, hour = history.TopicSlot(), history.TopicSlot(), history.TopicSlot()
+    for i, slot in enumerate(slots):
+        values = slot.get(topic)
+        if values is None:
+            continue
+        hour.add(values)
+        if i >= len(slots) - RECENT_SLOTS:
+            recent.add(values)
+        if i >= len(slots) - RATE_SLOTS:
+            last_minute.add(values)
+    return (last_minute.fired / (RATE_SLOTS * history.SLOT_MS / 1000), history.quantile(0.5, recent.buckets),
+            history.quantile(0.99, recent.buckets), hour.retried, hour.failed)
+
+
+def _row(c: Console, ctx: Ctx, topic: str, controls: ttypes.TopicControls, merged: history.Merged) -> TopicRow:
+    counts, problem = None, None
+    try:
+        counts = c.reads.topic_counts(topic, ctx.now_ms)
+    except errors.DelayqError as e:       # MySQL away, or the statement timeout: said in the row
+        problem = f"could not count: {e}"
+    return TopicRow(topic, counts, problem, controls, *_figures(merged, topic))
+
+
+def topics(c: Console, ctx: Ctx) -> Response:
+    merged, answered, asked = merged_history(c)
+    rows = [_row(c, ctx, t, ctl, merged) for t, ctl in _controls(c).items()]
+    return c.page(ctx, "topics.html", rows=rows, answered=answered, asked=asked)
+
+
+def topic(c: Console, ctx: Ctx) -> Response:
+    name = ctx.req.query.get("name") or ""
+    controls = _controls(c).get(name)
+    if controls is None or not visible(ctx)(name):
+        return c.page(ctx, "topic.html", row=None, name=name, status=404)
+    merged, answered, asked = merged_history(c)
+    return c.page(ctx, "topic.html", row=_row(c, ctx, name, controls, merged), name=name,
+                  answered=answered, asked=asked)
+
+
+def _number(value: str | None, kind):
+    if value is None or value.strip() == "":
+        return None
+    try:
+        n = kind(value)
+    except ValueError:
+        raise ActionRefused(f"not a number: {value!r}") from None
+    if n < 0:
+        raise ActionRefused(f"must be 0 (no limit) or more: {value!r}")
+    return n
+
+
+def controls(c: Console, ctx: Ctx) -> Response:
+    f = ctx.req.form
+    name, action = f.get("topic") or "", f.get("action") or ""
+    back = f.get("back") if (f.get("back") or "").startswith("/ui/") else "/ui/topics"
+
+    def call():
+        if action == "pause":
+            change = ttypes.TopicControls(topic=name, paused=True)
+        elif action == "resume":
+            change = ttypes.TopicControls(topic=name, paused=False)
+        elif action == "limits":
+            change = ttypes.TopicControls(topic=name, maxFireRate=_number(f.get("max_fire_rate"), float),
+                                          fireBurst=_number(f.get("fire_burst"), int),
+                                          maxInFlight=_number(f.get("max_in_flight"), int),
+                                          weight=_number(f.get("weight"), int))
+        else:
+            raise ActionRefused(f"unknown action {action!r}")
+        return c.service.setTopicControls(change)
+    return c.act(ctx, call, lambda r: f"{name}: {'paused' if r.paused else 'running'}, "
+                 f"max fire rate {r.maxFireRate or 'none'}, max in flight {r.maxInFlight or 'none'}", back or "/ui/topics")
+
+
+def load(c: Console, ctx: Ctx) -> Response:
+    horizon = ctx.req.query.get("horizon") or "hour"
+    if horizon not in HORIZONS:
+        horizon = "hour"
+    span, bucket, label = HORIZONS[horizon]
+    n = span // bucket
+    see = visible(ctx)
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for t in _controls(c):
+        if not see(t):
+            continue
+        try:
+            counts, cut = c.reads.load(t, ctx.now_ms, span, bucket)
+        except errors.DelayqError as e:   # said on the page, the other topics still shown
+            problems.append(f"{t}: could not count ({e})")
+            continue
+        series = [counts.get(i, 0) for i in range(n)]
+        if sum(series):
+            peak = max(range(n), key=lambda i: series[i])
+            rows.append({"topic": t, "series": series, "total": sum(series), "cut": cut,
+                         "peak_ms": ctx.now_ms + peak * bucket, "peak": series[peak]})
+    rows.sort(key=lambda r: -r["total"])
+    chart = {"t": [(ctx.now_ms + i * bucket) // 1000 for i in range(n)],
+             "series": [{"topic": r["topic"], "values": r["series"]} for r in rows[:8]]}
+    return c.page(ctx, "load.html", rows=rows, horizon=horizon, horizons=list(HORIZONS), bucket=label,
+                  chart=_script_safe(json.dumps(chart)), problems=problems, cap=LOAD_CAP, view=view)
+
+
+def _script_safe(doc: str) -> str:
+    """JSON inside a <script type="application/json"> element: no '<', '>' or '&' that could end it."""
+    return doc.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+ROUTES = {("GET", "/ui/topics"): topics, ("GET", "/ui/topic"): topic, ("POST", "/ui/topics/controls"): controls,
+          ("GET", "/ui/load"): load}

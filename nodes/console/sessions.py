@@ -1,0 +1,85 @@
+"""Sessions: who is logged in to this node's console, and each session's CSRF token.
+
+A session holds the client's name and the credential it authenticated with (the digest of its
+token), exactly what a Thrift connection's Caller holds after `authenticate`, so each request is
+checked as a call on that connection would be: a revoked client or a rotated token ends it.
+Sessions live in this node's memory: a restart, or another node, asks for the token again. The
+session id (the cookie) and the CSRF token are 256-bit random values, never logged.
+
+Thread-safe: the HTTP server serves each request on a thread of its own.
+"""
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+IDLE_S = 30 * 60            # a session unused this long ends
+MAX_AGE_S = 12 * 3600       # and any session after this long
+MAX_SESSIONS = 10_000       # bounded memory whatever logs in: the oldest goes first
+
+
+@dataclass
+class Session:
+    id: str
+    client: str
+    credential: str | None          # as delayq.nodes.front.caller.Caller.credential
+    csrf: str
+    opened: float
+    seen: float = field(default=0.0)
+    flash: tuple[str, str] | None = None     # ("ok" or "error", what the last action did), shown once
+
+
+class Sessions:
+    def __init__(self, now: Callable[[], float] = time.monotonic):
+        self._now = now
+        self._lock = threading.Lock()
+        self._by_id: dict[str, Session] = {}
+
+    def open(self, client: str, credential: str | None) -> Session:
+        now = self._now()
+        s = Session(secrets.token_urlsafe(32), client, credential, secrets.token_urlsafe(32), now, now)
+        with self._lock:
+            if len(self._by_id) >= MAX_SESSIONS:
+                oldest = min(self._by_id.values(), key=lambda x: x.seen)
+                del self._by_id[oldest.id]
+            self._by_id[s.id] = s
+        return s
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The live session of this id (its idle clock restarted), or None."""
+        if not session_id:
+            return None
+        now = self._now()
+        with self._lock:
+            s = self._by_id.get(session_id)
+            if s is None:
+                return None
+            if now - s.seen > IDLE_S or now - s.opened > MAX_AGE_S:
+                del self._by_id[session_id]
+                return None
+            s.seen = now
+            return s
+
+    def close(self, session_id: str | None) -> None:
+        with self._lock:
+            self._by_id.pop(session_id or "", None)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def csrf_ok(session: Session, submitted: str | None) -> bool:
+    """The form carried the session's CSRF token (compared in constant time)."""
+    return bool(submitted) and hmac.compare_digest(session.csrf.encode(), (submitted or "").encode())
+
+
+def same_origin(origin: str | None, host: str | None, secure: bool) -> bool:
+    """A browser's Origin header (sent with every POST) names this console's own address. No
+    Origin (an old browser, a script) passes here; the CSRF token still has to match."""
+    if not origin:
+        return True
+    return bool(host) and origin == f"{'https' if secure else 'http'}://{host}"

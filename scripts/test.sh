@@ -2,7 +2,7 @@
 # Run the whole test suite on a fresh Debian/Ubuntu machine: bring up ZooKeeper, MariaDB and
 # RabbitMQ (installing what is missing), install the tools some tests drive (libfaketime for
 # a node with a wrong clock, the Thrift compiler and Node.js for the client in another
-# language), install delayq into .venv, type-check it with mypy, run pytest.
+# language, Chromium for the console's browser tests), install delayq into .venv, type-check it with mypy, run pytest.
 # Arguments are passed to pytest, e.g. scripts/test.sh -k cancel
 # The fast tier, scripts/test.sh tests/unit (or files under it): the unit tests touch none of the
 # services nor those tools, so they are neither brought up nor installed for it.
@@ -27,6 +27,7 @@ if [ "$unit_only" = 0 ]; then
     command -v thrift >/dev/null 2>&1 || missing+=(thrift-compiler)
     command -v node >/dev/null 2>&1 || missing+=(nodejs)
     command -v npm >/dev/null 2>&1 || missing+=(npm)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)     # the console's browser tests
     if [ ${#missing[@]} -gt 0 ]; then delayq_apt_install "${missing[@]}"; fi
 fi
 # shellcheck source=scripts/venv.sh

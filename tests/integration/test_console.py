@@ -1,0 +1,224 @@
+"""The web console on a real 3-node cluster (real MySQL, RabbitMQ, ZooKeeper), over HTTPS on the
+nodes' HTTP ports: its protocol rules over plain HTTP requests, and what a person does in Debian's
+Chromium driven by Playwright (no browser download: /usr/bin/chromium)."""
+from __future__ import annotations
+
+import http.cookiejar
+import re
+import shutil
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq import config, db as dbm
+from delayq.store.audit import AuditLog
+from delayq.testing import security
+from conftest import wait_until, zk_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run"]
+TOPIC = "console.orders"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with zk_cluster(tmp_path_factory.mktemp("console"), shards=6, count=3) as (db, nodes):
+        with nodes[0].client() as c:
+            c.registerService(ttypes.CallbackService(topic=TOPIC, ttrMs=0))
+            viewer = c.addClient("viewer", [ttypes.Grant("read", "*")], False)
+        yield db, nodes, viewer
+
+
+def base(node) -> str:
+    return f"https://localhost:{node.env['DELAYQ_HTTP_PORT']}"
+
+
+def opener():
+    ctx = ssl.create_default_context(cafile=str(security.ensure() / "ca.pem"))
+    jar = http.cookiejar.CookieJar()
+    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx),
+                                       urllib.request.HTTPCookieProcessor(jar)), jar
+
+
+def submit(node, payload: bytes = b'{"order": 42}', delay_ms: int = 600_000) -> str:
+    with node.client() as c:
+        return c.submit(ttypes.TaskSpec(topic=TOPIC, delayMs=delay_ms, payload=payload)).taskId
+
+
+def status_of(node, task_id: str) -> int:
+    with node.client() as c:
+        return c.get(task_id).status
+
+
+# ---- HTTP: the rules every browser meets ----------------------------------------------------------
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def test_plain_http_is_sent_to_https_and_metrics_stay_plain(cluster):
+    _, nodes, _ = cluster
+    port = nodes[0].env["DELAYQ_HTTP_PORT"]
+    plain = urllib.request.build_opener(NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        plain.open(f"http://localhost:{port}/ui/overview", timeout=5)
+    assert e.value.code == 303 and e.value.headers["Location"] == f"https://localhost:{port}/ui/overview"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/history", timeout=5) as r:
+        assert r.status == 200 and "slots" in r.read().decode()
+    assert "delayq_queue_size" in nodes[0].metrics()
+
+
+def test_a_bad_token_is_refused_and_a_session_cookie_is_strict(cluster):
+    _, nodes, _ = cluster
+    op, jar = opener()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        op.open(base(nodes[0]) + "/ui/login", data=b"token=nobody.secret", timeout=5)
+    assert e.value.code == 401 and "nobody.secret" not in e.value.read().decode()
+    r = op.open(base(nodes[0]) + "/ui/login", data=urllib.parse.urlencode({"token": security.admin_token()}).encode(),
+                timeout=5)
+    assert r.url.endswith("/ui/overview")
+    cookie, = list(jar)
+    assert cookie.secure and cookie.has_nonstandard_attr("HttpOnly")
+    assert cookie.get_nonstandard_attr("SameSite") == "Strict"
+
+
+def test_an_action_without_the_csrf_token_is_refused(cluster):
+    _, nodes, _ = cluster
+    task_id = submit(nodes[0])
+    op, _ = opener()
+    op.open(base(nodes[0]) + "/ui/login", data=urllib.parse.urlencode({"token": security.admin_token()}).encode(),
+            timeout=5)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        op.open(base(nodes[0]) + "/ui/task/cancel", data=urllib.parse.urlencode({"id": task_id}).encode(), timeout=5)
+    assert e.value.code == 403
+    page = op.open(base(nodes[0]) + "/ui/overview", timeout=5).read().decode()
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    forged = urllib.request.Request(base(nodes[0]) + "/ui/task/cancel", headers={"Origin": "https://evil.example"},
+                                    data=urllib.parse.urlencode({"id": task_id, "csrf": csrf}).encode())
+    with pytest.raises(urllib.error.HTTPError) as e:
+        op.open(forged, timeout=5)
+    assert e.value.code == 403
+    assert status_of(nodes[0], task_id) == ttypes.TaskStatus.DELAY
+
+
+# ---- in Chromium -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not shutil.which(CHROMIUM):
+        pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, timeout=30_000)
+        yield b
+        b.close()
+
+
+def login(browser, node, token: str):
+    page = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(15_000)
+    page.goto(base(node) + "/ui/")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/ui/overview")
+    return page
+
+
+def test_overview_shows_every_node_and_the_master(cluster, browser):
+    _, nodes, _ = cluster
+    page = login(browser, nodes[1], security.admin_token())
+    rows = page.locator("table.nodes tbody tr")
+    assert rows.count() == 3
+    assert page.locator("table.nodes .tag.master").count() == 1
+    wait_until(lambda: page.locator("table.nodes .ok").count() == 3, 10, 0.2, what="three ready nodes")
+    page.wait_for_selector(".chart .uplot")              # the charts drew (uPlot, from the package)
+    page.context.close()
+
+
+def test_find_a_task_by_id_see_its_payload_escaped_and_cancel_it(cluster, browser):
+    db, nodes, _ = cluster
+    task_id = submit(nodes[0], payload=b"<script>window.pwned = 1</script>")
+    page = login(browser, nodes[2], security.admin_token())
+    page.click("text=Tasks")
+    page.fill("input[name=id]", task_id)
+    page.click("form.search >> nth=0 >> button")
+    page.wait_for_selector("#task-state")
+    assert page.text_content("#task-state") == "DELAY"
+    assert page.text_content("#payload") == "<script>window.pwned = 1</script>"
+    assert page.evaluate("window.pwned") is None
+    page.once("dialog", lambda d: d.accept())
+    page.click("#cancel")
+    page.wait_for_selector(".banner.ok")
+    assert "CANCELLED" in page.text_content(".banner.ok")
+    assert page.text_content("#task-state") == "CANCELLED"
+    assert status_of(nodes[0], task_id) == ttypes.TaskStatus.CANCELLED
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": db.url}).mysql)
+    rows = AuditLog(engine).list(action="cancel", actor=security.ADMIN)
+    engine.dispose()
+    assert any(r.target == task_id and r.outcome == "CANCELLED" for r in rows)
+    # The topic's list by keyset: the task is listed with its state.
+    page.goto(base(nodes[2]) + "/ui/tasks?" + urllib.parse.urlencode({"topic": TOPIC, "state": "CANCELLED"}))
+    assert page.locator(f"text={task_id}").count() == 1
+    page.context.close()
+
+
+def test_pause_a_topic_from_the_console_then_resume(cluster, browser):
+    _, nodes, _ = cluster
+    page = login(browser, nodes[0], security.admin_token())
+    page.goto(base(nodes[0]) + "/ui/topic?name=" + TOPIC)
+    page.click("#pause")
+    page.wait_for_selector("#resume")
+    assert page.text_content("#topic-state") == "paused"
+    with nodes[0].client() as c:
+        assert {t.topic: t.paused for t in c.listTopicControls()}[TOPIC]
+        due = c.submit(ttypes.TaskSpec(topic=TOPIC, delayMs=0, payload=b"x")).taskId
+    assert status_of(nodes[0], due) == ttypes.TaskStatus.DELAY
+    page.click("#resume")
+    page.wait_for_selector("#pause")
+    wait_until(lambda: status_of(nodes[0], due) != ttypes.TaskStatus.DELAY, 15, 0.2, what="the task to fire on resume")
+    page.context.close()
+
+
+def test_a_read_only_client_sees_no_action_and_a_forged_one_is_refused(cluster, browser):
+    _, nodes, viewer = cluster
+    task_id = submit(nodes[0])
+    page = login(browser, nodes[0], viewer)
+    assert "read-only" in page.text_content(".who")
+    page.goto(base(nodes[0]) + "/ui/task?id=" + task_id)
+    assert page.text_content("#task-state") == "DELAY"
+    assert page.locator("#cancel").count() == 0 and page.locator("form[action='/ui/task/cancel']").count() == 0
+    csrf = page.get_attribute("form.who input[name=csrf]", "value")
+    r = page.request.post(base(nodes[0]) + "/ui/task/cancel", form={"id": task_id, "csrf": csrf})
+    assert r.ok and "not allowed" in r.text()           # the cancel call's own refusal, shown
+    assert status_of(nodes[0], task_id) == ttypes.TaskStatus.DELAY
+    r = page.request.post(base(nodes[0]) + "/ui/task/cancel", form={"id": task_id})
+    assert r.status == 403
+    page.goto(base(nodes[0]) + "/ui/topics")
+    assert page.locator("button[value=pause]").count() == 0
+    page.context.close()
+
+
+def test_an_escaped_search_and_the_pages_answer(cluster, browser):
+    _, nodes, _ = cluster
+    page = login(browser, nodes[0], security.admin_token())
+    page.goto(base(nodes[0]) + "/ui/tasks?topic=%3Cscript%3Ewindow.pwned%3D1%3C%2Fscript%3E&state=DELAY")
+    assert page.evaluate("window.pwned") is None
+    assert page.input_value("input[name=topic]") == "<script>window.pwned=1</script>"
+    for path, text in (("/ui/topics", TOPIC), ("/ui/load", "Upcoming load"), ("/ui/dead", "Dead letters"),
+                       ("/ui/access", "viewer"), ("/ui/cluster", "Drain")):
+        page.goto(base(nodes[0]) + path)
+        assert text in page.content(), path
+    page.set_viewport_size({"width": 390, "height": 844})         # a phone: nothing wider than the screen
+    page.goto(base(nodes[0]) + "/ui/overview")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
+    page.context.close()

@@ -97,4 +97,7 @@ while :; do
 done
 delayq status "${endpoints[@]}"
 echo
+echo "The web console: https://127.0.0.1:10090/ui/ (any node: HTTP port = Thrift port + 1000; the CA is"
+echo "var/tls/ca.pem). Log in with the demo client's token, in var/demo.token; DELAYQ_KEEP=1 keeps it running."
+echo
 delayq demo "${endpoints[@]}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from importlib import resources
@@ -44,6 +45,9 @@ HEADERS = [("Content-Security-Policy", "default-src 'self'; script-src 'self'; s
             "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
            ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "same-origin"),
            ("Cache-Control", "no-store")]
+
+
+BUSY, BUSY_WAIT_S = 8, 2.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class Console:
         self.cookie = cookie
         self.tls, self.plaintext = tls, plaintext
         self.sessions = sessions or Sessions()
+        self._busy = threading.BoundedSemaphore(BUSY)
         self.env = jinja2.Environment(loader=jinja2.PackageLoader("delayq.nodes.console", "templates"),
                                       autoescape=True, undefined=jinja2.StrictUndefined)
         self.env.filters.update(thousands=view.thousands, duration=view.duration, late=view.late, utc=view.utc,
@@ -141,6 +146,17 @@ class Console:
     # ---- the way in ---------------------------------------------------------------------------
 
     def handle(self, req: Request) -> Response:
+        # At most BUSY requests at once (each may wait on MySQL or another node for seconds): more
+        # wait a moment, then are told to retry, rather than pile up threads on the node.
+        if not self._busy.acquire(timeout=BUSY_WAIT_S):
+            return Response(503, b"the console is busy: retry in a moment\n", "text/plain; charset=utf-8",
+                            [("Retry-After", "2"), *HEADERS])
+        try:
+            return self._handle(req)
+        finally:
+            self._busy.release()
+
+    def _handle(self, req: Request) -> Response:
         if req.path == "/history":
             return Response(200, json.dumps(self.history.snapshot()).encode(), "application/json")
         if self.tls and not req.secure and not self.plaintext:

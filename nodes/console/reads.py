@@ -32,6 +32,10 @@ COUNT_CAP = 10_000          # a count past this shows as "10,000+"
 LOAD_CAP = 100_000
 DEAD_CAP = 5_000
 STATEMENT_S = 3.0
+# The backlog has no index on topic (its reads are by id and by finish time): newest first along
+# idx_finished lets LIMIT stop a read early, where a small table's statistics would pick a full scan
+# and a sort, which at scale reads every archived row.
+NEWEST_FIRST = "FORCE INDEX (idx_finished)"
 
 
 def console_engine(settings: MySQLSettings) -> Engine:
@@ -177,7 +181,7 @@ class ConsoleReads:
                 q = q.where(key < s.until_ms)
             if after is not None:
                 q = q.where(key <= after[0], or_(key < after[0], b.task_id < after[1]))
-            q = q.order_by(key.desc(), b.task_id.desc()).limit(limit + 1)
+            q = q.order_by(key.desc(), b.task_id.desc()).limit(limit + 1).with_hint(BACKLOG, NEWEST_FIRST)
         else:
             t = TASK.c
             key = t.due_ms
@@ -235,5 +239,5 @@ class ConsoleReads:
         b = BACKLOG.c
         rows = self._rows(select(b.task_id, b.topic, b.message, b.finished_ms)
                           .where(b.finished_ms >= since_ms, b.status == int(Status.FAILED))
-                          .order_by(b.finished_ms.desc()).limit(cap + 1))
+                          .order_by(b.finished_ms.desc()).limit(cap + 1).with_hint(BACKLOG, NEWEST_FIRST))
         return [DeadRow(r.task_id, r.topic, r.message, r.finished_ms) for r in rows[:cap]], len(rows) > cap

@@ -1,0 +1,152 @@
+"""The console's way in, on fakes: a login is `authenticate` through the node's Access; each request
+runs as the session's client (a revoked client is logged out); a POST needs the CSRF token and a
+same-origin Origin; on a node with TLS the console is only served over TLS; the assets are served
+from the package."""
+from __future__ import annotations
+
+from delayq import errors
+from delayq.access import tokens
+from delayq.access.grants import Client, Permission
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.nodes.console.app import Console, Request
+from delayq.nodes.console.history import HistoryThread
+from delayq.nodes.console.peers import Answer, Peers
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.caller import current
+from delayq.nodes.metrics import Metrics
+from delayq.testing.fakes import ManualClock
+
+ADMIN_TOKEN, ADMIN_DIGEST = tokens.new_token("ops")
+VIEWER_TOKEN, VIEWER_DIGEST = tokens.new_token("viewer")
+
+
+class Clients:
+    def __init__(self):
+        self.version_ = "1"
+        self.clients = {"ops": Client("ops", ADMIN_DIGEST, grants=frozenset({(Permission.ADMIN, "*"), (Permission.CANCEL, "*"),
+                                                                             (Permission.READ, "*")})),
+                        "viewer": Client("viewer", VIEWER_DIGEST, grants=frozenset({(Permission.READ, "*")}))}
+
+    def version(self):
+        return self.version_
+
+    def load(self):
+        return self.version_, dict(self.clients)
+
+
+class Service:
+    """The Thrift service's calls the tests reach, with the node's Access deciding as it does."""
+
+    def __init__(self, access: Access):
+        self.access = access
+        self.cancelled: list[tuple[str, str]] = []
+
+    def authenticate(self, token):
+        try:
+            return self.access.authenticate(current(), token)
+        except errors.DelayqError:
+            raise ttypes.Unauthenticated(reason="the token is not valid") from None
+
+    def cancel(self, task_id):
+        try:
+            client = self.access.require(current(), Permission.CANCEL)
+        except errors.DelayqError:
+            raise ttypes.Forbidden(permission="cancel", topic="") from None
+        self.cancelled.append((client.name, task_id))
+        return ttypes.CancelResult.CANCELLED
+
+
+def console(tls: bool = False):
+    clients = Clients()
+    access = Access(clients, Metrics(), enabled=True)     # type: ignore[arg-type]
+    access.load()
+    service = Service(access)
+    c = Console(service=service, access=access, reads=None, history=HistoryThread(Metrics(), ManualClock(0)),  # type: ignore[arg-type]
+                peers=Peers(get=lambda ep, path: Answer(ep, None, None, "down")), http_endpoints=dict,
+                clock=ManualClock(1_000_000), cluster="c1", node_id="n1", audit=None, tenants=None,  # type: ignore[arg-type]
+                cookie="sid", tls=tls)
+    return c, service, clients, access
+
+
+def req(method, path, form=None, cookies=None, secure=False, origin=None, query=None):
+    return Request(method, path, query or {}, form or {}, cookies or {}, origin, "node:8080", ("10.0.0.9", 5555), secure)
+
+
+def login(c, token):
+    r = c.handle(req("POST", "/ui/login", {"token": token}))
+    assert r.status == 303, r.body
+    cookie = dict(r.headers)["Set-Cookie"]
+    sid = cookie.split(";")[0].split("=", 1)[1]
+    return sid, c.sessions.get(sid)
+
+
+def test_login_takes_a_valid_token_only_and_sets_a_strict_cookie():
+    c, _, _, _ = console()
+    bad = c.handle(req("POST", "/ui/login", {"token": "ops.wrong"}))
+    assert bad.status == 401 and b"ops.wrong" not in bad.body
+    r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN}))
+    cookie = dict(r.headers)["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
+    assert "Secure" not in cookie          # a plain-HTTP node (the test's request did not come over TLS)
+    assert ADMIN_TOKEN.split(".")[1] not in cookie
+
+
+def test_an_action_needs_the_csrf_token_and_runs_as_the_sessions_client():
+    c, service, _, _ = console()
+    sid, session = login(c, ADMIN_TOKEN)
+    assert c.handle(req("POST", "/ui/task/cancel", {"id": "t1"}, {"sid": sid})).status == 403
+    assert c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"sid": sid},
+                        origin="http://evil.example")).status == 403
+    assert service.cancelled == []
+    r = c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"sid": sid},
+                     origin="http://node:8080"))
+    assert r.status == 303 and service.cancelled == [("ops", "t1")]
+    assert session.flash == ("ok", "cancel t1: CANCELLED")
+    assert current() is None           # the thread serves nobody once the request is answered
+
+
+def test_a_read_only_client_is_refused_by_the_call_itself():
+    c, service, _, _ = console()
+    sid, session = login(c, VIEWER_TOKEN)
+    c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"sid": sid}))
+    assert service.cancelled == [] and session.flash[0] == "error" and "not allowed" in session.flash[1]
+
+
+def test_a_revoked_client_is_logged_out_at_its_next_request():
+    c, _, clients, access = console()
+    sid, _ = login(c, ADMIN_TOKEN)
+    clients.clients["ops"] = Client("ops", ADMIN_DIGEST, revoked=True)
+    clients.version_ = "2"
+    access.seen("2")
+    r = c.handle(req("GET", "/ui/overview", cookies={"sid": sid}))
+    assert r.status == 303 and dict(r.headers)["Location"].startswith("/ui/login?why=")
+    assert c.sessions.get(sid) is None
+
+
+def test_no_session_goes_to_the_login_and_next_stays_inside_the_console():
+    c, _, _, _ = console()
+    r = c.handle(req("GET", "/ui/tasks"))
+    assert r.status == 303 and dict(r.headers)["Location"] == "/ui/login?next=%2Fui%2Ftasks"
+    r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN, "next": "https://evil.example/"}))
+    assert dict(r.headers)["Location"] == "/ui/overview"
+    assert c.handle(req("POST", "/ui/task/cancel", {"id": "t1"})).status == 403
+
+
+def test_with_tls_the_console_is_served_over_tls_only():
+    c, _, _, _ = console(tls=True)
+    r = c.handle(req("GET", "/ui/overview"))
+    assert r.status == 303 and dict(r.headers)["Location"] == "https://node:8080/ui/overview"
+    assert c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN})).status == 403
+    r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN}, secure=True))
+    assert "Secure" in dict(r.headers)["Set-Cookie"]
+    assert c.handle(req("GET", "/history")).status == 200          # for the other nodes, like /metrics
+
+
+def test_assets_come_from_the_package_and_nothing_else():
+    c, _, _, _ = console()
+    js = c.handle(req("GET", "/ui/static/vendor/uPlot.iife.min.js"))
+    assert js.status == 200 and js.ctype.startswith("text/javascript")
+    assert c.handle(req("GET", "/ui/static/../app.py")).status == 404
+    assert c.handle(req("GET", "/ui/static/vendor/../../app.py")).status == 404
+    page = c.handle(req("GET", "/ui/login"))
+    assert "script-src 'self'" in dict(page.headers)["Content-Security-Policy"]

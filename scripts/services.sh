@@ -5,7 +5,11 @@
 #
 #   scripts/services.sh [--only zookeeper|mysql|rabbitmq]...   bring services up
 #   scripts/services.sh stop-zookeeper                         stop the ZooKeeper we started
+#   scripts/services.sh --ha [up|stop|status]                  the replicated topology (services-ha.sh)
 set -euo pipefail
+
+# The replicated topology runs beside the services below, on ports of its own: another script.
+if [ "${1:-}" = "--ha" ]; then shift; exec "$(dirname "${BASH_SOURCE[0]}")/services-ha.sh" "$@"; fi
 
 STATE_DIR="${DELAYQ_STATE_DIR:-/var/tmp/delayq}"
 ZK_DIR="$STATE_DIR/zookeeper"
@@ -22,6 +26,8 @@ usage() {
     cat <<EOF
 Usage: $0 [--only zookeeper|mysql|rabbitmq]...   bring the services up (default: all)
        $0 stop-zookeeper                         stop the ZooKeeper started by this script
+       $0 --ha [up|stop|status]                  ZooKeeper ensemble, RabbitMQ cluster and Galera
+                                                 cluster on ports of their own (docs/topology.md)
 Env: DELAYQ_STATE_DIR (${STATE_DIR}), DELAYQ_ZK_PORT (${ZK_PORT}),
      DELAYQ_MYSQL_PORT (${MYSQL_PORT}), DELAYQ_MYSQL_DB (${MYSQL_DB}),
      DELAYQ_RABBITMQ_PORT (${AMQP_PORT}), DELAYQ_RABBITMQ_TLS_PORT (${AMQPS_PORT}),
@@ -157,7 +163,9 @@ mysql_cli() { command -v mariadb || command -v mysql; }  # newer MariaDB drops t
 mysql_ping() { "$(command -v mariadb-admin || command -v mysqladmin)" -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=2 ping >/dev/null 2>&1; }
 mysql_tcp() { "$(mysql_cli)" -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=5 -N -e "$1"; }
 
-mysql_gone_or_up() { ! pgrep -x mariadbd >/dev/null 2>&1 || port_open "$MYSQL_PORT"; }
+# The Galera members of `--ha` (their config file is named delayq-ha-*.cnf) are not the system's server.
+system_mariadbd() { pgrep -a -x mariadbd 2>/dev/null | grep -qv -- '--defaults-file=[^ ]*delayq-ha-'; }
+mysql_gone_or_up() { ! system_mariadbd || port_open "$MYSQL_PORT"; }
 
 mysql_start() {
     # A server still shutting down closes its port before it exits and still holds the data

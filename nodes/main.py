@@ -19,7 +19,7 @@ from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
 from delayq.config import Settings, check_node
 from delayq.coordination import ZkSession
-from delayq.db import make_engine, wait_until_answered
+from delayq.db import make_engine, members_of, wait_until_answered
 from delayq.errors import Unavailable
 from delayq.master.election import Election
 from delayq.master.rebalancer import Rebalancer
@@ -99,13 +99,15 @@ class NodeRuntime:
         self.clock = clock = clock or self.reference
         self.metrics = Metrics()
         self.probes = Probes(self)            # reads the parts built below, once the node runs
-        self.engine = make_engine(s.mysql)
+        # With several MySQL members, all of the node's engines write to the same one.
+        members = members_of(s.mysql)
+        self.engine = make_engine(s.mysql, members=members)
         self.clockcheck = ClockCheck(self.engine, self.reference, self.metrics,
                                      interval_ms=s.scheduling.clock_check_ms,
                                      max_offset_ms=s.scheduling.max_clock_offset_ms)
         # Submits, one group at a time (on the Thrift I/O thread, or the SubmitBatcher's while MySQL
         # is slow): a second connection for a reconnect at most.
-        self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True)
+        self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True, members=members)
         self.store = TaskStore(self.engine)
         self.requests = TaskRequests(self.engine)
         self.epochs = ShardEpochs(self.engine, clock)
@@ -146,7 +148,7 @@ class NodeRuntime:
             "zookeeper": lambda: zk is None or zk.state == "connected"})
         # The pollers' reads (hints, and each change counter): one statement each, without the
         # ROLLBACK of a transaction's end, on a connection each keeps.
-        self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True)
+        self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True, members=members)
         # An outage that only a claim, a record or a poll ran into (one shorter than a window scan's
         # interval) holds time-outs all the same.
         for engine in (self.engine, self.writes, self.polls):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from delayq import zkauth
+from delayq.addresses import parse_addresses
 from delayq.errors import ConfigError
 from delayq.options import SETTINGS, Setting
 
@@ -31,6 +32,7 @@ class NodeSettings:
 @dataclass(frozen=True)
 class MySQLSettings:
     url: str
+    hosts: str
     timeout_ms: int
     pool_size: int
 
@@ -38,6 +40,7 @@ class MySQLSettings:
 @dataclass(frozen=True)
 class AmqpSettings:
     url: str
+    hosts: str
     ca_file: str
     timeout_ms: int
     exchange: str
@@ -238,6 +241,11 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"DELAYQ_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {s.log.level!r}")
     _check_security(s.security)
     _check_zk_auth(s.zk)
+    for env, hosts, port in (("DELAYQ_MYSQL_HOSTS", s.mysql.hosts, 3306), ("DELAYQ_AMQP_HOSTS", s.amqp.hosts, 5672)):
+        try:
+            parse_addresses(hosts, port)
+        except ValueError as e:
+            raise ConfigError(f"{env}: {e}") from None
     if s.limits.max_frame_bytes < s.limits.max_payload_bytes + 4096:
         raise ConfigError("DELAYQ_MAX_FRAME_BYTES must exceed DELAYQ_MAX_PAYLOAD_BYTES by 4 KiB at least")
 

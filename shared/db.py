@@ -11,15 +11,28 @@ import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from delayq.addresses import parse_addresses
 from delayq.config import MySQLSettings
 from delayq.errors import LOCK_CONFLICTS, ConfigError, StoreUnavailable, Unavailable
+from delayq.failover import Members, fail_over
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool = False) -> Engine:
+def members_of(settings: MySQLSettings) -> Members | None:
+    """The members of DELAYQ_MYSQL_HOSTS (None: the URL's one server). Engines given the same
+    Members move together, so that a node's connections go to one member."""
+    addresses = parse_addresses(settings.hosts, 3306)
+    return Members(addresses) if addresses else None
+
+
+def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool = False,
+                members: Members | None = None) -> Engine:
     """An engine whose connections time out; database=False connects to the server only.
+
+    With DELAYQ_MYSQL_HOSTS, connections go to one member of them at a time (delayq.failover);
+    `members` shares that choice with other engines (default: the engine's own).
 
     autocommit=True: every statement commits on its own, and a connection goes back to the pool
     without the ROLLBACK (a round trip) that ends a transaction. For writes that are one
@@ -44,6 +57,9 @@ def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool
         },
         **options,
     )
+    members = members or members_of(settings)
+    if members is not None:
+        fail_over(engine, members)
     _ping_when_idle(engine)
     if not autocommit:
         _reset_unless_committed(engine)

@@ -52,6 +52,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
             "SQLAlchemy URL of the MySQL/MariaDB database (default: root on 127.0.0.1:3306, database delayq).",
             secret=True),
+    Setting("DELAYQ_MYSQL_HOSTS", "mysql", "hosts", str, "",
+            "Members of a replicated MySQL (a Galera cluster) as host:port, comma-separated, with the database, "
+            "account and options of DELAYQ_MYSQL_URL (whose own host is then not used): the node writes to "
+            "one member at a time, the first that answers and is part of the primary component, and moves "
+            "to the next when it fails (docs/topology.md)."),
     Setting("DELAYQ_MYSQL_TIMEOUT_MS", "mysql", "timeout_ms", int, 5000,
             "Connect, read and write timeout of every MySQL call."),
     Setting("DELAYQ_MYSQL_POOL_SIZE", "mysql", "pool_size", int, 16,
@@ -59,6 +64,11 @@ SETTINGS: tuple[Setting, ...] = (
             "for polling (hints, changed clients, changed services)."),
     Setting("DELAYQ_AMQP_URL", "amqp", "url", str, "amqp://guest:guest@127.0.0.1:5672/%2F",
             "AMQP URL of RabbitMQ (default: guest on 127.0.0.1:5672, vhost /).", secret=True),
+    Setting("DELAYQ_AMQP_HOSTS", "amqp", "hosts", str, "",
+            "Nodes of a RabbitMQ cluster as host:port, comma-separated, with the user, vhost and TLS of "
+            "DELAYQ_AMQP_URL (whose own host is then not used): a connection goes to the first that "
+            "answers, and one that fails moves to the next; what was not confirmed on it is dispatched "
+            "again as a further attempt (docs/topology.md)."),
     Setting("DELAYQ_AMQP_CA_FILE", "amqp", "ca_file", str, "",
             "PEM file of the CA of RabbitMQ's certificate, for an amqps:// DELAYQ_AMQP_URL (default: the system's CAs)."),
     Setting("DELAYQ_AMQP_TIMEOUT_MS", "amqp", "timeout_ms", int, 5000,

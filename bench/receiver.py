@@ -29,6 +29,9 @@ from pathlib import Path
 import pika
 from pika.adapters.select_connection import SelectConnection
 
+# The nodes declare the results queue as a quorum queue (delayq.topology.QUEUE_ARGUMENTS): the same
+# arguments here, or the broker refuses one of the two declarations.
+RESULTS_QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
 TASK_ID, ATTEMPT, DUE_AT, DISPATCHED_AT = "x-delayq-task-id", "x-delayq-attempt", "x-delayq-due-at", \
     "x-delayq-dispatched-at"
 
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def on_channel(conn, ch):
         if args.report_to:      # the nodes declare it too; whoever comes first
-            ch.queue_declare(args.report_to, durable=True)
+            ch.queue_declare(args.report_to, durable=True, arguments=RESULTS_QUEUE_ARGUMENTS)
         ch.exchange_declare(args.exchange, exchange_type="topic", durable=True,
                             callback=lambda _f: ch.queue_declare(args.queue, durable=True,
                                                                  callback=lambda _f: bind(conn, ch, list(args.bind))))

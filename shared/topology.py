@@ -13,6 +13,13 @@ HEADER_STATUS = "x-delayq-status"          # on dead letters: FAILED
 HEADER_REASON = "x-delayq-reason"          # on dead letters: the last result's message
 
 
+# Queues delayq and its consumer helper declare are quorum queues: replicated over a majority of a
+# RabbitMQ cluster's nodes, they keep every confirmed message through the loss of a minority (a
+# classic queue lives on one node, and its messages are gone while that node is). A queue is
+# declared with the same arguments by everyone who declares it, or the broker refuses the second.
+QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
+
+
 def results_queue(cluster: str) -> str:
     """The durable queue a cluster's nodes take results from (one per cluster: nodes of another
     cluster on the same broker would find no such task and drop the result)."""

@@ -28,7 +28,7 @@ import logging
 import re
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import pika
 import pika.exceptions
@@ -45,7 +45,7 @@ _NO_EXCHANGE = re.compile(r"no exchange '([^']*)'")
 class ExchangeGuard(NodeThread):
     name = "exchange-guard"
 
-    def __init__(self, params: pika.ConnectionParameters, *, recheck_s: float = 30.0,
+    def __init__(self, params: pika.ConnectionParameters | Sequence[pika.ConnectionParameters], *, recheck_s: float = 30.0,
                  monotonic: Callable[[], float] | None = None, known: Callable[[], set[str]] = set,
                  examine: Callable[[str], str | None] | None = None):
         super().__init__()

@@ -24,6 +24,10 @@ caller (the dispatcher's recorder, the dead-letterer) hears of its own messages 
 
 States: CONNECTING -> READY -> (connection lost) -> CONNECTING ... ; stop() -> STOPPED.
 While not READY, publish() fails messages at once (FAILED) instead of queueing them.
+
+Given the parameters of several brokers (the nodes of a RabbitMQ cluster), it connects to the first
+and, after a failed connect or a lost connection, to the next one (wrapping): what was unconfirmed
+on the lost connection is FAILED, and its callers dispatch it again through the next broker.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import logging
 import struct
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pika
 import pika.exceptions
@@ -49,10 +53,12 @@ Outcome = Callable[[Any, str, str | None], None]
 
 
 class ConfirmedPublisher:
-    def __init__(self, params: pika.ConnectionParameters, *, max_in_flight: int = 10_000,
+    def __init__(self, params: pika.ConnectionParameters | Sequence[pika.ConnectionParameters], *,
+                 max_in_flight: int = 10_000,
                  confirm_timeout: float = 30.0, exchanges: tuple[str, ...] = (), reconnect_delay: float = 1.0,
                  on_channel_closed: Callable[[str], None] = lambda reason: None):
-        self._params = params
+        self._brokers = [params] if isinstance(params, pika.ConnectionParameters) else list(params)
+        self._broker = 0                        # index of the broker connected to, or tried next
         self._confirm_timeout = confirm_timeout
         self._exchanges = set(exchanges)
         self._reconnect_delay = reconnect_delay
@@ -140,7 +146,8 @@ class ConfirmedPublisher:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            conn = BatchingConnection(self._params, on_open_callback=self._on_open,
+            params = self._brokers[self._broker]
+            conn = BatchingConnection(params, on_open_callback=self._on_open,
                                     on_open_error_callback=self._on_open_error,
                                     on_close_callback=self._on_closed)
             with self._lock:
@@ -150,8 +157,11 @@ class ConfirmedPublisher:
             except Exception:  # noqa: BLE001 - the loop must survive anything pika raises
                 log.exception("publisher ioloop failed")
             self._lost("connection closed")
-            if not self._stopping.wait(self._reconnect_delay):
-                log.info("reconnecting to RabbitMQ")
+            # Whatever ended this connection, the next broker of the cluster is the likelier to answer.
+            self._broker = (self._broker + 1) % len(self._brokers)
+            if not self._stopping.wait(self._reconnect_delay if self._broker == 0 else 0.1):
+                log.info("reconnecting to RabbitMQ at %s:%s", self._brokers[self._broker].host,
+                         self._brokers[self._broker].port)
         with self._lock:
             self._conn = None
 
@@ -180,7 +190,8 @@ class ConfirmedPublisher:
         with self._lock:
             self._ready = True
         self._ready_event.set()
-        log.info("publisher connected to RabbitMQ (confirm mode)")
+        params = self._brokers[self._broker]
+        log.info("publisher connected to RabbitMQ at %s:%s (confirm mode)", params.host, params.port)
         if self._conn is not None:
             self._conn.ioloop.call_later(1.0, self._check_timeouts)
 

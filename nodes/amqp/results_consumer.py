@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Callable
+from typing import Callable, Sequence
 
 import pika
 import pika.exceptions
+
+from delayq.client.amqp import declare_queue
 
 from delayq import topology
 from delayq.errors import DelayqError, Forbidden, InvalidTask, Unauthenticated, Unavailable
@@ -64,12 +66,13 @@ def parse_result(body: bytes) -> tuple[str, int, Result, str | None]:
 class ResultsConsumer(NodeThread):
     name = "results-consumer"
 
-    def __init__(self, params: pika.ConnectionParameters, apply: ApplyResult, metrics: Metrics, *, cluster: str,
+    def __init__(self, params: pika.ConnectionParameters | Sequence[pika.ConnectionParameters], apply: ApplyResult, metrics: Metrics, *, cluster: str,
                  authorize: Authorize = lambda user, task_id: None, prefetch: int = 200):
         super().__init__()
         self._params, self._apply, self._metrics, self._prefetch = params, apply, metrics, prefetch
         self._authorize = authorize
-        self._own_user = getattr(params.credentials, "username", None)
+        first = params if isinstance(params, pika.ConnectionParameters) else params[0]
+        self._own_user = getattr(first.credentials, "username", None)
         self._queue = topology.results_queue(cluster)
         self._parked = topology.parked_results_queue(cluster)
 
@@ -85,9 +88,8 @@ class ResultsConsumer(NodeThread):
                 continue
             delay = 1.0
             try:
-                channel = conn.channel()
-                channel.queue_declare(self._queue, durable=True)
-                channel.queue_declare(self._parked, durable=True)
+                channel = declare_queue(conn, conn.channel(), self._queue)
+                channel = declare_queue(conn, channel, self._parked)
                 channel.basic_qos(prefetch_count=self._prefetch)
                 channel.basic_consume(self._queue, self._on_message)
                 while not self._stop.is_set():

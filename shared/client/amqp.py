@@ -4,9 +4,16 @@ The node and the consumer helper both connect through it. Needs pika.
 """
 from __future__ import annotations
 
+import logging
 import ssl
 
 import pika
+import pika.exceptions
+
+from delayq import topology
+
+log = logging.getLogger(__name__)
+PRECONDITION_FAILED = 406
 
 
 def parameters(url: str, ca_file: str = "") -> pika.URLParameters:
@@ -16,3 +23,21 @@ def parameters(url: str, ca_file: str = "") -> pika.URLParameters:
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         params.ssl_options = pika.SSLOptions(context, server_hostname=params.host)
     return params
+
+
+def declare_queue(connection: pika.BlockingConnection, channel, name: str):
+    """Declare the durable quorum queue `name` (topology.QUEUE_ARGUMENTS) and return the channel to
+    go on with. A queue of that name declared before as a classic queue is used as it is, with a
+    warning (the broker refuses to change a queue's type; the refusal closes the channel, so the
+    one returned is a new one): delete it while nothing is in it to have it made anew."""
+    try:
+        channel.queue_declare(name, durable=True, arguments=topology.QUEUE_ARGUMENTS)
+        return channel
+    except pika.exceptions.ChannelClosedByBroker as e:
+        if e.reply_code != PRECONDITION_FAILED:
+            raise
+    log.warning("queue %s exists with other arguments (a classic queue?): used as it is; delete it "
+                "while empty to have it made a quorum queue", name)
+    channel = connection.channel()
+    channel.queue_declare(name, passive=True)
+    return channel

@@ -90,8 +90,11 @@ class TaskConsumer:
     def declare(self, channel) -> str:
         queue = topology.queue_name(self.topic)
         channel.exchange_declare(self._exchange, exchange_type=topology.EXCHANGE_TYPE, durable=True)
-        channel.queue_declare(queue, durable=True)
+        assert self._conn is not None
+        # A refused declaration closes the channel: go on with the one declare_queue returns.
+        channel = amqp.declare_queue(self._conn, channel, queue)
         channel.queue_bind(queue, self._exchange, self._routing_key)
+        self._channel = channel
         return queue
 
     def wait_ready(self, timeout: float) -> bool:
@@ -107,8 +110,8 @@ class TaskConsumer:
             queue = self.declare(self._channel)
             if self._results is not None:     # "amqp", or the fallback of a Thrift report
                 self._cluster = self._cluster or self._cluster_name()
-                self._results_channel = self._conn.channel()
-                self._results_channel.queue_declare(topology.results_queue(self._cluster), durable=True)
+                self._results_channel = amqp.declare_queue(self._conn, self._conn.channel(),
+                                                           topology.results_queue(self._cluster))
                 self._results_channel.confirm_delivery()
             self._channel.basic_qos(prefetch_count=self._prefetch)
             self._channel.basic_consume(queue, self._on_message)

@@ -12,6 +12,7 @@ import pika
 import pytest
 from sqlalchemy import create_engine, text
 
+from delayq import topology
 from delayq.client import CallbackService, TaskSpec, TaskStatus
 from delayq.client.consumer import TaskConsumer
 from conftest import AMQP_URL, Collector, now_ms, wait_until
@@ -105,13 +106,13 @@ def test_a_result_that_cannot_be_applied_is_parked_with_its_reason_and_a_string_
     conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     try:
         ch = conn.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.queue_declare(parked, durable=True)
+        ch.queue_declare(queue, durable=True, arguments=topology.QUEUE_ARGUMENTS)
+        ch.queue_declare(parked, durable=True, arguments=topology.QUEUE_ARGUMENTS)
         ch.queue_purge(parked)
         node_user = pika.BasicProperties(user_id=pika.URLParameters(AMQP_URL).credentials.username)
         for body in bad + [json.dumps({"taskId": task.taskId, "attempt": "1", "status": "SUCCESS"}).encode()]:
             ch.basic_publish("", queue, body, properties=node_user)
-        wait_until(lambda: ch.queue_declare(parked, durable=True).method.message_count == len(bad), 10,
+        wait_until(lambda: ch.queue_declare(parked, passive=True).method.message_count == len(bad), 10,
                    what="the unusable results to be parked")
         reasons = {}
         for _ in bad:

@@ -118,7 +118,7 @@ class NodeRuntime:
         self.handover = hints.Handover(clock, s.scheduling.window_ms)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give,
                                 shards=())
-        amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file)
+        amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file, s.amqp.hosts)
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
             e for svc in self.services.all() for e in (svc.exchange, svc.dead_letter_exchange) if e})

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import pymysql.err
-from sqlalchemy import Engine, event, func, literal, or_, select
+from sqlalchemy import Engine, case, event, func, literal, or_, select
 
 from delayq import tables
 from delayq.config import MySQLSettings
@@ -209,10 +209,11 @@ class ConsoleReads:
         earliest = (select(t.due_ms).where(t.topic == topic, t.status == int(Status.DELAY))
                     .order_by(t.due_ms).limit(cap + 1).subquery())
         d = earliest.c.due_ms
-        pending = select(func.count(), func.coalesce(func.sum(d < now_ms), 0),
-                         func.coalesce(func.sum(d < now_ms + 60_000), 0),
-                         func.coalesce(func.sum(d < now_ms + 3_600_000), 0),
-                         func.coalesce(func.sum(d < now_ms + 86_400_000), 0)).select_from(earliest)
+
+        def before(ms: int):          # a count (a SUM of a comparison would come back as a boolean)
+            return func.coalesce(func.sum(case((d < ms, 1), else_=0)), 0)
+        pending = select(func.count(), before(now_ms), before(now_ms + 60_000), before(now_ms + 3_600_000),
+                         before(now_ms + 86_400_000)).select_from(earliest)
         flying = select(func.count()).select_from(
             select(literal(1).label("x")).where(t.topic == topic, t.status.in_([int(Status.READY), int(Status.RUNNING)]))
             .limit(cap + 1).subquery())

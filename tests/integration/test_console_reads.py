@@ -100,7 +100,10 @@ def test_counts_stop_at_their_cap(reads):
     r, _, _, live = reads
     pending = sum(1 for t in live if t["topic"] == "t7" and t["status"] == 0)
     exact = r.topic_counts("t7", NOW)
-    assert exact.pending == pending and exact.overdue == sum(
-        1 for t in live if t["topic"] == "t7" and t["status"] == 0 and t["due_ms"] < NOW)
+    due = [t["due_ms"] for t in live if t["topic"] == "t7" and t["status"] == 0]
+    assert exact.pending == pending and exact.overdue == sum(1 for d in due if d < NOW)
+    assert exact.next_hour == sum(1 for d in due if NOW <= d < NOW + 3_600_000)
+    assert exact.next_day == sum(1 for d in due if NOW <= d < NOW + 86_400_000) > 1
+    assert exact.in_flight == sum(1 for t in live if t["topic"] == "t7" and t["status"] == 1)
     capped = r.topic_counts("t7", NOW, cap=10)
     assert capped.pending == 11                  # shown as "10+"

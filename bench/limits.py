@@ -114,7 +114,8 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
     from delayq.nodes.amqp.messages import fired
     from delayq.nodes.amqp.params import amqp_parameters
     from delayq.store.values import Claimed
-    from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
+    from delayq.nodes.amqp.confirms import CONFIRMED
+    from delayq.nodes.amqp.publisher import ConfirmedPublisher
 
     key = f"bench.limit.{uuid.uuid4().hex[:8]}"
     queue = f"delayq.{key}"

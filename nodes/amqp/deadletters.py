@@ -23,7 +23,8 @@ from delayq.clock import Clock
 from delayq.errors import Unavailable
 from delayq.nodes.amqp import messages
 from delayq.nodes.amqp.exchanges import ExchangeGuard
-from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
+from delayq.nodes.amqp.confirms import CONFIRMED
+from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.cluster.services import ServiceRegistry

@@ -14,13 +14,9 @@ the batch over with `add_callback_threadsafe` and returns at once, blocking only
 
 Every message handed to `publish()` ends in exactly one call of its batch's
 `on_outcome(ref, outcome, reason)`, made on the publisher's thread (it must not block): each
-caller (the dispatcher's recorder, the dead-letterer) hears of its own messages only.
-    CONFIRMED   the broker took responsibility for it (basic.ack)
-    UNROUTABLE  returned: no queue is bound for its routing key (mandatory)
-    NOT_SENT    it never went on the wire (not connected, channel closed first)
-    VETOED      it never went on the wire: the batch's veto refused it just before the write
-    FAILED      sent, but nacked, not confirmed in time, or the connection was lost before the
-                confirm: it may or may not have reached a queue
+caller (the dispatcher's recorder, the dead-letterer) hears of its own messages only. The
+outcomes (CONFIRMED, UNROUTABLE, NOT_SENT, VETOED, FAILED) and the ledger of what awaits its
+confirm: delayq.nodes.amqp.confirms.
 
 States: CONNECTING -> READY -> (connection lost) -> CONNECTING ... ; stop() -> STOPPED.
 While not READY, publish() fails messages at once (FAILED) instead of queueing them.
@@ -31,25 +27,21 @@ on the lost connection is FAILED, and its callers dispatch it again through the 
 """
 from __future__ import annotations
 
-import collections
 import logging
 import struct
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import pika
 import pika.exceptions
 
+from delayq.nodes.amqp.confirms import NOT_SENT, VETOED, Outcome, Settled, Unconfirmed
 from delayq.nodes.amqp.frames import Outgoing, publish_frames
 from delayq.nodes.amqp.pikaio import BatchingConnection
 from delayq.topology import EXCHANGE_TYPE
 
 log = logging.getLogger(__name__)
-
-CONFIRMED, UNROUTABLE, NOT_SENT, FAILED, VETOED = "CONFIRMED", "UNROUTABLE", "NOT_SENT", "FAILED", "VETOED"
-
-Outcome = Callable[[Any, str, str | None], None]
 
 
 class ConfirmedPublisher:
@@ -78,9 +70,7 @@ class ConfirmedPublisher:
         self._thread: threading.Thread | None = None
         # Owned by the publisher thread only:
         self._channel = None
-        self._next_tag = 0
-        self._in_flight: collections.OrderedDict[int, tuple[Outgoing, float, Outcome]] = collections.OrderedDict()
-        self._returned: set[str] = set()
+        self._unconfirmed = Unconfirmed()
 
     # ---- any thread ---------------------------------------------------------------------------
 
@@ -179,7 +169,7 @@ class ConfirmedPublisher:
 
     def _on_channel(self, channel) -> None:
         self._channel = channel
-        self._next_tag = 0
+        self._unconfirmed.new_channel()
         channel.add_on_close_callback(self._on_channel_closed)
         channel.add_on_return_callback(self._on_return)
         channel.confirm_delivery(self._on_confirm, callback=lambda _frame: self._on_confirm_mode())
@@ -249,45 +239,22 @@ class ConfirmedPublisher:
             except (pika.exceptions.AMQPError, OSError, ValueError, struct.error) as e:
                 self._settle_all(batch[i:], on_outcome, NOT_SENT, f"publish failed: {e}")
                 return
-            self._next_tag += 1
-            self._in_flight[self._next_tag] = (msg, now, on_outcome)
+            self._unconfirmed.sent(msg, now, on_outcome)
 
     def _on_return(self, channel, method, properties, body) -> None:
         if properties.message_id:
-            self._returned.add(properties.message_id)
+            self._unconfirmed.returned(properties.message_id)
 
     def _on_confirm(self, frame) -> None:
         method = frame.method
-        ack = isinstance(method, pika.spec.Basic.Ack)
-        if method.multiple:
-            tags = []
-            for tag in self._in_flight:         # in publish order: stop at the first one after
-                if tag > method.delivery_tag:
-                    break
-                tags.append(tag)
-        else:
-            tags = [method.delivery_tag]
-        settled: list[tuple[Outgoing, Outcome, str, str | None]] = []
-        for tag in tags:
-            item = self._in_flight.pop(tag, None)
-            if item is None:
-                continue
-            msg, _, on_outcome = item
-            if msg.message_id in self._returned:
-                self._returned.discard(msg.message_id)
-                settled.append((msg, on_outcome, UNROUTABLE,
-                                f"no queue bound to {msg.exchange!r} for {msg.routing_key!r}"))
-            elif ack:
-                settled.append((msg, on_outcome, CONFIRMED, None))
-            else:
-                settled.append((msg, on_outcome, FAILED, "nacked by the broker"))
-        self._settle_many(settled)
+        self._settle(self._unconfirmed.confirm(method.delivery_tag, bool(method.multiple),
+                                               ack=isinstance(method, pika.spec.Basic.Ack)))
 
     def _check_timeouts(self) -> None:
         if self._conn is None or not self._conn.is_open:
             return
-        if self._in_flight:
-            oldest = next(iter(self._in_flight.values()))[1]
+        oldest = self._unconfirmed.oldest()
+        if oldest is not None:
             if time.monotonic() - oldest > self._confirm_timeout:
                 log.warning("no confirm from RabbitMQ for %.0f s: reconnecting", self._confirm_timeout)
                 self._conn.close()
@@ -303,9 +270,7 @@ class ConfirmedPublisher:
             self._settle_all(batch, on_outcome, NOT_SENT, reason)
         self._ready_event.clear()
         self._channel = None
-        pending, self._in_flight = self._in_flight, collections.OrderedDict()
-        self._returned.clear()
-        self._settle_many([(msg, on_outcome, FAILED, reason) for msg, _, on_outcome in pending.values()])
+        self._settle(self._unconfirmed.lost(reason))
 
     def _close(self) -> None:
         if self._conn is not None and self._conn.is_open:
@@ -314,16 +279,16 @@ class ConfirmedPublisher:
             self._conn.ioloop.stop()
 
     def _settle_all(self, batch: list[Outgoing], on_outcome: Outcome, outcome: str, reason: str) -> None:
-        self._settle_many([(msg, on_outcome, outcome, reason) for msg in batch])
+        self._settle([Settled(msg, on_outcome, outcome, reason) for msg in batch])
 
-    def _settle_many(self, settled: list[tuple[Outgoing, Outcome, str, str | None]]) -> None:
+    def _settle(self, settled: list[Settled]) -> None:
         if not settled:
             return
         with self._space:
             self._pending -= len(settled)
             self._space.notify_all()
-        for msg, on_outcome, outcome, reason in settled:
+        for s in settled:
             try:
-                on_outcome(msg.ref, outcome, reason)
+                s.on_outcome(s.message.ref, s.outcome, s.reason)
             except Exception:  # noqa: BLE001 - a failing callback must not kill the ioloop
                 log.exception("publish outcome handler failed")

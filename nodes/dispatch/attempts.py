@@ -41,7 +41,7 @@ class Settled:
     """What became of an attempt, for the Recorder. `due_ms`: when a task put back to DELAY is due
     again (None: the Recorder's own retry delay)."""
     attempt: Attempt
-    outcome: str            # delayq.nodes.amqp.publisher's outcomes, or the Recorder's HELD, RETURNED
+    outcome: str            # delayq.nodes.amqp.confirms' outcomes, or the Recorder's HELD, RETURNED
     reason: str | None = None
     due_ms: int | None = None
 

@@ -6,14 +6,14 @@ ones for unit tests.
 
 Threading contract: every method may be called from any thread; `Outbox.publish` returns at once
 and calls `on_outcome(ref, outcome, reason)` exactly once per message, later, on the outbox's own
-thread, where the handler must not block (delayq.nodes.amqp.publisher lists the outcomes).
+thread, where the handler must not block (delayq.nodes.amqp.confirms lists the outcomes).
 """
 from __future__ import annotations
 
 from typing import Callable, Mapping, Protocol, Sequence
 
 from delayq.nodes.amqp.frames import Outgoing
-from delayq.nodes.amqp.publisher import Outcome
+from delayq.nodes.amqp.confirms import Outcome
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Claim, Claimed, Entry
 

@@ -35,7 +35,7 @@ from delayq.clock import Clock
 from delayq.config import SchedulingSettings
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
-from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
+from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
 from delayq.nodes.dispatch.attempts import Attempt, Settled
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.dispatch.lease import MOVED

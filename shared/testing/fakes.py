@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 from delayq.errors import StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
-from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
+from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.values import Claim, Claimed, Entry
 

@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from delayq.nodes.amqp.frames import Outgoing
-from delayq.nodes.amqp.publisher import CONFIRMED, ConfirmedPublisher
+from delayq.nodes.amqp.confirms import CONFIRMED
+from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.amqp.params import amqp_parameters
 from tests.conftest import AMQP_URL, Collector, wait_until
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from delayq.lifecycle import Result, Status
-from delayq.nodes.amqp.publisher import CONFIRMED, FAILED, UNROUTABLE
+from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, UNROUTABLE
 from delayq.nodes.outcomes.deadlines import Deadlines as RealDeadlines
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.dispatch.dispatcher import Dispatcher

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import queue
 import struct
+from typing import Callable, Protocol
 
 from thrift.Thrift import TException
 from thrift.transport import TTransport
@@ -19,6 +20,14 @@ log = logging.getLogger(__name__)
 
 # What reading a request that is not a well-formed call of the IDL can raise.
 UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.error)
+
+
+class InlineInbox(Protocol):
+    """What an Inbox with `inline` set offers the server's I/O thread (see Inbox)."""
+    def bind(self, wake: Callable[[], None]) -> None: ...
+    @property
+    def pending(self) -> bool: ...
+    def serve_pending(self) -> None: ...
 
 
 class Inbox(NodeThread):

@@ -22,7 +22,8 @@ a reply makes room (delayq.nodes.front.connection). Closed, each counted by `clo
 - at `max_connections` connections, a new one closes the one that has waited longest since its
   last request (and has no call in progress nor a reply unsent) to take its place (`evicted`); when
   every connection has a call in progress, the new one is closed at once (`refused`), a clean
-  refusal the client can retry elsewhere. (A per-address limit was not chosen: the clients of a
+  refusal the client can retry elsewhere (the open connections and these rules:
+  delayq.nodes.front.openconns). (A per-address limit was not chosen: the clients of a
   business system often come from a few addresses, or one behind a proxy, and the benchmark runs
   every client on one host; who has been silent longest is what tells a stuck client from a
   working one.)
@@ -48,25 +49,18 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable, Mapping, Protocol, cast
+from typing import Callable, Mapping, cast
 
 from delayq.access.tls import common_name
 from delayq.nodes.front.connection import Call, Connection, ConnectionLimits
-from delayq.nodes.front.inboxes import Inbox, method_of
+from delayq.nodes.front.inboxes import Inbox, InlineInbox, method_of
+from delayq.nodes.front.openconns import OpenConnections
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 256 * 1024
 _WAKE = object()
 _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
-
-
-class _InlineInbox(Protocol):
-    """What a Inbox with `inline` set offers the I/O thread (see delayq.nodes.front.inboxes)."""
-    def bind(self, wake: Callable[[], None]) -> None: ...
-    @property
-    def pending(self) -> bool: ...
-    def serve_pending(self) -> None: ...
 
 
 class ThriftServer:
@@ -77,13 +71,12 @@ class ThriftServer:
         self._inboxes = {name.encode(): inbox for name, inbox in inboxes.items()}
         self._default = default
         self._host, self._port = host, port
-        self._max_connections = max_connections
         self._limits = ConnectionLimits(max_frame, idle_timeout, frame_timeout, first_frame_timeout, max_waiting)
         self._closed = closed
         self._tls = tls
         self._sweep_every = min(0.25, idle_timeout / 4, frame_timeout / 4, first_frame_timeout / 4)
         self._sel = selectors.DefaultSelector()
-        self._conns: dict[socket.socket, Connection] = {}
+        self._conns = OpenConnections(self._sel, max_connections, closed)
         self._listener: socket.socket | None = None
         self._listening = False
         self._wake_r, self._wake_w = socket.socketpair()
@@ -92,7 +85,7 @@ class ThriftServer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # An inbox with `inline` set is served on this thread too (see Inbox), and so has these calls.
-        self._inline = [cast(_InlineInbox, inbox) for inbox in
+        self._inline = [cast(InlineInbox, inbox) for inbox in
                         {id(inbox): inbox for inbox in [*inboxes.values(), default] if inbox.inline}.values()]
         for inbox in self._inline:
             inbox.bind(self._wake)
@@ -186,7 +179,7 @@ class ThriftServer:
                 self._sel.unregister(self._listener)
                 self._listening = False
                 return
-            if len(self._conns) >= self._max_connections and not self._evict(peer):
+            if not self._conns.make_room(peer):
                 log.warning("refusing a connection from %s: %d connections open, each with a call in progress",
                             peer, len(self._conns))
                 self._closed("refused")
@@ -200,18 +193,7 @@ class ThriftServer:
             except OSError:
                 sock.close()        # reset before it was served
                 continue
-            conn = Connection(self, sock, peer, self._limits, time.monotonic(), tls=self._tls is not None)
-            self._conns[sock] = conn
-            self._watch(conn)
-
-    def _evict(self, peer) -> bool:
-        """Close the connection longest without a request, to make room for one from peer."""
-        idle = [c for c in self._conns.values() if c.evictable]
-        if not idle:
-            return False
-        victim = min(idle, key=lambda c: c.last)
-        self._close(victim, f"{len(self._conns)} connections open, the longest idle gives way to {peer}", "evicted")
-        return True
+            self._conns.add(Connection(self, sock, peer, self._limits, time.monotonic(), tls=self._tls is not None))
 
     def _serve(self, conn: Connection, mask: int) -> None:
         """One connection's events. Whatever goes wrong with it closes it, not the server."""
@@ -221,21 +203,21 @@ class ThriftServer:
                 return
             if mask & selectors.EVENT_WRITE:
                 self._flush(conn)
-            if mask & selectors.EVENT_READ and conn.sock in self._conns:
+            if mask & selectors.EVENT_READ and conn in self._conns:
                 self._read(conn)
         except OSError as e:
-            self._close(conn, str(e), "error")
+            self._conns.close(conn, str(e), "error")
         except Exception:  # noqa: BLE001 - one connection must not take the server down
             log.exception("closing connection from %s", conn.peer)
-            self._close(conn, None, "error")
+            self._conns.close(conn, None, "error")
 
     def _handshake(self, conn: Connection) -> None:
         try:
             done = conn.handshake()
         except (ssl.SSLError, OSError) as e:
-            self._close(conn, f"TLS handshake failed: {getattr(e, 'reason', None) or e}", "tls_handshake")
+            self._conns.close(conn, f"TLS handshake failed: {getattr(e, 'reason', None) or e}", "tls_handshake")
             return
-        self._watch(conn)
+        self._conns.watch(conn)
         if done:
             cert = cast(ssl.SSLSocket, conn.sock).getpeercert()     # a TLS connection's socket
             if cert:
@@ -248,14 +230,14 @@ class ThriftServer:
             if data is None:
                 return
             if not data:
-                self._close(conn, *(conn.dropped or (None, None)))      # by the client, or by an inbox's drop()
+                self._conns.close(conn, *(conn.dropped or (None, None)))      # by the client, or by an inbox's drop()
                 return
             bad = conn.feed(data, time.monotonic())
             if bad is not None:
-                self._close(conn, *bad)
+                self._conns.close(conn, *bad)
                 return
             if conn.paused:
-                self._watch(conn)       # not read until a reply makes room
+                self._conns.watch(conn)       # not read until a reply makes room
                 return
             if not conn.pending():
                 return                  # else TLS holds decrypted bytes the selector cannot see
@@ -270,66 +252,36 @@ class ThriftServer:
             conns, self._attend = self._attend, []
         now = time.monotonic()
         for conn in conns:
-            if conn.sock not in self._conns:
+            if conn not in self._conns:
                 continue
             if conn.dropped:
-                self._close(conn, *conn.dropped)
+                self._conns.close(conn, *conn.dropped)
                 continue
             try:
                 conn.flush(now)
                 bad = conn.feed(b"", now) if conn.inbuf and not conn.paused else None   # read before it paused
             except OSError as e:
-                self._close(conn, str(e), "error")
+                self._conns.close(conn, str(e), "error")
                 continue
             if bad is not None:
-                self._close(conn, *bad)
+                self._conns.close(conn, *bad)
                 continue
-            self._watch(conn)
+            self._conns.watch(conn)
             if conn.pending() and not conn.paused:
                 self._serve(conn, selectors.EVENT_READ)
 
     def _flush(self, conn: Connection) -> None:
         if conn.flush(time.monotonic()):
-            self._watch(conn)
-
-    def _watch(self, conn: Connection) -> None:
-        """Have the selector watch what conn waits for: its requests unless it is paused, the
-        socket's room for its reply bytes while some are left."""
-        events = ((0 if conn.paused else selectors.EVENT_READ)
-                  | (selectors.EVENT_WRITE if conn.out or conn.want_write else 0))
-        if events == conn.events:
-            return
-        if not conn.events:
-            self._sel.register(conn.sock, events, conn)
-        elif not events:
-            self._sel.unregister(conn.sock)
-        else:
-            self._sel.modify(conn.sock, events, conn)
-        conn.events = events
+            self._conns.watch(conn)
 
     def _sweep(self, now: float) -> None:
         if not self._listening and self._listener is not None:
             self._sel.register(self._listener, selectors.EVENT_READ, None)
             self._listening = True
-        for conn in list(self._conns.values()):
-            overdue = conn.overdue(now)
-            if overdue is not None:
-                self._close(conn, *overdue)
-
-    def _close(self, conn: Connection, why: str | None, reason: str | None = None) -> None:
-        if why:
-            log.info("closing connection from %s: %s", conn.peer, why)
-        if self._conns.pop(conn.sock, None) is not None:
-            if conn.events:
-                self._sel.unregister(conn.sock)
-                conn.events = 0
-            if reason:
-                self._closed(reason)
-        conn.close()
+        self._conns.sweep(now)
 
     def _close_all(self) -> None:
-        for conn in list(self._conns.values()):
-            self._close(conn, None)
+        self._conns.close_all()
         if self._listener is not None:
             self._listener.close()
         self._sel.close()

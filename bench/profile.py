@@ -35,7 +35,7 @@ def enable(directory: Path) -> None:
 
 
 def attach(pid: int, name: str) -> None:
-    """Called by delayq.testing.cluster.Node.start: sample pid until it exits (when profiling is enabled)."""
+    """Called by delayq.testing.process.Node.start: sample pid until it exits (when profiling is enabled)."""
     if _DIR is None:
         return
     out = _DIR / f"{name}.raw"

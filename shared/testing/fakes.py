@@ -9,8 +9,9 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
     Services     topic -> ServiceSpec
 
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
-epoch, attempt + 1; a release conditional on READY and the attempt; every published message one
-outcome, to its batch's handler) and nothing more. The integration tests prove the same paths on
+epoch, attempt + 1, and of a capped topic's earliest tasks up to its room, counted in the claim as
+delayq.store.inflight does; a release conditional on READY and the attempt; every published
+message one outcome, to its batch's handler) and nothing more. The integration tests prove the same paths on
 the real MySQL and RabbitMQ.
 """
 from __future__ import annotations
@@ -75,6 +76,10 @@ class ClaimTable:
         self._check()
         asked = {e.shard_id for e in entries if e.shard_id in fence}
         held = {s for s in asked if self.shards.get(s) == (owner, fence[s])}
+        deferred: list[Entry] = []
+        rooms: dict[str, tuple[int, int]] = {}
+        if caps and held:
+            entries, deferred, rooms = self._trim([e for e in entries if e.shard_id in held], caps)
         out = []
         for e in entries:
             r = self.rows.get(e.task_id)
@@ -86,7 +91,29 @@ class ClaimTable:
         if self.lose_next_answer:
             self.lose_next_answer = False
             raise StoreUnavailable("MySQL unavailable: (2013, 'Lost connection to MySQL server during query')")
-        return Claim(out, sorted(asked - held))
+        return Claim(out, sorted(asked - held), deferred, rooms)
+
+    def _trim(self, entries: list[Entry], caps: Mapping[str, int]
+              ) -> tuple[list[Entry], list[Entry], dict[str, tuple[int, int]]]:
+        """delayq.store.inflight.trim on the rows here: per capped topic, its attempts in flight
+        (READY, RUNNING) are counted, its earliest entries kept up to the room left, the rest
+        deferred; (in flight before, slots left after) per capped topic."""
+        kept, deferred, rooms = [], [], {}
+        by_topic: dict[str, list[Entry]] = {}
+        for e in entries:
+            if e.topic in caps:
+                by_topic.setdefault(e.topic, []).append(e)
+            else:
+                kept.append(e)
+        for topic, mine in by_topic.items():
+            in_flight = sum(1 for r in self.rows.values()
+                            if r.topic == topic and r.status in (Status.READY, Status.RUNNING))
+            room = max(0, caps[topic] - in_flight)
+            mine.sort(key=lambda e: e.due_ms)
+            kept += mine[:room]
+            deferred += mine[room:]
+            rooms[topic] = (in_flight, room - min(room, len(mine)))
+        return kept, deferred, rooms
 
     def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
         self._check()

@@ -14,6 +14,7 @@ from delayq.lifecycle import Result, Status
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, UNROUTABLE
 from delayq.nodes.outcomes.deadlines import Deadlines as RealDeadlines
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.memory.flow import Flow
 from delayq.nodes.dispatch.dispatcher import Dispatcher
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.metrics import Metrics
@@ -22,6 +23,7 @@ from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
+from delayq.store.controls import Controls
 from delayq.store.values import Transition
 from delayq.testing.fakes import ClaimTable, Exchanges, ManualClock, Outbox, Services
 
@@ -33,19 +35,25 @@ RETRY_MS = 1000
 
 
 class Results:
-    """The ResultApplier as the core calls it: results applied, slots freed."""
+    """The ResultApplier as the core calls it: results applied (a retry back into memory, due at
+    once), slots freed."""
 
-    def __init__(self, table: ClaimTable) -> None:
-        self.table, self.applied = table, []
+    def __init__(self, table: ClaimTable, memory: DelayQueue, flow: Flow | None) -> None:
+        self.table, self.memory, self.flow, self.applied = table, memory, flow, []
 
     def apply(self, task_id: str, attempt: int, result: Result, message: str | None) -> Transition:
         self.applied.append((task_id, attempt, result))
-        status = Status.FAILED if result is Result.MISFIRED else Status.DELAY
-        self.table.rows[task_id].status = status
+        status = {Result.MISFIRED: Status.FAILED, Result.SUCCESS: Status.FINISHED}.get(result, Status.DELAY)
+        row = self.table.rows[task_id]
+        row.status = status
+        if status is Status.DELAY:
+            self.memory.offer_written([Entry(task_id, row.shard_id, row.due_ms, topic=row.topic)])
+        self.ended(row.topic)
         return Transition(True, status)
 
     def ended(self, topic: str) -> None:
-        pass
+        if self.flow is not None:
+            self.flow.released(topic)
 
 
 class Deadlines:
@@ -57,26 +65,39 @@ class Deadlines:
 
 
 class Core:
-    """One node's dispatch core on fakes: shards 1 and 2 ours (n1, epoch 1), shard 3 another's."""
+    """One node's dispatch core on fakes: shards 1 and 2 ours (n1, epoch 1), shard 3 another's.
+    With `controls`, memory's gate is a Flow holding each topic to them, as on a node; with
+    `deadlines`, each claim's deadline goes to the real Deadlines (no outage: none is held)."""
 
-    def __init__(self, *services: ServiceSpec) -> None:
+    def __init__(self, *services: ServiceSpec, controls: dict[str, Controls] | None = None,
+                 deadlines: bool = False) -> None:
         self.clock = ManualClock()
         self.table = ClaimTable({1: ("n1", 1), 2: ("n1", 1), 3: ("n2", 1)})
         self.outbox, self.exchanges = Outbox(), Exchanges()
         self.hints: list[Entry] = []
-        self.memory = DelayQueue(self.clock, handover=self.hints.extend, shards=())
         self.ownership = Ownership("n1")
+        self.flow = None if controls is None else Flow(self.ownership, now_ms=self.clock.now_ms)
+        self.memory = DelayQueue(self.clock, gate=self.flow, handover=self.hints.extend, shards=())
         self.ownership.on_change(lambda gained, lost: self.memory.own(self.ownership.shards()))
+        if self.flow is not None:
+            self.flow.ownership_changes()
         self.ownership.set({1: 1, 2: 1}, [1, 2, 3])
+        if self.flow is not None and controls is not None:
+            self.flow.apply(controls)
         self.memory.set_horizon(self.clock.now + 60_000)
-        self.results = Results(self.table)
+        self.results = Results(self.table, self.memory, self.flow)
+        self.deadlines = Deadlines()
+        if deadlines:
+            grace = OutageGrace(self.clock, 15_000)
+            grace.observe("mysql", True)
+            self.deadlines = RealDeadlines(self.table, self.results, Metrics(), self.clock, grace)
         metrics = Metrics()
         self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
                                  RecordSettings(publish_retry_ms=RETRY_MS))
         self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock)),
-                                     Memory(self.memory),
+                                     Memory(self.memory, self.flow),
                                      Publishing(self.outbox, Services(*services), self.exchanges, "delayq"),
-                                     Outcomes(self.recorder, self.results, Deadlines()), metrics, self.clock,
+                                     Outcomes(self.recorder, self.results, self.deadlines), metrics, self.clock,
                                      DispatchSettings(batch=100))
 
     def submit(self, task_id: str, shard: int = 1, in_ms: int = 0, topic: str = "t") -> Entry:
@@ -244,7 +265,76 @@ def test_records_wait_while_mysql_is_down_and_are_written_when_it_answers():
         core.recorder.stop()
 
 
+# ---- a topic's flow controls ------------------------------------------------------------------
+
+
+def test_a_topic_at_its_in_flight_cap_waits_in_memory_until_a_result_frees_a_slot():
+    core = Core(controls={"capped": Controls(max_in_flight=2)})
+    for t in "abcd":
+        core.submit(t, topic="capped")
+    core.fire()
+    assert core.outbox.message_ids == ["a:1", "b:1"]
+    assert len(core.memory) == 2 and core.row("c").status is Status.DELAY     # still cancellable
+    core.outbox.answer(CONFIRMED)
+    core.recorder.record_waiting()
+    core.fire()
+    assert core.outbox.message_ids == []                  # confirmed is still in flight: no result yet
+    core.results.apply("a", 1, Result.SUCCESS, None)      # the consumer's result frees a slot
+    core.fire()
+    assert core.outbox.message_ids == ["c:1"]
+    assert core.row("d").status is Status.DELAY
+
+
+def test_the_cap_counts_attempts_other_nodes_have_in_flight_and_the_claim_defers_the_rest_to_memory():
+    core = Core(controls={"capped": Controls(max_in_flight=2)})
+    core.table.add("elsewhere", 3, core.clock.now - 10, "capped")
+    core.table.rows["elsewhere"].status = Status.RUNNING      # another node's attempt, in MySQL only
+    for i, t in enumerate("abc"):
+        core.submit(t, topic="capped", in_ms=i - 3)      # due in this order
+    core.fire()                                           # memory's estimate lets two go; the claim keeps one
+    assert core.outbox.message_ids == ["a:1"]
+    assert (core.row("b").status, core.row("b").attempt) == (Status.DELAY, 0) and len(core.memory) == 2
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]             # no room: the topic is not even taken from memory
+    core.table.rows["elsewhere"].status = Status.FINISHED     # the other node's consumer reported
+    core.clock.now += 100                                 # the flow looks at a full topic again (recheck_ms)
+    core.fire()
+    assert core.outbox.message_ids == ["a:1", "b:1"]
+
+
+def test_a_rate_limited_topic_fires_its_share_of_the_burst_and_then_its_share_of_the_rate():
+    # 30/s and a burst of 3 across the cluster; this node holds 2 of the 3 shards: 20/s, a burst of 2.
+    core = Core(controls={"rated": Controls(max_fire_rate=30.0, fire_burst=3)})
+    for i in range(10):
+        core.submit(f"t{i}", topic="rated")
+    core.submit("free", topic="other")
+    core.fire()
+    assert sorted(core.outbox.message_ids) == ["free:1", "t0:1", "t1:1"]
+    core.fire()
+    assert len(core.outbox.message_ids) == 3              # no token left: the rest wait in memory
+    core.clock.now += 100                                 # 2 tokens at 20/s
+    core.fire()
+    assert core.outbox.message_ids[3:] == ["t2:1", "t3:1"]
+    core.clock.now += 10_000                              # a long pause refills the burst, no more
+    core.fire()
+    assert core.outbox.message_ids[5:] == ["t4:1", "t5:1"] and len(core.memory) == 4
+
+
 # ---- deadlines --------------------------------------------------------------------------------
+
+
+def test_a_claimed_attempt_with_no_result_within_its_time_to_run_is_timed_out_and_fires_again():
+    core = Core(deadlines=True)
+    core.submit("a")
+    core.fire()                                           # the claim hands its deadline to Deadlines
+    core.outbox.answer(CONFIRMED)
+    core.recorder.record_waiting()
+    assert core.deadlines.check() == 0
+    core.clock.now += 3_001                               # the time-to-run (3 s) has passed, no result
+    assert core.deadlines.check() == 1
+    assert core.results.applied == [("a", 1, Result.TIMEOUT)]
+    core.fire()
+    assert core.outbox.message_ids == ["a:2"]
 
 
 def deadlines_of(core: Core, grace_ms: int = 15_000) -> tuple[RealDeadlines, OutageGrace]:

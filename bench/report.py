@@ -126,4 +126,19 @@ def write_results(path: Path, figures: list[dict], *, command: str, started: str
         out += [f"- **{name}**: {msg}" for name, msg in errors.items()]
     out += ["", "## Sizes", "", "```json", json.dumps(params, indent=1, sort_keys=True), "```", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(out))
+    path.write_text("\n".join(out) + kept_sections(path))
+
+
+# Sections measured by their own commands (retention, the disaster-recovery drill) follow this
+# line in RESULTS.md; a run of `python -m bench` rewrites what comes before it and keeps the rest.
+KEPT_MARK = "<!-- measured by their own commands; kept when python -m bench rewrites the file above -->"
+
+
+def kept_sections(path: Path) -> str:
+    """The part of an existing RESULTS.md from KEPT_MARK on ('' when none)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    at = text.find(KEPT_MARK)
+    return "" if at < 0 else "\n" + text[at:]

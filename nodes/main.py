@@ -32,6 +32,7 @@ from delayq.nodes.amqp.exchanges import ExchangeGuard
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.amqp.results_consumer import ResultsConsumer
 from delayq.nodes.cluster.clockcheck import ClockCheck
+from delayq.nodes.cluster.pruner import Pruner
 from delayq.nodes.outcomes.deadlines import Deadlines
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
@@ -81,6 +82,7 @@ from delayq.store.epochs import ShardEpochs
 from delayq.store.submits import TaskWriter
 from delayq.store.tenants import TenantStore
 from delayq.store.requests import TaskRequests
+from delayq.store.retention import RetentionStore
 from delayq.store.tasks import TaskStore
 from delayq.store import versions
 from delayq.zkpaths import ZkPaths
@@ -156,6 +158,7 @@ class NodeRuntime:
         self.hints = hints.HintReader(self.polls, self.queue, self.ownership, self.handover,
                                       poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
+        self.pruner = Pruner(RetentionStore(self.engine), s.retention, clock)
         self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock, ScanSettings.of(s.scheduling),
                              grace=self.grace, limited=self.flow.limited)
         # Two lanes (delayq.nodes.dispatch.lanes), sharing all but their publisher.
@@ -272,7 +275,7 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         parts: tuple[Part, ...] = (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader,
-                                   self.deadletters, self.results_consumer, *self.watches, self.quotas, self.submits,
+                                   self.deadletters, self.pruner, self.results_consumer, *self.watches, self.quotas, self.submits,
                                    self.calls, self.server)
         for part in parts:
             part.start()
@@ -301,7 +304,7 @@ class NodeRuntime:
             # The session is closed: the shards are the other nodes' from now on. What memory
             # holds of them, and every claim not yet published, goes to them (hints).
             self.ownership.set({}, self.ownership.all_shards())
-        for part in (self.results_consumer, self.clockcheck, self.loader, self.dispatcher, self.deadlines,
+        for part in (self.results_consumer, self.pruner, self.clockcheck, self.loader, self.dispatcher, self.deadlines,
                      self.deadletters):
             part.stop()
         deadline = time.monotonic() + timeout

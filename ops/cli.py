@@ -202,6 +202,7 @@ def _register_subcommands() -> None:
     from delayq.ops.audit import audit
     from delayq.ops.certs import certs
     from delayq.ops.clients import clients
+    from delayq.ops.retention import retention
     from delayq.ops.services import services
     from delayq.ops.tasks import purge_cmd, tasks
     from delayq.ops.tenants import tenants
@@ -213,6 +214,7 @@ def _register_subcommands() -> None:
     main.add_command(tenants)
     main.add_command(certs)
     main.add_command(audit)
+    main.add_command(retention)
     db.add_command(purge_cmd)
     for command in (cli_cluster.drain, cli_cluster.undrain, cli_cluster.pin, cli_cluster.unpin,
                     cli_cluster.rebalance, cli_cluster.intents, cli_cluster.reshard):

@@ -2,7 +2,9 @@
 
 `delayq db init --node-account NAME --node-url-file PATH`, run with an admin account, creates the
 account (or, run again, resets its grants to these and keeps its password) and writes the URL
-nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema; the audit log can be appended
+nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema, but for the day partitions of
+the two history tables, which nodes add and drop themselves (retention: delayq.store.retention;
+ALTER and DROP on those two tables, which hold no live task); the audit log can be appended
 to, never changed; the schema version and the tenants are read only. It may change the clients,
 because a node serves the admin calls that manage them (delayq.nodes.front.admin). Operators'
 commands that change the schema or the tenants keep using an admin account.
@@ -18,9 +20,11 @@ from sqlalchemy.exc import ArgumentError
 
 ACCOUNT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _RW = "SELECT, INSERT, UPDATE, DELETE"
+_HISTORY = _RW + ", ALTER, DROP"      # ALTER TABLE ... REORGANIZE / DROP PARTITION
 # Table -> what nodes (and the operators' everyday commands: drain, redrive, purge, reshard, clients) do to it.
 NODE_GRANTS = {
-    "job_delay_task": _RW, "job_delay_task_execlog": _RW, "job_delay_task_backlog": _RW,
+    "job_delay_task": _RW, "job_delay_task_execlog": _HISTORY, "job_delay_task_backlog": _HISTORY,
+    "job_topic_retention": _RW,
     "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
     "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
     # Clients: not their tenant (`delayq tenants`, the admin account).

@@ -110,6 +110,14 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    days: int
+    interval_ms: int
+    ahead_days: int
+    batch: int
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str
     format: str
@@ -126,12 +134,14 @@ class Settings:
     security: SecuritySettings
     http: HttpSettings
     log: LogSettings
+    retention: RetentionSettings
 
 
 _GROUPS = {f.name: f.type for f in dataclasses.fields(Settings)}
 _CLASSES = {
     "node": NodeSettings, "mysql": MySQLSettings, "amqp": AmqpSettings, "zk": ZkSettings,
     "scheduling": SchedulingSettings, "limits": LimitSettings, "security": SecuritySettings, "http": HttpSettings, "log": LogSettings,
+    "retention": RetentionSettings,
 }
 
 def load(environ: Mapping[str, str] | None = None, file: str | None = None,
@@ -233,6 +243,10 @@ def _check(s: Settings) -> None:
         raise ConfigError("DELAYQ_SWITCH_INTERVAL_US must be between 50 and 5000")
     if not 1 <= s.scheduling.write_concurrency <= 8:
         raise ConfigError("DELAYQ_WRITE_CONCURRENCY must be between 1 and 8")
+    r = s.retention
+    if r.days < 0 or r.interval_ms < 1000 or not 1 <= r.ahead_days <= 30 or not 1 <= r.batch <= 100_000:
+        raise ConfigError("DELAYQ_RETENTION_DAYS must be 0 or more, DELAYQ_RETENTION_INTERVAL_MS 1000 or more, "
+                          "DELAYQ_RETENTION_AHEAD_DAYS between 1 and 30 and DELAYQ_RETENTION_BATCH between 1 and 100000")
     if not 1 <= s.scheduling.shards <= 4096:
         raise ConfigError("DELAYQ_SHARDS must be between 1 and 4096")
     if s.log.format not in ("plain", "json"):

@@ -187,6 +187,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CONSOLE_PLAINTEXT", "http", "console_plaintext", _bool, False,
             "Serve the console over plain HTTP too on a node with a certificate (only behind a proxy that "
             "terminates TLS on the same machine): tokens and session cookies then cross in the clear."),
+    Setting("DELAYQ_RETENTION_DAYS", "retention", "days", int, 7,
+            "Days the history of a task (its archived row and its attempts) is kept after it ended, unless its "
+            "topic has its own (`delayq retention set`); 0 keeps it for ever. Nodes drop whole day "
+            "partitions past the longest retention and delete the rest row by row (docs/operations.md#retention)."),
+    Setting("DELAYQ_RETENTION_INTERVAL_MS", "retention", "interval_ms", int, 3_600_000,
+            "How often a node tries a retention pass (one node at a time runs it: a MySQL named lock)."),
+    Setting("DELAYQ_RETENTION_AHEAD_DAYS", "retention", "ahead_days", int, 2,
+            "Day partitions made ahead of today, so that a pass may be missed for that long."),
+    Setting("DELAYQ_RETENTION_BATCH", "retention", "batch", int, 1000,
+            "Archived tasks deleted in one transaction when their topic is kept for less than the longest "
+            "retention (at most 100 batches a pass)."),
     Setting("DELAYQ_LOG_LEVEL", "log", "level", str, "INFO", "DEBUG, INFO, WARNING or ERROR."),
     Setting("DELAYQ_LOG_FORMAT", "log", "format", str, "plain", "plain or json."),
 )

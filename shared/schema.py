@@ -1,8 +1,9 @@
 """Versioned schema migrations from sql/NNN_name.sql, and cluster creation.
 
-`migrate` applies, in order, every file whose version is above the one recorded in
-delayq_schema_version; each statement is idempotent (IF NOT EXISTS), so a run cut short can simply
-be repeated. `init_cluster` sets the shard count once and creates the job_shard rows.
+`migrate` applies, in version order, every file whose version delayq_schema_version does not
+record (versions may have gaps: a migration numbered below one already applied, because it came
+later, is applied too); each statement is idempotent (IF NOT EXISTS), so a run cut short can
+simply be repeated. `init_cluster` sets the shard count once and creates the job_shard rows.
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def migrations(sql_dir: Path = SQL_DIR) -> list[Migration]:
             raise ValueError(f"migration file name must be NNN_name.sql: {path.name}")
         found.append(Migration(int(m.group(1)), m.group(2), tuple(split_statements(path.read_text()))))
     versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise ValueError(f"migration versions must run 1..N without gaps, found {versions}")
+    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
+        raise ValueError(f"migration versions must start at 1 and be unique, found {versions}")
     return found
 
 
@@ -71,14 +72,19 @@ def current_version(conn: Connection) -> int:
     return conn.execute(text("SELECT COALESCE(MAX(version), 0) FROM delayq_schema_version")).scalar_one()
 
 
+def applied_versions(conn: Connection) -> set[int]:
+    conn.execute(text(_VERSION_TABLE))
+    return recorded_versions(conn)
+
+
 def migrate(engine: Engine, clock: Clock = SYSTEM_CLOCK) -> list[int]:
     """Apply pending migrations; returns the versions applied (empty when up to date)."""
     applied = []
     with engine.connect() as conn:
-        version = current_version(conn)
+        done = applied_versions(conn)
         conn.commit()
         for mig in migrations():
-            if mig.version <= version:
+            if mig.version in done:
                 continue
             for stmt in mig.statements:
                 try:
@@ -132,15 +138,15 @@ def create_database(server_engine: Engine, name: str) -> None:
         conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4"))
 
 
-def applied_version(conn: Connection) -> int:
-    """The schema version recorded, read only (a node's account may not create tables): 0 when
+def recorded_versions(conn: Connection) -> set[int]:
+    """The schema versions recorded, read only (a node's account may not create tables): none when
     no migration ever ran."""
     try:
-        return conn.execute(text("SELECT COALESCE(MAX(version), 0) FROM delayq_schema_version")).scalar_one()
+        return {v for (v,) in conn.execute(text("SELECT version FROM delayq_schema_version"))}
     except sqlalchemy.exc.ProgrammingError as e:
         if getattr(e.orig, "args", (None,))[0] == 1146:     # no such table
             conn.rollback()
-            return 0
+            return set()
         raise
 
 
@@ -148,9 +154,10 @@ def check_ready(engine: Engine) -> None:
     """Refuse to run a node on a database behind this code or with no shards (ConfigError);
     StoreUnavailable while MySQL does not answer."""
     with unavailable_on_failure(), engine.connect() as conn:
-        have, want = applied_version(conn), len(migrations())
-        if have < want:
-            raise ConfigError(f"the database schema is at version {have}, this node needs {want}: "
-                              "run `delayq db migrate`")
+        have = recorded_versions(conn)
+        missing = sorted({m.version for m in migrations()} - have)
+        if missing:
+            raise ConfigError(f"the database schema is at version {max(have, default=0)} without "
+                              f"{', '.join(map(str, missing))}, which this node needs: run `delayq db migrate`")
         if not conn.execute(select(func.count()).select_from(tables.shard)).scalar_one():
             raise ConfigError("the database has no shards: run `delayq db init` first")

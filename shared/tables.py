@@ -51,6 +51,8 @@ execlog = Table(
     "job_delay_task_execlog", metadata,
     Column("task_id", String(64), primary_key=True),
     Column("attempt", Integer, primary_key=True),
+    # The task's due time when the attempt was claimed: the day partition the row lives in.
+    Column("due_ms", BigInteger, primary_key=True, autoincrement=False),
     Column("node_id", String(128), nullable=False),
     Column("dispatched_ms", BigInteger),        # NULL: never recorded as dispatched (UNRECORDED, MISFIRED)
     Column("result", String(16)),
@@ -71,7 +73,7 @@ backlog = Table(
     Column("max_retries", Integer, nullable=False),
     Column("ttr_ms", Integer, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
-    Column("finished_ms", BigInteger, nullable=False),
+    Column("finished_ms", BigInteger, primary_key=True, autoincrement=False),     # the day partition
     Column("message", String(1024)),
     Column("dead_letter", SmallInteger, nullable=False, server_default="0"),
 )
@@ -135,4 +137,11 @@ audit = Table(
     Column("action", String(32), nullable=False),
     Column("target", String(255), nullable=False),
     Column("outcome", String(64), nullable=False),
+)
+
+topic_retention = Table(
+    "job_topic_retention", metadata,
+    Column("topic", String(128), primary_key=True),
+    Column("days", Integer, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
 )

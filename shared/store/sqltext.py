@@ -69,7 +69,7 @@ def insert_tasks(rows: Sequence[NewTask]) -> str:
 
 
 UPSERT_DISPATCHED = (
-    f"INSERT INTO {tables.execlog.name} (task_id, attempt, node_id, dispatched_ms, result, result_ms) VALUES %s "
+    f"INSERT INTO {tables.execlog.name} (task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms) VALUES %s "
     "ON DUPLICATE KEY UPDATE dispatched_ms = VALUES(dispatched_ms), node_id = VALUES(node_id)")
 CONFIRMED = "'CONFIRMED'"
 

@@ -160,7 +160,7 @@ class TaskStore:
             assert dbapi is not None      # a connection within its transaction holds PyMySQL's
             node = dbapi.escape(node_id).replace("%", "%%")
             conn.exec_driver_sql(UPSERT_DISPATCHED % ",".join(
-                f"({literal_id(c.task_id)},{c.attempt:d},{node},{at:d},{CONFIRMED if c.task_id in done else 'NULL'},"
+                f"({literal_id(c.task_id)},{c.attempt:d},{c.due_ms:d},{node},{at:d},{CONFIRMED if c.task_id in done else 'NULL'},"
                 f"{at if c.task_id in done else 'NULL'})" for c, at in confirmed))
             if not done:
                 return []
@@ -188,7 +188,8 @@ class TaskStore:
                             deadline_ms=None, node_id=None, updated_ms=now_ms)).rowcount
             if sent:
                 conn.execute(insert(EXECLOG).prefix_with("IGNORE"), [
-                    {"task_id": c.task_id, "attempt": c.attempt, "node_id": node_id, "dispatched_ms": now_ms,
+                    {"task_id": c.task_id, "attempt": c.attempt, "due_ms": c.due_ms, "node_id": node_id,
+                     "dispatched_ms": now_ms,
                      "result": "UNCONFIRMED", "result_ms": now_ms, "message": "no confirm from the broker"}
                     for c in claimed])
             return n
@@ -204,7 +205,7 @@ class TaskStore:
         message = message[:1024] if message else None
         with unavailable_on_failure(), self._engine.begin() as conn:
             row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic, TASK.c.shard_id, TASK.c.max_retries,
-                                      TASK.c.node_id).where(TASK.c.task_id == task_id).with_for_update()).first()
+                                      TASK.c.node_id, TASK.c.due_ms).where(TASK.c.task_id == task_id).with_for_update()).first()
             if row is None:
                 final = conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first()
                 if final is None:
@@ -219,13 +220,13 @@ class TaskStore:
             if decision is None:
                 return Transition(False, status, row.shard_id)
             if result is not Result.STARTED:
-                self._log_result(conn, task_id, attempt, result, message, now_ms, node_id, row.node_id)
+                self._log_result(conn, task_id, attempt, row.due_ms, result, message, now_ms, node_id, row.node_id)
             shard = row.shard_id if retry_shard is None or decision.status is not Status.DELAY else retry_shard
             self._apply(conn, task_id, attempt, status, decision, now_ms, message, shard)
             return Transition(True, decision.status, shard, decision.due_ms, row.topic)
 
     @staticmethod
-    def _log_result(conn: Connection, task_id: str, attempt: int, result: Result, message: str | None,
+    def _log_result(conn: Connection, task_id: str, attempt: int, due_ms: int, result: Result, message: str | None,
                     now_ms: int, node_id: str | None, claimer: str | None) -> None:
         """The attempt's execlog row gets its result. A consumer's result may arrive before the
         dispatch was recorded: the row is made with this time, and the recorder sets the real one.
@@ -233,10 +234,15 @@ class TaskStore:
         time; a time-out then says UNRECORDED: claimed (by the node named), never recorded as
         published, most likely because that node stopped first."""
         reached = result not in (Result.TIMEOUT, Result.MISFIRED)
-        conn.execute(insert(EXECLOG).prefix_with("IGNORE").values(
-            task_id=task_id, attempt=attempt,
-            node_id=(node_id if reached or not claimer else claimer.split("@")[0]) or "?",
-            dispatched_ms=now_ms if reached else None))
+        # The row is keyed by the attempt's due time too (its day partition), which every writer
+        # takes from the claim. A release that was maybe sent re-times the task but keeps the
+        # attempt, and wrote the row at the claim's due time: look before making one.
+        if conn.execute(select(EXECLOG.c.due_ms).where(EXECLOG.c.task_id == task_id,
+                                                       EXECLOG.c.attempt == attempt)).first() is None:
+            conn.execute(insert(EXECLOG).prefix_with("IGNORE").values(
+                task_id=task_id, attempt=attempt, due_ms=due_ms,
+                node_id=(node_id if reached or not claimer else claimer.split("@")[0]) or "?",
+                dispatched_ms=now_ms if reached else None))
         label = result.value if result is not Result.TIMEOUT else \
             case((EXECLOG.c.dispatched_ms.is_(None), UNRECORDED), else_=result.value)
         conn.execute(update(EXECLOG).where(EXECLOG.c.task_id == task_id, EXECLOG.c.attempt == attempt)

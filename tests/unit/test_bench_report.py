@@ -49,3 +49,17 @@ def test_a_figure_missing_from_a_failed_run_is_the_median_of_the_runs_that_have_
     rounds = _runs(5.0, 9.0, 7.0) + [[]]
     (f,) = combine(rounds)
     assert f["value"] == 7.0 and f["note"].startswith("median of 3 runs")
+
+
+def test_a_rewrite_keeps_the_sections_measured_by_their_own_commands(tmp_path):
+    from bench.report import KEPT_MARK, write_results
+    path = tmp_path / "RESULTS.md"
+    args = dict(command="python -m bench", started="today", seconds=1.0, machine={}, params={}, errors={})
+    write_results(path, [], **args)
+    assert KEPT_MARK not in path.read_text()
+    path.write_text(path.read_text() + "\n" + KEPT_MARK + "\n\n## Retention\n\ndrop: 40 ms\n")
+    write_results(path, [figure("steady", "lost", 0, "tasks", "== 0")], **args)
+    text = path.read_text()
+    assert "| steady | lost |" in text
+    assert text.endswith(KEPT_MARK + "\n\n## Retention\n\ndrop: 40 ms\n")
+    assert text.count(KEPT_MARK) == 1

@@ -1,0 +1,107 @@
+"""How long dropping a day of history takes: `python -m bench.retention --rows 10000000`.
+
+In a database of its own (dropped after), it fills one day partition of the backlog (and, with
+--execlog, of the execlog) with `rows` archived tasks by INSERT ... SELECT doubling, bounded by
+--max-generate-s, then runs the retention pass a node would run eight days later and reports the
+time of the DROP PARTITION statements (delayq.store.retention.PassReport.drop_ms), and, for
+comparison, how long deleting --delete-sample rows of another day by primary key in batches took.
+Prints one JSON line. The machine is shared: figures are of a single run, not a steady load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+
+from delayq import config, db as dbm, schema
+from delayq.retention import DAY_MS, day_of
+from delayq.store.retention import RetentionStore
+from delayq.testing.services import MYSQL_SERVER
+
+BACKLOG, EXECLOG = "job_delay_task_backlog", "job_delay_task_execlog"
+
+
+def fill(engine, table: str, rows: int, at_ms: int, deadline: float) -> int:
+    """`rows` rows of one day in `table`, doubling: each round copies every row with one more
+    letter on its task id (unique, short). Returns the rows made (fewer if the deadline came)."""
+    cols = {BACKLOG: ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
+                      "created_ms, finished_ms, message, dead_letter",
+                      "topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, created_ms, "
+                      "finished_ms, message, dead_letter"),
+            EXECLOG: ("task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms, message",
+                      "attempt, due_ms, node_id, dispatched_ms, result, result_ms, message")}[table]
+    with engine.begin() as conn:
+        if table == BACKLOG:
+            conn.exec_driver_sql(f"INSERT INTO {table} VALUES ('a', 'bench', 0, %s, 3, 1, 'payload of a task', "
+                                 "'0123456789abcdef', 3, 30000, %s, %s, NULL, 0)", (at_ms, at_ms, at_ms))
+        else:
+            conn.exec_driver_sql(f"INSERT INTO {table} (task_id, attempt, due_ms, node_id, dispatched_ms, result, "
+                                 "result_ms) VALUES ('a', 1, %s, 'node-1', %s, 'SUCCESS', %s)", (at_ms, at_ms, at_ms))
+    made, letter = 1, 0
+    while made < rows and time.monotonic() < deadline:
+        take = min(made, rows - made)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"INSERT INTO {table} ({cols[0]}) SELECT CONCAT(task_id, CHAR(65 + {letter})), "
+                                 f"{cols[1]} FROM {table} LIMIT {take}")
+        made += take
+        letter += 1
+    return made
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=10_000_000)
+    p.add_argument("--execlog", action="store_true", help="fill the execlog's day too")
+    p.add_argument("--max-generate-s", type=float, default=1200)
+    p.add_argument("--delete-sample", type=int, default=20_000)
+    a = p.parse_args()
+    name = f"delayq_bench_{uuid.uuid4().hex[:8]}"
+    settings = config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}"})
+    server = dbm.make_engine(settings.mysql, database=False)
+    schema.create_database(server, name)
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}",
+                                          "DELAYQ_MYSQL_TIMEOUT_MS": "600000"}).mysql)
+    out: dict = {"rows": a.rows}
+    try:
+        schema.migrate(engine)
+        store = RetentionStore(engine)
+        now = int(time.time() * 1000)
+        store.prune(7, now, 2, 1000)                  # today's partition, and the next two days
+        started = time.monotonic()
+        deadline = started + a.max_generate_s
+        out["backlog_rows"] = fill(engine, BACKLOG, a.rows, now, deadline)
+        if a.execlog:
+            out["execlog_rows"] = fill(engine, EXECLOG, a.rows, now, deadline)
+        out["generate_s"] = round(time.monotonic() - started, 1)
+        # Another day's rows, deleted by primary key in batches as a topic kept for less would be.
+        tomorrow = (day_of(now) + 1) * DAY_MS + 3_600_000
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"INSERT INTO {BACKLOG} (task_id, topic, shard_id, due_ms, status, attempt, payload, "
+                                 "spec_hash, max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter) "
+                                 f"SELECT CONCAT('d', task_id), 'short', shard_id, due_ms, status, attempt, payload, "
+                                 f"spec_hash, max_retries, ttr_ms, created_ms, %s, message, 0 FROM {BACKLOG} LIMIT %s",
+                                 (tomorrow, a.delete_sample))
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"ANALYZE TABLE {BACKLOG}").all()
+            out["day_partition_bytes"] = int(conn.exec_driver_sql(
+                "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
+                "AND TABLE_NAME = %s ORDER BY PARTITION_ORDINAL_POSITION LIMIT 1", (BACKLOG,)).scalar())
+        started = time.monotonic()
+        deleted = sum(t for t, _ in store.delete_expired("short", tomorrow + 1, 1000, 10_000))
+        out["delete_by_key"] = {"rows": deleted, "s": round(time.monotonic() - started, 2)}
+        report = store.prune(7, now + 8 * DAY_MS, 2, 1000)
+        out["dropped"] = report.dropped
+        out["drop_ms"] = round(report.drop_ms, 1)
+        with engine.connect() as conn:
+            out["rows_left"] = conn.exec_driver_sql(f"SELECT COUNT(*) FROM {BACKLOG}").scalar()
+    finally:
+        engine.dispose()
+        with server.begin() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        server.dispose()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

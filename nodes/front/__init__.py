@@ -1,2 +1,3 @@
-"""The Thrift front: the server and its connections and inboxes, the handler, the one mapping of
-delayq's errors to the IDL's exceptions, and the submit write strategy."""
+"""The Thrift front: the server with its connections and inboxes, the submit path, the task, topic
+and admin calls, who each call runs as, and the one mapping of delayq's errors to the IDL's
+exceptions."""

@@ -1,7 +1,7 @@
 """The Access page (clients and their grants, tenants and their quotas, the audit log filtered by
-actor, action and time) and the Cluster actions (drain, undrain, pin, unpin), for admin clients.
+actor, action and time) and the Cluster actions (drain, undrain, pin, unpin, rebalance), for admin clients.
 
-Clients are the `listClients` call; the actions are `drain`, `undrain`, `pin` and `unpin`, the
+Clients are the `listClients` call; the actions are `drain`, `undrain`, `pin`, `unpin` and `rebalance`, the
 admin calls the `delayq` command's checks are shared with (delayq.master.intents through
 delayq.nodes.front.admin), so the console refuses what the command refuses, in the same words.
 """
@@ -87,6 +87,8 @@ def layout(c: Console, ctx: Ctx) -> Response:
             return c.service.pin(shard(), node, force)
         if action == "unpin":
             return c.service.unpin(shard())
+        if action == "rebalance":
+            return c.service.rebalance()
         raise ActionRefused(f"unknown action {action!r}")
 
     def done(i) -> str:

@@ -1,5 +1,5 @@
 """AdminCalls: the Thrift calls that change the cluster rather than tasks, each for a client holding
-`admin`: the cluster as this node sees it (cluster), the layout (drain, undrain, pin, unpin, intents, reshard), redrive, and clients (add,
+`admin`: the cluster as this node sees it (cluster), the layout (drain, undrain, pin, unpin, rebalance, intents, reshard), redrive, and clients (add,
 grant, revoke, rotate, list). They do what the operator's `delayq` commands do, through the same
 code (delayq.master.intents, delayq.master.reshard, delayq.store.maintenance, delayq.store.clients),
 so an admin needs a token, not MySQL and ZooKeeper credentials; each is recorded in the audit log
@@ -76,6 +76,11 @@ class AdminCalls:
     def unpin(self, shard: int) -> ttypes.Intents:
         self._admin()
         return self._change(layout.unpin(_shard(shard)))
+
+    @declared
+    def rebalance(self) -> ttypes.Intents:
+        self._admin()
+        return self._change(layout.rebalance())
 
     @declared
     def intents(self) -> ttypes.Intents:

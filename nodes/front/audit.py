@@ -1,6 +1,6 @@
 """Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel and
 reschedule call, and every admin call that changes something (delayq.nodes.front.admin: drain,
-undrain, pin, unpin, reshard, redrive, and the clients' add, grant, revoke and rotate) is recorded
+undrain, pin, unpin, rebalance, reshard, redrive, and the clients' add, grant, revoke and rotate) is recorded
 once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
 client, its address, the call, its topic or task id, and how it ended (the answer, or the
 refusal or error it got).
@@ -31,6 +31,7 @@ AUDITED: dict[str, Callable[[Sequence], str]] = {
     "undrain": lambda args: _words(args[:1]),
     "pin": lambda args: _words(args[:2]),
     "unpin": lambda args: _words(args[:1]),
+    "rebalance": lambda args: "",
     "reshard": lambda args: _words(args[:1]),
     "redrive": lambda args: _redrive(args[0]) if args else "",
     "addClient": lambda args: _words([args[0], *(_grant(g) for g in args[1] or ())]) if len(args) > 1 else "",

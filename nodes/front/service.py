@@ -72,6 +72,9 @@ class Service(DelayScheduler.Iface):
     def unpin(self, shard):
         return self._admin.unpin(shard)
 
+    def rebalance(self):
+        return self._admin.rebalance()
+
     def intents(self):
         return self._admin.intents()
 

@@ -313,6 +313,10 @@ service DelayScheduler {
   Intents unpin(1: i32 shard)
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),
+  // A fresh balanced assignment, ignoring where the shards are now (as `delayq rebalance`).
+  Intents rebalance()
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
   Intents intents()
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),

@@ -110,6 +110,21 @@ def test_an_action_without_the_csrf_token_is_refused(cluster):
     assert status_of(nodes[0], task_id) == ttypes.TaskStatus.DELAY
 
 
+def test_rebalance_from_the_console_is_the_admin_call_and_is_audited(cluster):
+    db, nodes, _ = cluster
+    op, _ = opener()
+    page = op.open(base(nodes[1]) + "/ui/login", data=urllib.parse.urlencode({"token": security.admin_token()}).encode(),
+                   timeout=5).read().decode()
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    done = op.open(base(nodes[1]) + "/ui/cluster/layout",
+                   data=urllib.parse.urlencode({"action": "rebalance", "csrf": csrf}).encode(), timeout=10).read().decode()
+    assert "rebalance recorded" in done
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": db.url}).mysql)
+    rows = AuditLog(engine).list(action="rebalance")
+    engine.dispose()
+    assert [(r.actor, r.outcome) for r in rows] == [(security.ADMIN, "ok")]
+
+
 # ---- in Chromium -----------------------------------------------------------------------------------
 
 

@@ -139,6 +139,9 @@ class Iface(object):
         """
         pass
 
+    def rebalance(self):
+        pass
+
     def intents(self):
         pass
 
@@ -849,6 +852,40 @@ class Client(Iface):
             raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "unpin failed: unknown result")
 
+    def rebalance(self):
+        self.send_rebalance()
+        return self.recv_rebalance()
+
+    def send_rebalance(self):
+        self._oprot.writeMessageBegin('rebalance', TMessageType.CALL, self._seqid)
+        args = rebalance_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_rebalance(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = rebalance_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "rebalance failed: unknown result")
+
     def intents(self):
         self.send_intents()
         return self.recv_intents()
@@ -1180,6 +1217,7 @@ class Processor(Iface, TProcessor):
         self._processMap["undrain"] = Processor.process_undrain
         self._processMap["pin"] = Processor.process_pin
         self._processMap["unpin"] = Processor.process_unpin
+        self._processMap["rebalance"] = Processor.process_rebalance
         self._processMap["intents"] = Processor.process_intents
         self._processMap["reshard"] = Processor.process_reshard
         self._processMap["redrive"] = Processor.process_redrive
@@ -1781,6 +1819,41 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("unpin", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_rebalance(self, seqid, iprot, oprot):
+        args = rebalance_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = rebalance_result()
+        try:
+            result.success = self._handler.rebalance()
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("rebalance", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -4943,6 +5016,161 @@ class unpin_result(object):
         return not (self == other)
 all_structs.append(unpin_result)
 unpin_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class rebalance_args(object):
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('rebalance_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(rebalance_args)
+rebalance_args.thrift_spec = (
+)
+
+
+class rebalance_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Intents()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('rebalance_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(rebalance_result)
+rebalance_result.thrift_spec = (
     (0, TType.STRUCT, 'success', [Intents, None], None, ),  # 0
     (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
     None,  # 2

@@ -32,9 +32,10 @@ COUNT_CAP = 10_000          # a count past this shows as "10,000+"
 LOAD_CAP = 100_000
 DEAD_CAP = 5_000
 STATEMENT_S = 3.0
-# The backlog has no index on topic (its reads are by id and by finish time): newest first along
-# idx_finished lets LIMIT stop a read early, where a small table's statistics would pick a full scan
-# and a sort, which at scale reads every archived row.
+# Archived pages go newest first by (finished_ms, task_id), which idx_finished holds in order; the
+# backlog's idx_topic_finished does not order by task_id (the table is partitioned), so a page of a
+# topic read through it would sort all of the topic's history first. Along idx_finished a LIMIT
+# stops the read early; a small table's statistics would otherwise pick a full scan and a sort.
 NEWEST_FIRST = "FORCE INDEX (idx_finished)"
 
 

@@ -1,7 +1,7 @@
 """The Tasks pages: search (by id; by topic, state and a time range, a page at a time by keyset),
 a task's page (its state, payload shown safely, every attempt), its actions (cancel, reschedule,
 redrive), and the Dead letters page (FAILED tasks grouped by topic and error fingerprint, a group
-redriven with its count shown first).
+redriven or discarded with its count shown first).
 
 A task's page is the `get` call, actions are `cancel`, `reschedule` and `redrive`: the Thrift
 calls, made as the session's client. A search reads MySQL (delayq.nodes.console.reads) for a topic
@@ -22,7 +22,7 @@ from delayq.nodes.validation import check_task_id
 from delayq import errors
 
 DEAD_DAYS = 1
-REDRIVE_CHUNK = 500          # the redrive call's limit of ids
+REDRIVE_CHUNK = 500          # the redrive and discard calls' limit of ids
 
 
 def _int(value: str | None) -> int | None:
@@ -132,22 +132,36 @@ def dead(c: Console, ctx: Ctx) -> Response:
     return c.page(ctx, "dead.html", groups=groups, more=more, cap=DEAD_CAP, days=DEAD_DAYS, confirm=confirm)
 
 
-def dead_redrive(c: Console, ctx: Ctx) -> Response:
+def _group_ids(c: Console, ctx: Ctx) -> tuple[str, list[str]]:
+    """The ids of the group the form names, read again now, never more than the count the person
+    confirmed (a group that grew meanwhile is not acted on beyond what was shown)."""
     topic, fp = ctx.req.form.get("topic") or "", ctx.req.form.get("fp") or ""
     expected = _int(ctx.req.form.get("count"))
+    groups, _ = _groups(c, ctx)
+    ids = [r.task_id for k, rows in groups if k == (topic, fp) for r in rows]
+    if not ids:
+        raise ActionRefused("that group has no dead letters any more (redriven, discarded or purged meanwhile)")
+    return topic, ids[:expected] if expected is not None else ids
 
+
+def dead_redrive(c: Console, ctx: Ctx) -> Response:
     def call():
-        groups, _ = _groups(c, ctx)
-        ids = [r.task_id for k, rows in groups if k == (topic, fp) for r in rows]
-        if not ids:
-            raise ActionRefused("that group has no dead letters any more (redriven or purged meanwhile)")
-        if expected is not None and len(ids) > expected:
-            ids = ids[:expected]          # never more than the count the person confirmed
+        topic, ids = _group_ids(c, ctx)
         moved = 0
         for i in range(0, len(ids), REDRIVE_CHUNK):
             moved += c.service.redrive(ttypes.RedriveFilter(taskIds=ids[i:i + REDRIVE_CHUNK])).redriven
-        return moved
-    return c.act(ctx, call, lambda n: f"redriven {n:,} tasks of {topic}", "/ui/dead")
+        return topic, moved
+    return c.act(ctx, call, lambda r: f"redriven {r[1]:,} tasks of {r[0]}", "/ui/dead")
+
+
+def dead_discard(c: Console, ctx: Ctx) -> Response:
+    def call():
+        topic, ids = _group_ids(c, ctx)
+        gone = 0
+        for i in range(0, len(ids), REDRIVE_CHUNK):
+            gone += c.service.discard(ids[i:i + REDRIVE_CHUNK])
+        return topic, gone
+    return c.act(ctx, call, lambda r: f"discarded {r[1]:,} failed tasks of {r[0]}", "/ui/dead")
 
 
 def _qs(**values) -> str:
@@ -157,4 +171,4 @@ def _qs(**values) -> str:
 
 ROUTES = {("GET", "/ui/tasks"): tasks, ("GET", "/ui/task"): task, ("POST", "/ui/task/cancel"): cancel,
           ("POST", "/ui/task/reschedule"): reschedule, ("POST", "/ui/task/redrive"): redrive,
-          ("GET", "/ui/dead"): dead, ("POST", "/ui/dead/redrive"): dead_redrive}
+          ("GET", "/ui/dead"): dead, ("POST", "/ui/dead/redrive"): dead_redrive, ("POST", "/ui/dead/discard"): dead_discard}

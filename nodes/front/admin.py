@@ -1,5 +1,5 @@
 """AdminCalls: the Thrift calls that change the cluster rather than tasks, each for a client holding
-`admin`: the cluster as this node sees it (cluster), the layout (drain, undrain, pin, unpin, rebalance, intents, reshard), redrive, and clients (add,
+`admin`: the cluster as this node sees it (cluster), the layout (drain, undrain, pin, unpin, rebalance, intents, reshard), redrive, discard, and clients (add,
 grant, revoke, rotate, list). They do what the operator's `delayq` commands do, through the same
 code (delayq.master.intents, delayq.master.reshard, delayq.store.maintenance, delayq.store.clients),
 so an admin needs a token, not MySQL and ZooKeeper credentials; each is recorded in the audit log
@@ -139,6 +139,15 @@ class AdminCalls:
             if batches == REDRIVE_BATCHES:
                 return ttypes.RedriveResult(redriven=moved, more=n == REDRIVE_BATCH)
         return ttypes.RedriveResult(redriven=moved, more=False)
+
+    @declared
+    def discard(self, taskIds: list[str] | None) -> int:
+        self._admin()
+        ids = tuple(taskIds or ())
+        if not ids:
+            raise errors.InvalidRequest("taskIds", "name the FAILED tasks to discard")
+        _task_filter(ttypes.RedriveFilter(taskIds=list(ids)))       # the same checks of the ids as redrive
+        return maintenance.discard(self._engine, ids)
 
     # ---- clients ------------------------------------------------------------------------------
 

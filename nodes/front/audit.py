@@ -1,6 +1,6 @@
 """Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel and
 reschedule call, and every admin call that changes something (delayq.nodes.front.admin: drain,
-undrain, pin, unpin, rebalance, reshard, redrive, and the clients' add, grant, revoke and rotate) is recorded
+undrain, pin, unpin, rebalance, reshard, redrive, discard, and the clients' add, grant, revoke and rotate) is recorded
 once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
 client, its address, the call, its topic or task id, and how it ended (the answer, or the
 refusal or error it got).
@@ -34,6 +34,7 @@ AUDITED: dict[str, Callable[[Sequence], str]] = {
     "rebalance": lambda args: "",
     "reshard": lambda args: _words(args[:1]),
     "redrive": lambda args: _redrive(args[0]) if args else "",
+    "discard": lambda args: _words([f"id={i}" for i in args[0] or ()]) if args else "",
     "addClient": lambda args: _words([args[0], *(_grant(g) for g in args[1] or ())]) if len(args) > 1 else "",
     "grantClient": lambda args: _words([args[0], _grant(args[1])]) if len(args) > 1 else "",
     "revokeClient": lambda args: _words([args[0], _grant(args[1])]) if len(args) > 1 else "",
@@ -90,5 +91,7 @@ def _outcome(method: str, result, error: Exception | None) -> str:
     if error is None:
         if method == "cancel":
             return ttypes.CancelResult._VALUES_TO_NAMES.get(result, "ok")
+        if method == "discard":
+            return f"discarded {result}"
         return f"redriven {result.redriven}" if method == "redrive" else "ok"
     return type(error).__name__ if isinstance(error, errors.DelayqError) else "internal error"

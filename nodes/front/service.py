@@ -84,6 +84,9 @@ class Service(DelayScheduler.Iface):
     def redrive(self, filter):
         return self._admin.redrive(filter)
 
+    def discard(self, taskIds):
+        return self._admin.discard(taskIds)
+
     def addClient(self, name, grants, certificateOnly):
         return self._admin.addClient(name, grants, certificateOnly)
 

@@ -331,6 +331,12 @@ service DelayScheduler {
   RedriveResult redrive(1: RedriveFilter filter)
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),
+  // Deletes FAILED tasks (at most 500 ids) from the archive with their attempts: they are no longer
+  // listed as dead letters nor can be redriven. Answers how many were deleted (ids that name no
+  // FAILED task are left alone).
+  i32 discard(1: list<string> taskIds)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
 
   // ---- admin: clients (like `delayq clients`; every node applies a change within a second) ------
   // Returns the new client's token ("" with certificateOnly): shown this once, stored hashed.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from sqlalchemy import Engine, delete, func, insert, literal, select, union_all
 
@@ -75,6 +75,22 @@ def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Ite
                 for r in rows])
             conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows])))
         yield len(rows)
+
+
+def discard(engine: Engine, ids: Sequence[str]) -> int:
+    """Delete the FAILED tasks among ids from the backlog, with their execlog rows, in one
+    transaction (by primary key: a few rows, no lock a dispatch waits for). Answers how many."""
+    if not ids:
+        return 0
+    with unavailable_on_failure(), engine.begin() as conn:
+        failed = [r.task_id for r in conn.execute(
+            select(BACKLOG.c.task_id).where(BACKLOG.c.task_id.in_(ids), BACKLOG.c.status == int(Status.FAILED))
+            .with_for_update())]
+        if not failed:
+            return 0
+        conn.execute(delete(EXECLOG).where(EXECLOG.c.task_id.in_(failed)))
+        return conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_(failed),
+                                                  BACKLOG.c.status == int(Status.FAILED))).rowcount
 
 
 def purge(engine: Engine, before_ms: int, batch: int = 1000) -> Iterator[tuple[int, int]]:

@@ -125,6 +125,34 @@ def test_rebalance_from_the_console_is_the_admin_call_and_is_audited(cluster):
     assert [(r.actor, r.outcome) for r in rows] == [(security.ADMIN, "ok")]
 
 
+def test_a_dead_letter_group_is_shown_with_its_count_then_discarded(cluster, browser):
+    db, nodes, _ = cluster
+    with nodes[0].client() as c:
+        c.registerService(ttypes.CallbackService(topic="console.nowhere", ttrMs=0, maxRetries=0))   # no queue bound
+        ids = [c.submit(ttypes.TaskSpec(topic="console.nowhere", delayMs=0, payload=b"x")).taskId for _ in range(3)]
+    wait_until(lambda: all(status_of(nodes[0], i) == ttypes.TaskStatus.FAILED for i in ids), 20, 0.2,
+               what="the unroutable tasks to fail")
+    page = login(browser, nodes[0], security.admin_token())
+    page.goto(base(nodes[0]) + "/ui/dead")
+    row = page.locator("tr", has_text="console.nowhere")
+    assert row.locator("td.num").text_content() == "3"
+    row.locator("a.button").click()
+    assert page.text_content("#confirm-discard") == "Discard 3 tasks"
+    page.click("#confirm-discard")
+    page.wait_for_selector(".banner.ok")
+    assert "discarded 3 failed tasks of console.nowhere" in page.text_content(".banner.ok")
+    assert page.locator("tr", has_text="console.nowhere").count() == 0
+    with nodes[0].client() as c:
+        for i in ids:
+            with pytest.raises(ttypes.NotFound):
+                c.get(i)
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": db.url}).mysql)
+    rows = AuditLog(engine).list(action="discard")
+    engine.dispose()
+    assert [(r.actor, r.outcome) for r in rows] == [(security.ADMIN, "discarded 3")]
+    page.context.close()
+
+
 # ---- in Chromium -----------------------------------------------------------------------------------
 
 

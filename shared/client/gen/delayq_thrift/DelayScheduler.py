@@ -161,6 +161,14 @@ class Iface(object):
         """
         pass
 
+    def discard(self, taskIds):
+        """
+        Parameters:
+         - taskIds
+
+        """
+        pass
+
     def addClient(self, name, grants, certificateOnly):
         """
         Parameters:
@@ -1000,6 +1008,46 @@ class Client(Iface):
             raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "redrive failed: unknown result")
 
+    def discard(self, taskIds):
+        """
+        Parameters:
+         - taskIds
+
+        """
+        self.send_discard(taskIds)
+        return self.recv_discard()
+
+    def send_discard(self, taskIds):
+        self._oprot.writeMessageBegin('discard', TMessageType.CALL, self._seqid)
+        args = discard_args()
+        args.taskIds = taskIds
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_discard(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = discard_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "discard failed: unknown result")
+
     def addClient(self, name, grants, certificateOnly):
         """
         Parameters:
@@ -1221,6 +1269,7 @@ class Processor(Iface, TProcessor):
         self._processMap["intents"] = Processor.process_intents
         self._processMap["reshard"] = Processor.process_reshard
         self._processMap["redrive"] = Processor.process_redrive
+        self._processMap["discard"] = Processor.process_discard
         self._processMap["addClient"] = Processor.process_addClient
         self._processMap["grantClient"] = Processor.process_grantClient
         self._processMap["revokeClient"] = Processor.process_revokeClient
@@ -1959,6 +2008,41 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("redrive", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_discard(self, seqid, iprot, oprot):
+        args = discard_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = discard_result()
+        try:
+            result.success = self._handler.discard(args.taskIds)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidRequest as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("discard", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -5685,6 +5769,187 @@ redrive_result.thrift_spec = (
 )
 
 
+class discard_args(object):
+    """
+    Attributes:
+     - taskIds
+
+    """
+
+
+    def __init__(self, taskIds=None,):
+        self.taskIds = taskIds
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.taskIds = []
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.taskIds.append(_elem95)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('discard_args')
+        if self.taskIds is not None:
+            oprot.writeFieldBegin('taskIds', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRING, len(self.taskIds))
+            for iter96 in self.taskIds:
+                oprot.writeString(iter96.encode('utf-8') if sys.version_info[0] == 2 else iter96)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(discard_args)
+discard_args.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'taskIds', (TType.STRING, 'UTF8', False), None, ),  # 1
+)
+
+
+class discard_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.I32:
+                    self.success = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidRequest.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('discard_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.I32, 0)
+            oprot.writeI32(self.success)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(discard_result)
+discard_result.thrift_spec = (
+    (0, TType.I32, 'success', None, None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidRequest, None], None, ),  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
 class addClient_args(object):
     """
     Attributes:
@@ -5717,11 +5982,11 @@ class addClient_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.grants = []
-                    (_etype93, _size90) = iprot.readListBegin()
-                    for _i94 in range(_size90):
-                        _elem95 = Grant()
-                        _elem95.read(iprot)
-                        self.grants.append(_elem95)
+                    (_etype100, _size97) = iprot.readListBegin()
+                    for _i101 in range(_size97):
+                        _elem102 = Grant()
+                        _elem102.read(iprot)
+                        self.grants.append(_elem102)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -5747,8 +6012,8 @@ class addClient_args(object):
         if self.grants is not None:
             oprot.writeFieldBegin('grants', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.grants))
-            for iter96 in self.grants:
-                iter96.write(oprot)
+            for iter103 in self.grants:
+                iter103.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.certificateOnly is not None:
@@ -6486,11 +6751,11 @@ class listClients_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = ClientInfo()
-                        _elem102.read(iprot)
-                        self.success.append(_elem102)
+                    (_etype107, _size104) = iprot.readListBegin()
+                    for _i108 in range(_size104):
+                        _elem109 = ClientInfo()
+                        _elem109.read(iprot)
+                        self.success.append(_elem109)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -6522,8 +6787,8 @@ class listClients_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter103 in self.success:
-                iter103.write(oprot)
+            for iter110 in self.success:
+                iter110.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:

@@ -7,6 +7,7 @@ import http.cookiejar
 import re
 import shutil
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -108,6 +109,25 @@ def test_an_action_without_the_csrf_token_is_refused(cluster):
         op.open(forged, timeout=5)
     assert e.value.code == 403
     assert status_of(nodes[0], task_id) == ttypes.TaskStatus.DELAY
+
+
+def test_reschedule_from_the_task_page_moves_its_due_time(cluster):
+    _, nodes, _ = cluster
+    task_id = submit(nodes[0], delay_ms=60_000)
+    op, _ = opener()
+    page = op.open(base(nodes[2]) + "/ui/login", data=urllib.parse.urlencode({"token": security.admin_token()}).encode(),
+                   timeout=5).read().decode()
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    before = time.time() * 1000
+    done = op.open(base(nodes[2]) + "/ui/task/reschedule", timeout=10, data=urllib.parse.urlencode(
+        {"id": task_id, "csrf": csrf, "in_minutes": "30"}).encode()).read().decode()
+    assert "now due at" in done
+    with nodes[0].client() as c:
+        due = c.get(task_id).dueAtMs
+    assert before + 29 * 60_000 < due < time.time() * 1000 + 31 * 60_000
+    bad = op.open(base(nodes[2]) + "/ui/task/reschedule", timeout=10, data=urllib.parse.urlencode(
+        {"id": task_id, "csrf": csrf, "in_minutes": "soon"}).encode()).read().decode()
+    assert "not a number" in bad
 
 
 def test_rebalance_from_the_console_is_the_admin_call_and_is_audited(cluster):

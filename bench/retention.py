@@ -1,7 +1,8 @@
 """How long dropping a day of history takes: `python -m bench.retention --rows 10000000`.
 
 In a database of its own (dropped after), it fills one day partition of the backlog (and, with
---execlog, of the execlog) with `rows` archived tasks by INSERT ... SELECT doubling, bounded by
+--execlog, of the execlog) with `rows` archived tasks by INSERT ... SELECT (a seed of 2^20 made by
+doubling, copied as often as needed), bounded by
 --max-generate-s, then runs the retention pass a node would run eight days later and reports the
 time of the DROP PARTITION statements (delayq.store.retention.PassReport.drop_ms), and, for
 comparison, how long deleting --delete-sample rows of another day by primary key in batches took.
@@ -22,30 +23,33 @@ from delayq.testing.services import MYSQL_SERVER
 BACKLOG, EXECLOG = "job_delay_task_backlog", "job_delay_task_execlog"
 
 
+SEED = 1 << 20
+
+
 def fill(engine, table: str, rows: int, at_ms: int, deadline: float) -> int:
-    """`rows` rows of one day in `table`, doubling: each round copies every row with one more
-    letter on its task id (unique, short). Returns the rows made (fewer if the deadline came)."""
-    cols = {BACKLOG: ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
-                      "created_ms, finished_ms, message, dead_letter",
-                      "topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, created_ms, "
-                      "finished_ms, message, dead_letter"),
-            EXECLOG: ("task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms, message",
-                      "attempt, due_ms, node_id, dispatched_ms, result, result_ms, message")}[table]
+    """`rows` rows of one day in `table`. A seed table of 2^20 numbers is made by INSERT ... SELECT
+    doubling (small enough for MySQL's in-memory temporary table when a table copies into itself),
+    then copied into `table` a seed at a time (another table: streamed, no temporary copy).
+    Returns the rows made (fewer if the deadline came)."""
+    values = {BACKLOG: ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
+                        "created_ms, finished_ms, message, dead_letter",
+                        f"'bench', MOD(n, 64), {at_ms}, 3, 1, 'payload of a task', '0123456789abcdef', 3, 30000, "
+                        f"{at_ms}, {at_ms}, NULL, 0"),
+              EXECLOG: ("task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms, message",
+                        f"1, {at_ms}, 'node-1', {at_ms}, 'SUCCESS', {at_ms}, NULL")}[table]
     with engine.begin() as conn:
-        if table == BACKLOG:
-            conn.exec_driver_sql(f"INSERT INTO {table} VALUES ('a', 'bench', 0, %s, 3, 1, 'payload of a task', "
-                                 "'0123456789abcdef', 3, 30000, %s, %s, NULL, 0)", (at_ms, at_ms, at_ms))
-        else:
-            conn.exec_driver_sql(f"INSERT INTO {table} (task_id, attempt, due_ms, node_id, dispatched_ms, result, "
-                                 "result_ms) VALUES ('a', 1, %s, 'node-1', %s, 'SUCCESS', %s)", (at_ms, at_ms, at_ms))
-    made, letter = 1, 0
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS bench_seed (n INT NOT NULL PRIMARY KEY) ENGINE=InnoDB")
+        if not conn.exec_driver_sql("SELECT COUNT(*) FROM bench_seed").scalar():
+            conn.exec_driver_sql("INSERT INTO bench_seed VALUES (0)")
+            for _ in range(20):
+                conn.exec_driver_sql("INSERT INTO bench_seed SELECT n + (SELECT COUNT(*) FROM bench_seed) FROM bench_seed")
+    made = 0
     while made < rows and time.monotonic() < deadline:
-        take = min(made, rows - made)
+        take = min(SEED, rows - made)
         with engine.begin() as conn:
-            conn.exec_driver_sql(f"INSERT INTO {table} ({cols[0]}) SELECT CONCAT(task_id, CHAR(65 + {letter})), "
-                                 f"{cols[1]} FROM {table} LIMIT {take}")
+            conn.exec_driver_sql(f"INSERT INTO {table} ({values[0]}) SELECT CONCAT('t', {made} + n), {values[1]} "
+                                 f"FROM bench_seed WHERE n < {take}")
         made += take
-        letter += 1
     return made
 
 
@@ -92,7 +96,7 @@ def main() -> None:
         out["delete_by_key"] = {"rows": deleted, "s": round(time.monotonic() - started, 2)}
         report = store.prune(7, now + 8 * DAY_MS, 2, 1000)
         out["dropped"] = report.dropped
-        out["drop_ms"] = round(report.drop_ms, 1)
+        out["drop_ms"] = report.drop_ms
         with engine.connect() as conn:
             out["rows_left"] = conn.exec_driver_sql(f"SELECT COUNT(*) FROM {BACKLOG}").scalar()
     finally:

@@ -104,10 +104,10 @@ def prune(config_file: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"skipped": report.skipped, "added": report.added, "dropped": report.dropped,
                                "keptForDeadLetters": report.kept_for_dead_letters,
                                "deletedTasks": report.deleted_tasks, "deletedAttempts": report.deleted_attempts,
-                               "dropMs": round(report.drop_ms, 1)}))
+                               "dropMs": report.drop_ms}))
     elif report.skipped:
         click.echo("skipped: a node is running a retention pass")
     else:
         click.echo(f"added {report.added or 'no partition'}; dropped {report.dropped or 'no partition'} "
-                   f"({report.drop_ms:.0f} ms); deleted {report.deleted_tasks} archived tasks and "
+                   f"(ms: {report.drop_ms or 0}); deleted {report.deleted_tasks} archived tasks and "
                    f"{report.deleted_attempts} attempts of topics kept for less")

@@ -48,7 +48,7 @@ class PassReport:
     kept_for_dead_letters: list[str] = field(default_factory=list)
     deleted_tasks: int = 0
     deleted_attempts: int = 0
-    drop_ms: float = 0.0                # time spent in DROP PARTITION statements
+    drop_ms: dict[str, float] = field(default_factory=dict)    # time of each table's DROP PARTITION
 
 
 class RetentionStore:
@@ -139,7 +139,7 @@ class RetentionStore:
         if drop:
             started = time.perf_counter()
             conn.exec_driver_sql(f"ALTER TABLE {table} DROP PARTITION {', '.join(drop)}")
-            report.drop_ms += (time.perf_counter() - started) * 1000
+            report.drop_ms[table] = round((time.perf_counter() - started) * 1000, 1)
             report.dropped[table] = drop
             log.info("%s: dropped partitions %s (past retention)", table, ", ".join(drop))
 

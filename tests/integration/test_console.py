@@ -268,6 +268,12 @@ def test_a_read_only_client_sees_no_action_and_a_forged_one_is_refused(cluster, 
     assert r.status == 403
     page.goto(base(nodes[0]) + "/ui/topics")
     assert page.locator("button[value=pause]").count() == 0
+    for path, text in (("/ui/access", "admin clients only"), ("/ui/cluster", "admin clients only"),
+                       ("/ui/overview", "shown to admin clients"), ("/ui/dead", "Dead letters"),
+                       ("/ui/load", "Upcoming load")):
+        page.goto(base(nodes[0]) + path)
+        assert text in page.content(), path
+    assert page.locator("form[action='/ui/cluster/layout']").count() == 0
     page.context.close()
 
 

@@ -44,6 +44,7 @@ from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.front.handler import Handler
+from delayq.nodes.front.keycalls import KeyCalls
 from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.service import Service
@@ -75,6 +76,7 @@ from delayq.nodes.cluster.watch import ServicesWatch, Watch
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.store.audit import AuditLog
+from delayq.store.bykey import KeyRequests
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore
 from delayq.store.deadletters import DeadLetterRows
@@ -191,6 +193,7 @@ class NodeRuntime:
         placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
         limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
         self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
+        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits)
         self.topics = TopicCalls(self.services, ControlStore(self.engine, clock), self.access, answers,
                                  self.exchanges.check, default_exchange=s.amqp.exchange)
         self.submit_path = SubmitPath(SubmitGate(self.access, self.quotas),
@@ -208,7 +211,7 @@ class NodeRuntime:
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
                                                            scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
-        self.service = Service(self.handler, self.topics, self.admin)
+        self.service = Service(self.handler, self.keys, self.topics, self.admin)
         self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,

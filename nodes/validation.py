@@ -5,13 +5,18 @@ import hashlib
 import re
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 from delayq.errors import InvalidService, InvalidTask
+from delayq.store.values import KeyMode
 
 TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 EXCHANGE_RE = re.compile(r"[A-Za-z0-9._:-]{1,255}")
+MAX_KEY_BYTES, MAX_TAGS, MAX_TAG_BYTES = 255, 8, 64
+# W3C Trace Context, version 00's layout (a later version is read the same way, its extra fields refused).
+TRACEPARENT_RE = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_RETRIES = 100
 MAX_TTR_MS = 24 * 3600 * 1000
 _INT32 = 2**31 - 1
@@ -32,6 +37,11 @@ class TaskRequest(NamedTuple):
     payload: bytes | None = None
     max_retries: int | None = None
     ttr_ms: int | None = None
+    key: str | None = None
+    tags: Sequence[str] | None = None
+    traceparent: str | None = None
+    mode: KeyMode = KeyMode.ALLOW
+    max_debounce_ms: int | None = None
 
 
 def check_topic(topic: str | None, index: int | None = None) -> str:
@@ -83,16 +93,94 @@ def check_task(req: TaskRequest, limits: Limits, index: int | None = None) -> No
         raise InvalidTask("maxRetries", f"must be between 0 and {MAX_RETRIES}, got {req.max_retries}", index)
     if req.ttr_ms is not None and not 0 <= req.ttr_ms <= MAX_TTR_MS:
         raise InvalidTask("ttrMs", f"must be between 0 and {MAX_TTR_MS}, got {req.ttr_ms}", index)
+    check_key(req.key, index)
+    check_tags(req.tags, index)
+    check_traceparent(req.traceparent, index)
+    check_mode(req, index)
+
+
+def check_key(key: str | None, index: int | None = None, field: str = "key") -> bytes | None:
+    """The key as stored (UTF-8), or None."""
+    if key is None:
+        return None
+    raw = key.encode()
+    if not raw:
+        raise InvalidTask(field, "must not be empty (leave it unset for no key)", index)
+    if len(raw) > MAX_KEY_BYTES:
+        raise InvalidTask(field, f"is {len(raw)} bytes of UTF-8, at most {MAX_KEY_BYTES} allowed", index)
+    if _CONTROL.search(key):
+        raise InvalidTask(field, "must not hold control characters (NUL, newline...)", index)
+    return raw
+
+
+def check_tags(tags: Sequence[str] | None, index: int | None = None) -> bytes | None:
+    """The tags as stored: comma-separated UTF-8 (a tag holds no comma), or None for none."""
+    if not tags:
+        return None
+    if len(tags) > MAX_TAGS:
+        raise InvalidTask("tags", f"holds {len(tags)} tags, at most {MAX_TAGS} allowed", index)
+    for tag in tags:
+        if tag is None or not tag:
+            raise InvalidTask("tags", "a tag must not be empty", index)
+        if len(tag.encode()) > MAX_TAG_BYTES:
+            raise InvalidTask("tags", f"tag {tag[:16]!r}... is {len(tag.encode())} bytes, at most {MAX_TAG_BYTES} "
+                              "allowed", index)
+        if "," in tag or _CONTROL.search(tag):
+            raise InvalidTask("tags", f"tag {tag[:16]!r} must not hold a comma or control characters", index)
+    return ",".join(dict.fromkeys(tags)).encode()
+
+
+def split_tags(stored: bytes | None) -> list[str] | None:
+    return stored.decode().split(",") if stored else None
+
+
+def check_traceparent(value: str | None, index: int | None = None) -> str | None:
+    """A W3C traceparent (version-traceid-parentid-flags, lowercase hex), or None."""
+    if value is None:
+        return None
+    m = TRACEPARENT_RE.fullmatch(value)
+    if m is None:
+        raise InvalidTask("traceparent", "must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>, lowercase", index)
+    version, trace_id, parent_id, _ = m.groups()
+    if version == "ff" or trace_id == "0" * 32 or parent_id == "0" * 16:
+        raise InvalidTask("traceparent", "has an invalid version (ff) or an all-zero trace or parent id", index)
+    return value
+
+
+def check_mode(req: TaskRequest, index: int | None = None) -> None:
+    """A dedup mode needs a key; maxDebounceMs goes with REPLACE only."""
+    if req.mode is not KeyMode.ALLOW and req.key is None:
+        raise InvalidTask("onKeyConflict", f"{req.mode.name} needs a key", index)
+    if req.max_debounce_ms is not None:
+        if req.mode is not KeyMode.REPLACE:
+            raise InvalidTask("maxDebounceMs", "applies to onKeyConflict REPLACE only", index)
+        if req.max_debounce_ms < 0:
+            raise InvalidTask("maxDebounceMs", f"must not be negative, got {req.max_debounce_ms}", index)
+
+
+def key_mode(value: int | None, index: int | None = None) -> KeyMode:
+    """The IDL's KeyConflict value as a KeyMode (unset: ALLOW)."""
+    if value is None:
+        return KeyMode.ALLOW
+    try:
+        return KeyMode(value)
+    except ValueError:
+        raise InvalidTask("onKeyConflict", f"unknown mode {value}; one of "
+                          + ", ".join(m.name for m in KeyMode), index) from None
 
 
 def spec_hash(req: TaskRequest) -> bytes:
     """What "the same content" means for an idempotent submit: every field the client sent.
-    No payload and an empty payload are the same content (both are stored as empty)."""
+    No payload and an empty payload are the same content (both are stored as empty). The key
+    fields count only when set, so a task without them hashes as it did before keys existed."""
     h = hashlib.blake2b(digest_size=16)
     for value in (req.topic, req.delay_ms, req.due_at_ms, req.max_retries, req.ttr_ms):
         h.update(b"\x00" if value is None else b"\x01" + str(value).encode() + b"\x00")
     h.update(struct.pack("!Q", len(req.payload or b"")))
     h.update(req.payload or b"")
+    if req.key is not None or req.tags or req.traceparent is not None or req.mode is not KeyMode.ALLOW:
+        h.update(repr((req.key, list(req.tags or ()), req.traceparent, req.mode.value,
+                       req.max_debounce_ms)).encode())
     return h.digest()
 
 

@@ -66,10 +66,18 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
 @click.option("--id", "task_id", help="Your own task id (idempotent: the same id and content is accepted again).")
 @click.option("--payload", help="The payload, as UTF-8 text.")
 @click.option("--payload-file", type=click.File("rb"), help="The payload, read from a file ('-': stdin).")
+@click.option("--key", help="A business key (up to 255 bytes): find, cancel and reschedule by it.")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable, up to 8).")
+@click.option("--on-key-conflict", type=click.Choice(list(ttypes.KeyConflict._NAMES_TO_VALUES), case_sensitive=False),
+              help="What to do when a live task holds the key (default ALLOW).")
+@click.option("--max-debounce", help="With REPLACE: due at most this long after the key's first submit (30s, 5m).")
+@click.option("--traceparent", help="A W3C trace context, passed on as a message header.")
 @click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
 @with_common
-def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, config_file, as_json) -> None:
-    """Submit one task to TOPIC (its service must be registered). Prints the task id and due time."""
+def submit_task(topic, delay, at, task_id, payload, payload_file, key, tags, on_key_conflict, max_debounce,
+                traceparent, endpoints, config_file, as_json) -> None:
+    """Submit one task to TOPIC (its service must be registered). Prints the task id, its due time
+    and what the submit did (CREATED, REPLACED or DEDUPLICATED, with a key's dedup mode)."""
     if (delay is None) == (at is None):
         raise click.UsageError("give exactly one of --delay and --at")
     if payload is not None and payload_file is not None:
@@ -77,17 +85,25 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, endpoints, con
     body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
     spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
                            delayMs=duration_ms(delay) if delay is not None else None,
-                           dueAtMs=instant(at) if at is not None else None)
+                           dueAtMs=instant(at) if at is not None else None, key=key, tags=list(tags) or None,
+                           traceparent=traceparent,
+                           onKeyConflict=ttypes.KeyConflict._NAMES_TO_VALUES[on_key_conflict.upper()]
+                           if on_key_conflict else None,
+                           maxDebounceMs=duration_ms(max_debounce) if max_debounce is not None else None)
     settings = load_settings(config_file)
 
     def go():
         with client(settings, endpoints) as c:
             return c.submit(spec)
     ref = run(go, as_json)
+    outcome = ttypes.SubmitOutcome._VALUES_TO_NAMES.get(ref.outcome) if ref.outcome else None
     if as_json:
-        click.echo(json.dumps({"taskId": ref.taskId, "dueAtMs": ref.dueAtMs, "created": ref.created}))
-    else:
+        click.echo(json.dumps({"taskId": ref.taskId, "dueAtMs": ref.dueAtMs, "created": ref.created,
+                               "outcome": outcome}))
+    elif key is None:
         click.echo(f"{ref.taskId}  due {utc_time(ref.dueAtMs)}" + ("" if ref.created else "  (existed already)"))
+    else:
+        click.echo(f"{ref.taskId}  due {utc_time(ref.dueAtMs)}  {outcome}")
 
 
 @tasks.command("cancel")
@@ -120,13 +136,17 @@ def _filter_options(f):
 @tasks.command("list")
 @_filter_options
 @click.option("--status", type=click.Choice([s.name for s in Status], case_sensitive=False))
+@click.option("--key-prefix", help="Business keys starting with this.")
+@click.option("--tag", help="Tasks with this tag.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--after", help="Page on: list task ids after this one.")
 @with_common
-def list_cmd(ids, topic, since, until, status, limit, after, config_file, as_json) -> None:
-    """List live and archived tasks by id, topic, due range and state, a page at a time."""
+def list_cmd(ids, topic, since, until, status, key_prefix, tag, limit, after, config_file, as_json) -> None:
+    """List live and archived tasks by id, topic, due range, state, key prefix and tag, a page at a
+    time, read from MySQL (`delayq tasks find` and the listTasks call go through a node)."""
     settings = load_settings(config_file)
-    f = TaskFilter(tuple(ids), topic, instant(since), instant(until), Status[status.upper()] if status else None)
+    f = TaskFilter(tuple(ids), topic, instant(since), instant(until), Status[status.upper()] if status else None,
+                   key_prefix=key_prefix.encode() if key_prefix else None, tag=tag)
     rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after), as_json)
     if as_json:
         click.echo(json.dumps([{"taskId": r["task_id"], "topic": r["topic"], "shardId": r["shard_id"],

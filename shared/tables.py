@@ -45,6 +45,11 @@ task = Table(
     Column("node_id", String(128)),
     Column("created_ms", BigInteger, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
+    Column("task_key", LargeBinary(255)),
+    Column("tags", LargeBinary(520)),
+    Column("traceparent", String(55)),
+    Column("held_key", LargeBinary(255)),
+    Column("key_since_ms", BigInteger),
 )
 
 execlog = Table(
@@ -58,6 +63,8 @@ execlog = Table(
     Column("result", String(16)),
     Column("result_ms", BigInteger),
     Column("message", String(1024)),
+    Column("task_key", LargeBinary(255)),
+    Column("tags", LargeBinary(520)),
 )
 
 backlog = Table(
@@ -76,6 +83,9 @@ backlog = Table(
     Column("finished_ms", BigInteger, primary_key=True, autoincrement=False),     # the day partition
     Column("message", String(1024)),
     Column("dead_letter", SmallInteger, nullable=False, server_default="0"),
+    Column("task_key", LargeBinary(255)),
+    Column("tags", LargeBinary(520)),
+    Column("traceparent", String(55)),
 )
 
 shard = Table(

@@ -11,6 +11,9 @@ HEADER_DUE_AT = "x-delayq-due-at"
 HEADER_DISPATCHED_AT = "x-delayq-dispatched-at"
 HEADER_STATUS = "x-delayq-status"          # on dead letters: FAILED
 HEADER_REASON = "x-delayq-reason"          # on dead letters: the last result's message
+HEADER_KEY = "x-delayq-key"                # the task's business key, when it has one
+HEADER_TAGS = "x-delayq-tags"              # its tags, comma-separated (a tag holds no comma), when it has some
+HEADER_TRACEPARENT = "traceparent"         # the W3C trace context given at submit, when one was
 
 
 # Queues delayq and its consumer helper declare are quorum queues: replicated over a majority of a

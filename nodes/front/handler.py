@@ -21,7 +21,7 @@ from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.outcomes.results import ResultApplier
-from delayq.nodes.validation import Limits, TaskRequest, check_task_id, due_time
+from delayq.nodes.validation import Limits, TaskRequest, check_task_id, due_time, split_tags
 from delayq.store.requests import TaskRequests
 from delayq.store.values import CancelOutcome
 
@@ -89,6 +89,8 @@ class Handler:
             dueAtMs=row["due_ms"], shardId=row["shard_id"], maxRetries=row["max_retries"], ttrMs=row["ttr_ms"],
             createdAtMs=row["created_ms"], updatedAtMs=row.get("updated_ms") or row.get("finished_ms"),
             payload=bytes(row["payload"]),
+            key=None if row.get("task_key") is None else bytes(row["task_key"]).decode(errors="replace"),
+            tags=split_tags(row.get("tags")), traceparent=row.get("traceparent"),
             attempts=[ttypes.Attempt(attempt=a["attempt"], nodeId=a["node_id"], dispatchedAtMs=a["dispatched_ms"],
                                      result=a["result"], resultAtMs=a["result_ms"], message=a["message"])
                       for a in attempts])

@@ -14,7 +14,8 @@ from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.front.placing import Placing
-from delayq.nodes.validation import Limits, ServiceSpec, TaskRequest, check_task, due_time, spec_hash
+from delayq.nodes.validation import (Limits, ServiceSpec, TaskRequest, check_key, check_tags, check_task, due_time,
+                                    key_mode, spec_hash)
 from delayq.store.values import NewTask
 
 
@@ -25,10 +26,11 @@ class SubmitRules:
     max_batch: int
 
 
-def request_of(spec: ttypes.TaskSpec) -> TaskRequest:
+def request_of(spec: ttypes.TaskSpec, index: int | None = None) -> TaskRequest:
     """A TaskSpec as the Thrift-free request the validation rules read."""
     return TaskRequest(spec.topic, spec.taskId, spec.delayMs, spec.dueAtMs, spec.payload, spec.maxRetries,
-                       spec.ttrMs)
+                       spec.ttrMs, spec.key, spec.tags, spec.traceparent, key_mode(spec.onKeyConflict, index),
+                       spec.maxDebounceMs)
 
 
 class NewTasks:
@@ -53,7 +55,7 @@ class NewTasks:
             index = i if batch else None
             if spec is None:
                 raise errors.InvalidTask("task", "is missing", index)
-            req = request_of(spec)
+            req = request_of(spec, index)
             check_task(req, limits, index)
             topic = req.topic
             assert topic is not None        # check_task refuses a task without one
@@ -69,5 +71,6 @@ class NewTasks:
                         payload=req.payload or b"", spec_hash=spec_hash(req),
                         max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
                         ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
-                        client_id=req.task_id is not None)
+                        client_id=req.task_id is not None, key=check_key(req.key), tags=check_tags(req.tags),
+                        traceparent=req.traceparent, mode=req.mode, max_debounce_ms=req.max_debounce_ms)
                 for (req, topic, due, svc), shard in zip(checked, shards)]

@@ -3,6 +3,7 @@ handing it to the part that serves it, so that a reader (and an editor's jump-to
 who answers a call here.
 
     task calls (cancel, reschedule, get...)  front.handler.Handler
+    by key, and listTasks                    front.keycalls.KeyCalls
     services and topic controls              front.topics.TopicCalls
     admin calls (cluster, drain, pin, ...)   front.admin.AdminCalls
     submit, submitBatch                      front.submits.SubmitBatcher, then front.submitpath.SubmitPath:
@@ -17,12 +18,13 @@ from __future__ import annotations
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front.handler import Handler
+from delayq.nodes.front.keycalls import KeyCalls
 from delayq.nodes.front.topics import TopicCalls
 
 
 class Service(DelayScheduler.Iface):
-    def __init__(self, tasks: Handler, topics: TopicCalls, admin: AdminCalls):
-        self._tasks, self._topics, self._admin = tasks, topics, admin
+    def __init__(self, tasks: Handler, keys: KeyCalls, topics: TopicCalls, admin: AdminCalls):
+        self._tasks, self._keys, self._topics, self._admin = tasks, keys, topics, admin
 
     # ---- task calls (front.handler.Handler) ----------
 
@@ -40,6 +42,20 @@ class Service(DelayScheduler.Iface):
 
     def reportResult(self, taskId, attempt, status, message):
         return self._tasks.reportResult(taskId, attempt, status, message)
+
+    # ---- by business key, and listTasks (front.keycalls.KeyCalls) ----------
+
+    def findByKey(self, topic, key, pageToken):
+        return self._keys.findByKey(topic, key, pageToken)
+
+    def cancelByKey(self, topic, key):
+        return self._keys.cancelByKey(topic, key)
+
+    def rescheduleByKey(self, topic, key, dueAtMs):
+        return self._keys.rescheduleByKey(topic, key, dueAtMs)
+
+    def listTasks(self, filter, pageToken, limit):
+        return self._keys.listTasks(filter, pageToken, limit)
 
     # ---- services and topic controls (front.topics.TopicCalls) ----------
 

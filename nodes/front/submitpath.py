@@ -30,9 +30,12 @@ from delayq.nodes.front.quotas import Charge, Quotas
 from delayq.nodes.front.writes import Committed, SubmitWrites
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.store.submits import TaskWriter
+from delayq.store.values import Outcome
 
 log = logging.getLogger(__name__)
 
+_OUTCOME = {Outcome.CREATED: ttypes.SubmitOutcome.CREATED, Outcome.REPLACED: ttypes.SubmitOutcome.REPLACED,
+            Outcome.DEDUPLICATED: ttypes.SubmitOutcome.DEDUPLICATED}
 SubmitCall = tuple[Sequence[ttypes.TaskSpec] | None, bool, Caller | None]     # (specs, batch, caller)
 
 
@@ -95,8 +98,8 @@ class SubmitPath:
         self._accepted(committed)
         elapsed = time.perf_counter() - started
         return [self._answers.answer("submitBatch" if batch else "submit", result if isinstance(result, Exception)
-                                     else [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created)
-                                           for d in result], elapsed)
+                                     else [ttypes.TaskRef(taskId=d.task_id, dueAtMs=d.due_ms, created=d.created,
+                                                          outcome=_OUTCOME[d.outcome]) for d in result], elapsed)
                 for (_, batch, _), result in zip(calls, results)]
 
     def _accepted(self, committed: Committed) -> None:
@@ -106,6 +109,9 @@ class SubmitPath:
         reads)."""
         try:
             created = [(t, d) for new, done in committed for t, d in zip(new, done) if d.created]
+            for _, d in created:
+                if d.replaced is not None:
+                    self._placing.forget(d.replaced)        # cancelled in MySQL: no claim takes it
             self._placing.offer(Entry(d.task_id, d.shard_id, d.due_ms, topic=t.topic) for t, d in created)
             for topic, n in collections.Counter(t.topic for t, _ in created).items():
                 self._answers.metrics.submitted.labels(topic).inc(n)

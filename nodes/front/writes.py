@@ -4,7 +4,8 @@ A group of calls is checked and converted (delayq.nodes.front.newtasks.NewTasks)
 through delayq.store.submits.TaskWriter one of two ways:
 
 - in one statement (`_in_one`): every call checked first, the tasks of those that passed written
-  together; the only way when a client chose a task id, which may exist already;
+  together; the only way when a client chose a task id, which may exist already, or a task holds
+  its key (a dedup mode: that call gets a transaction of its own, delayq.store.keyed);
 - streamed (`_streamed`): at least STREAM_ROWS tasks, every id generated here: parts of
   STREAM_PART tasks go to MySQL inside one transaction while the next part is checked, so MySQL
   writes while Python prepares. A refusal or a lock conflict rolls it back and the group goes the
@@ -46,7 +47,8 @@ def streamable(calls: Calls) -> bool:
     needs looking up first."""
     if sum(len(specs) for specs, _ in calls if specs) < STREAM_ROWS:
         return False
-    return all(specs and all(spec is not None and spec.taskId is None for spec in specs) for specs, _ in calls)
+    return all(specs and all(spec is not None and spec.taskId is None and not spec.onKeyConflict for spec in specs)
+               for specs, _ in calls)
 
 
 class SubmitWrites:

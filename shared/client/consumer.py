@@ -48,14 +48,23 @@ class Delivery:
     dispatched_at_ms: int
     payload: bytes
     message_id: str
+    key: str | None = None
+    tags: tuple[str, ...] = ()
+    traceparent: str | None = None
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
     h = properties.headers or {}
+    tags = _text(h.get(topology.HEADER_TAGS))
     return Delivery(task_id=h[topology.HEADER_TASK_ID], topic=h[topology.HEADER_TOPIC],
                     attempt=int(h[topology.HEADER_ATTEMPT]), due_at_ms=int(h[topology.HEADER_DUE_AT]),
                     dispatched_at_ms=int(h[topology.HEADER_DISPATCHED_AT]), payload=body,
-                    message_id=properties.message_id or "")
+                    message_id=properties.message_id or "", key=_text(h.get(topology.HEADER_KEY)),
+                    tags=tuple(tags.split(",")) if tags else (), traceparent=_text(h.get(topology.HEADER_TRACEPARENT)))
 
 
 class TaskConsumer:

@@ -33,6 +33,22 @@ enum ReportOutcome {
   STALE = 2,     // it names an attempt that is not the current one, or the task is final: ignored
 }
 
+// What a submit does when a live task of its topic holds the same key (docs/clients.md, "Keys").
+// Every mode but ALLOW makes the new task hold the key: at most one live task of a topic holds a key.
+enum KeyConflict {
+  ALLOW = 0,                     // no dedup: tasks may share the key (they do not hold it)
+  REJECT = 1,                    // DEDUPLICATED: the holder is answered, nothing is written
+  REPLACE = 2,                   // debounce: a holder that has not fired is cancelled, this one inserted (REPLACED)
+  REPLACE_PAYLOAD_KEEP_DUE = 3,  // a holder that has not fired gets this payload, keeps its due time (REPLACED)
+  KEEP_IF_ACTIVE = 4,            // a holder that has not fired is kept (DEDUPLICATED); one that fired: a new one waits
+}
+
+enum SubmitOutcome {
+  CREATED = 1,        // this task was written
+  REPLACED = 2,       // a waiting task of the key was replaced; taskId is the one that will fire
+  DEDUPLICATED = 3,   // nothing written: taskId is the live task of the key (or this id, submitted before)
+}
+
 struct TaskSpec {
   1: required string topic,
   2: optional string taskId,     // client-chosen id: makes submit idempotent
@@ -41,12 +57,18 @@ struct TaskSpec {
   5: optional binary payload,
   6: optional i32 maxRetries,    // default: the service's
   7: optional i32 ttrMs,         // time-to-run; default: the service's
+  8: optional string key,        // business key: up to 255 bytes of UTF-8, no control characters
+  9: optional list<string> tags, // up to 8, each 1-64 bytes of UTF-8, no comma or control characters
+  10: optional string traceparent,          // W3C trace context, passed on as a message header
+  11: optional KeyConflict onKeyConflict,   // default ALLOW; needs a key
+  12: optional i64 maxDebounceMs,           // REPLACE: due at most this long after the chain's first submit
 }
 
 struct TaskRef {
   1: required string taskId,
   2: required i64 dueAtMs,
-  3: required bool created,      // false: the task existed already with the same content
+  3: required bool created,      // false: nothing new was written (the same task id before, or a dedup)
+  4: optional SubmitOutcome outcome,   // set by nodes that know keys
 }
 
 struct Attempt {
@@ -77,6 +99,55 @@ struct TaskInfo {
   10: required i64 updatedAtMs,
   11: optional binary payload,
   12: required list<Attempt> attempts,
+  13: optional string key,
+  14: optional list<string> tags,
+  15: optional string traceparent,
+}
+
+// A task as findByKey and listTasks show it.
+struct TaskSummary {
+  1: required string taskId,
+  2: required string topic,
+  3: required TaskStatus status,
+  4: required i32 attempt,
+  5: required i64 dueAtMs,
+  6: required i64 createdAtMs,
+  7: optional string key,
+  8: optional list<string> tags,
+}
+
+// One page; nextPageToken (opaque, valid for the same query only) is unset on the last page.
+struct TaskPage {
+  1: required list<TaskSummary> tasks,
+  2: optional string nextPageToken,
+}
+
+// Which tasks listTasks shows: a topic's, narrowed by each field set. Listed by due time.
+struct TaskFilter {
+  1: required string topic,
+  2: optional TaskStatus status,     // unset: live and ended
+  3: optional string keyPrefix,
+  4: optional string tag,
+  5: optional i64 dueFromMs,         // due at or after
+  6: optional i64 dueBeforeMs,       // due before
+}
+
+enum KeyedResult {
+  CANCELLED = 1,           // cancelByKey: it will not fire
+  RESCHEDULED = 2,         // rescheduleByKey: it fires at dueAtMs, never at its old time
+  ALREADY_DISPATCHED = 3,  // too late: it fired first (it runs, or ran, at its old time)
+}
+
+struct KeyedOutcome {
+  1: required string taskId,
+  2: required KeyedResult result,
+  3: required i64 dueAtMs,           // when it fires (RESCHEDULED), or was due
+}
+
+// Per live task of the key, newest first; more: the key has more live tasks than one call handles (call again).
+struct KeyedOutcomes {
+  1: required list<KeyedOutcome> tasks,
+  2: required bool more,
 }
 
 struct CallbackService {
@@ -265,6 +336,27 @@ service DelayScheduler {
 
   TaskInfo get(1: string taskId)
     throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // ---- by business key (read: findByKey, listTasks; cancel: cancelByKey, rescheduleByKey) -----
+  // The topic's tasks of the key, live and ended, newest first.
+  TaskPage findByKey(1: string topic, 2: string key, 3: string pageToken)
+    throws (1: InvalidTask invalid, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // Cancels every live task of the key that has not fired; says what happened to each.
+  KeyedOutcomes cancelByKey(1: string topic, 2: string key)
+    throws (1: InvalidTask invalid, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // Moves every live task of the key that has not fired to dueAtMs; says what happened to each.
+  KeyedOutcomes rescheduleByKey(1: string topic, 2: string key, 3: i64 dueAtMs)
+    throws (1: InvalidTask invalid, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // A topic's tasks matching the filter, by due time (then task id), a page at a time (at most 500).
+  TaskPage listTasks(1: TaskFilter filter, 2: string pageToken, 3: i32 limit)
+    throws (1: InvalidTask invalid, 4: Unavailable unavailable,
     5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   // Creates the topic's service, or REPLACES it whole: every field left unset takes its default

@@ -37,9 +37,9 @@ def move_to_backlog(conn: Connection, pairs: Sequence[tuple[str, int]], statuses
     ids = f"task_id IN ({literal_ids(locked)})"
     conn.exec_driver_sql(
         f"INSERT INTO {BACKLOG.name} (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
-        "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter) "
+        "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags, traceparent) "
         "SELECT task_id, topic, shard_id, due_ms, %s, attempt, payload, spec_hash, max_retries, ttr_ms, "
-        f"created_ms, %s, %s, %s FROM {TASK.name} WHERE {ids}",
+        f"created_ms, %s, %s, %s, task_key, tags, traceparent FROM {TASK.name} WHERE {ids}",
         (int(final), now_ms, message, 1 if final is Status.FAILED else 0))
     conn.exec_driver_sql(f"DELETE FROM {TASK.name} WHERE {ids}")
     return set(locked)

@@ -33,7 +33,8 @@ class DeadLetterRows:
                 EXECLOG.c.task_id == BACKLOG.c.task_id, EXECLOG.c.attempt == BACKLOG.c.attempt).scalar_subquery()
             return [dict(r) for r in conn.execute(
                 select(BACKLOG.c.task_id, BACKLOG.c.topic, BACKLOG.c.attempt, BACKLOG.c.due_ms, BACKLOG.c.payload,
-                       BACKLOG.c.message, dispatched.label("dispatched_ms"))
+                       BACKLOG.c.message, BACKLOG.c.task_key, BACKLOG.c.tags, BACKLOG.c.traceparent,
+                       dispatched.label("dispatched_ms"))
                 .where(BACKLOG.c.dead_letter == 1, BACKLOG.c.shard_id.in_(shards)).limit(limit)).mappings()]
 
     def clear(self, task_ids: Sequence[str]) -> None:

@@ -2,6 +2,7 @@
 Each works in bounded batches, one transaction per batch, so it never holds locks for long."""
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -10,7 +11,7 @@ from sqlalchemy import Engine, delete, func, insert, literal, select, union_all
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
-from delayq.lifecycle import Status
+from delayq.lifecycle import FINAL, Status
 from delayq.schema import shard_count
 
 TASK, EXECLOG, BACKLOG = tables.task, tables.execlog, tables.backlog
@@ -18,11 +19,16 @@ TASK, EXECLOG, BACKLOG = tables.task, tables.execlog, tables.backlog
 
 @dataclass(frozen=True)
 class TaskFilter:
+    """Which tasks an operation touches: every field set narrows it (AND). Used by listTasks, the
+    operators' list and redrive; its SQL conditions come from `where`, for the live table and the
+    backlog alike."""
     ids: tuple[str, ...] = ()
     topic: str | None = None
     since_ms: int | None = None      # due time from
     until_ms: int | None = None      # due time before
     status: Status | None = None
+    key_prefix: bytes | None = None  # the business key starts with these bytes
+    tag: str | None = None           # one of the task's tags
 
     def where(self, table):
         cond = []
@@ -36,7 +42,27 @@ class TaskFilter:
             cond.append(table.c.due_ms < self.until_ms)
         if self.status is not None:
             cond.append(table.c.status == int(self.status))
+        if self.key_prefix is not None:
+            # A range of the (topic, task_key) index, where LIKE would need its wildcards escaped.
+            cond.append(table.c.task_key >= self.key_prefix)
+            upper = prefix_end(self.key_prefix)
+            if upper is not None:
+                cond.append(table.c.task_key < upper)
+        if self.tag is not None:
+            cond.append(func.find_in_set(self.tag.encode(), table.c.tags) > 0)
         return cond
+
+    def tables(self) -> tuple:
+        """The tables holding the tasks it may match: live (DELAY, READY, RUNNING), ended, or both."""
+        if self.status is None:
+            return (TASK, BACKLOG)
+        return (BACKLOG,) if self.status in FINAL else (TASK,)
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The least byte string above every string starting with prefix (None: there is none)."""
+    trimmed = prefix.rstrip(b"\xff")
+    return trimmed[:-1] + bytes((trimmed[-1] + 1,)) if trimmed else None
 
 
 def list_tasks(engine: Engine, f: TaskFilter, limit: int, after: str | None = None) -> list[dict]:
@@ -57,7 +83,7 @@ def list_tasks(engine: Engine, f: TaskFilter, limit: int, after: str | None = No
 def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Iterator[int]:
     """Move FAILED tasks back to DELAY, due now, with a fresh set of retries (max_retries grows by
     the original amount past the attempts made). Yields how many each batch moved."""
-    f = TaskFilter(f.ids, f.topic, f.since_ms, f.until_ms, Status.FAILED)
+    f = dataclasses.replace(f, status=Status.FAILED)
     while True:
         with unavailable_on_failure(), engine.begin() as conn:
             rows = conn.execute(select(BACKLOG).where(*f.where(BACKLOG)).order_by(BACKLOG.c.task_id).limit(batch)
@@ -71,7 +97,8 @@ def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Ite
                 "shard_id": r["shard_id"] if r["shard_id"] < shards else zlib.crc32(r["task_id"].encode()) % shards,
                 "status": int(Status.DELAY), "attempt": r["attempt"], "payload": r["payload"],
                 "spec_hash": r["spec_hash"], "max_retries": r["attempt"] + r["max_retries"], "ttr_ms": r["ttr_ms"],
-                "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms}
+                "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms,
+                "task_key": r["task_key"], "tags": r["tags"], "traceparent": r["traceparent"]}
                 for r in rows])
             conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows])))
         yield len(rows)

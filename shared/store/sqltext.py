@@ -15,7 +15,7 @@ that each literal is what PyMySQL's own escaping makes of the same value (tested
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from delayq import tables
 from delayq.store.values import NewTask
@@ -51,26 +51,46 @@ def literal_ids(task_ids: Iterable[str]) -> str:
 # status, attempt, deadline_ms and node_id take the schema's defaults: DELAY, attempt 0, NULL, NULL
 # (sql/001_initial.sql).
 _INSERT_TASKS = (f"INSERT INTO {tables.task.name} (task_id, topic, shard_id, due_ms, payload, spec_hash, max_retries, ttr_ms, "
-                "created_ms, updated_ms) VALUES ")
+                "created_ms, updated_ms, task_key, tags, traceparent, held_key, key_since_ms) VALUES ")
+_TRACEPARENT = re.compile(r"[0-9a-f-]{55}")
 
 
-def insert_tasks(rows: Sequence[NewTask]) -> str:
+def literal_bytes(value: bytes | None) -> str:
+    """Bytes (a key, tags) as an SQL hex literal, or NULL."""
+    return "NULL" if value is None else f"X'{value.hex()}'"
+
+
+def literal_traceparent(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    if not _TRACEPARENT.fullmatch(value):
+        raise ValueError(f"traceparent {value!r} holds characters not allowed")
+    return f"'{value}'"
+
+
+def insert_tasks(rows: Sequence[NewTask], holds: Mapping[str, int] | None = None) -> str:
     """One INSERT of new tasks with their values written in: ids and topics as they are (they
     hold no quote, backslash or percent sign: checked here), bytes as hex literals, numbers as
-    numbers. PyMySQL's escaping, a lookup per value, cost more than the insert itself."""
+    numbers. PyMySQL's escaping, a lookup per value, cost more than the insert itself. holds:
+    task id -> when its key's debounce chain began, for the tasks that hold their key."""
     values = []
+    holds = holds or {}
     for t in rows:
         if not _PLAIN.fullmatch(t.topic):
             raise ValueError(f"topic {t.topic!r} holds characters not allowed")
-        values.append("(%s,'%s',%d,%d,X'%s',X'%s',%d,%d,%d,%d)" % (
+        since = holds.get(t.task_id)
+        values.append("(%s,'%s',%d,%d,X'%s',X'%s',%d,%d,%d,%d,%s,%s,%s,%s,%s)" % (
             literal_id(t.task_id), t.topic, t.shard_id, t.due_ms, t.payload.hex(), t.spec_hash.hex(), t.max_retries,
-            t.ttr_ms, t.created_ms, t.created_ms))
+            t.ttr_ms, t.created_ms, t.created_ms, literal_bytes(t.key), literal_bytes(t.tags),
+            literal_traceparent(t.traceparent), "NULL" if since is None else literal_bytes(t.key),
+            "NULL" if since is None else "%d" % since))
     return _INSERT_TASKS + ",".join(values)
 
 
 UPSERT_DISPATCHED = (
-    f"INSERT INTO {tables.execlog.name} (task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms) VALUES %s "
-    "ON DUPLICATE KEY UPDATE dispatched_ms = VALUES(dispatched_ms), node_id = VALUES(node_id)")
+    f"INSERT INTO {tables.execlog.name} (task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms, task_key, "
+    "tags) VALUES %s ON DUPLICATE KEY UPDATE dispatched_ms = VALUES(dispatched_ms), node_id = VALUES(node_id), "
+    "task_key = VALUES(task_key), tags = VALUES(tags)")
 CONFIRMED = "'CONFIRMED'"
 
 

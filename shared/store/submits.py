@@ -19,9 +19,10 @@ from sqlalchemy import Connection, Engine
 from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, Conflict, StoreUnavailable
+from delayq.store.keyed import RUNS, Again, write_keyed
 from delayq.store.pipeline import Pipelined
 from delayq.store.sqltext import by_statement_size, chunks, insert_tasks, literal_ids
-from delayq.store.values import NewTask, Submitted
+from delayq.store.values import NewTask, Outcome, Submitted
 
 
 class TaskWriter:
@@ -29,7 +30,40 @@ class TaskWriter:
         """autocommit: an engine made with make_engine(..., autocommit=True)."""
         self._autocommit = autocommit
 
-    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
+    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Exception]:
+        """Several independent submits written together: each group is all or nothing on its own,
+        and its Conflict (or, for a group holding keys, its own failure) is its result. Groups
+        holding keys (a dedup mode) are written each in a transaction of their own
+        (delayq.store.keyed), after the others' one statement."""
+        keyed = [i for i, g in enumerate(groups) if any(t.holds_key for t in g)]
+        if not keyed:
+            return list(self._insert_plain(groups))
+        plain = [i for i in range(len(groups)) if i not in set(keyed)]
+        out: list[list[Submitted] | Exception] = [[] for _ in groups]
+        if plain:
+            for i, result in zip(plain, self._insert_plain([groups[i] for i in plain])):
+                out[i] = result
+        for i in keyed:
+            out[i] = self._insert_keyed(groups[i])
+        return out
+
+    def _insert_keyed(self, group: Sequence[NewTask]) -> list[Submitted] | Exception:
+        """One call holding keys: its result, or its own failure (the other calls are written)."""
+        try:
+            for _ in range(RUNS):
+                try:
+                    with unavailable_on_failure(), self._autocommit.connect() as conn:
+                        return write_keyed(conn, group)
+                except Again:
+                    continue            # another submit of the key committed first: look again
+                except StoreUnavailable as e:
+                    if e.code not in LOCK_CONFLICTS:
+                        raise
+            raise StoreUnavailable(f"the key was contended by other submits {RUNS} times in a row", None)
+        except Exception as e:  # noqa: BLE001 - this call's own result; the others' stand
+            return e
+
+    def _insert_plain(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Conflict]:
         """Several independent submits written together (one commit for all): each group is all
         or nothing on its own, and a group's Conflict is its result, not the others' failure.
 
@@ -73,7 +107,7 @@ class TaskWriter:
                     if seen[0] != t.spec_hash:
                         conflict = Conflict(t.task_id, "exists with different content")
                         break
-                    out.append(Submitted(t.task_id, seen[1], seen[2], False))
+                    out.append(Submitted(t.task_id, seen[1], seen[2], False, Outcome.DEDUPLICATED))
                     continue
                 seen_here[t.task_id] = (t.spec_hash, t.shard_id, t.due_ms)
                 mine.append(t)

@@ -31,7 +31,7 @@ from delayq.errors import NotFound
 from delayq.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
 from delayq.store import inflight
 from delayq.store.backlog import move_to_backlog
-from delayq.store.sqltext import CONFIRMED, UPSERT_DISPATCHED, literal_id, literal_ids, marks
+from delayq.store.sqltext import CONFIRMED, UPSERT_DISPATCHED, literal_bytes, literal_id, literal_ids, marks
 from delayq.store.values import Claim, Claimed, Entry, Transition
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,8 @@ class TaskStore:
             # By primary key: through the (shard, status, due) index the locking read would take
             # next-key locks over whole shards and block submits into them.
             rows = [r for r in conn.exec_driver_sql(
-                f"SELECT task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries "
+                f"SELECT task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries, task_key, tags, "
+                "traceparent "
                 f"FROM {TASK.name} FORCE INDEX (PRIMARY) WHERE task_id IN ({literal_ids(wanted)}) AND status = %s "
                 f"AND shard_id IN ({marks(len(held))}) FOR UPDATE",
                 (int(Status.DELAY), *held))
@@ -128,8 +129,10 @@ class TaskStore:
                 "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s) "
                 f"WHERE task_id IN ({literal_ids(r[0] for r in rows)}) AND status = %s",
                 (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS, int(Status.DELAY)))
-        return Claim([Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries)
-                      for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries in rows],
+        return Claim([Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries,
+                              None if key is None else bytes(key), None if tags is None else bytes(tags), traceparent)
+                      for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries, key, tags, traceparent
+                      in rows],
                      fenced, deferred, rooms)
 
     def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
@@ -160,8 +163,9 @@ class TaskStore:
             assert dbapi is not None      # a connection within its transaction holds PyMySQL's
             node = dbapi.escape(node_id).replace("%", "%%")
             conn.exec_driver_sql(UPSERT_DISPATCHED % ",".join(
-                f"({literal_id(c.task_id)},{c.attempt:d},{c.due_ms:d},{node},{at:d},{CONFIRMED if c.task_id in done else 'NULL'},"
-                f"{at if c.task_id in done else 'NULL'})" for c, at in confirmed))
+                f"({literal_id(c.task_id)},{c.attempt:d},{c.due_ms:d},{node},{at:d},"
+                f"{CONFIRMED if c.task_id in done else 'NULL'},{at if c.task_id in done else 'NULL'},"
+                f"{literal_bytes(c.key)},{literal_bytes(c.tags)})" for c, at in confirmed))
             if not done:
                 return []
             at = max(t for _, t in confirmed)

@@ -28,6 +28,22 @@ class CancelOutcome(enum.Enum):
     NOT_FOUND = "NOT_FOUND"
 
 
+class KeyMode(enum.Enum):
+    """What a submit does when a live task of its topic holds its key (delayq.store.dedup)."""
+    ALLOW = 0                       # no dedup: the task does not hold its key
+    REJECT = 1
+    REPLACE = 2
+    REPLACE_PAYLOAD_KEEP_DUE = 3
+    KEEP_IF_ACTIVE = 4
+
+
+class Outcome(enum.Enum):
+    """What a submit did with its task."""
+    CREATED = 1
+    REPLACED = 2                    # a waiting task of the key was replaced (or given this payload)
+    DEDUPLICATED = 3                # nothing written: the live task of the key, or the same id before
+
+
 class NewTask(NamedTuple):
     task_id: str
     topic: str
@@ -39,13 +55,24 @@ class NewTask(NamedTuple):
     ttr_ms: int
     created_ms: int
     client_id: bool = True      # chosen by the client (may exist already); False: generated here, unique
+    key: bytes | None = None
+    tags: bytes | None = None   # comma-separated, as stored (delayq.nodes.validation.check_tags)
+    traceparent: str | None = None
+    mode: KeyMode = KeyMode.ALLOW
+    max_debounce_ms: int | None = None
+
+    @property
+    def holds_key(self) -> bool:
+        return self.key is not None and self.mode is not KeyMode.ALLOW
 
 
 class Submitted(NamedTuple):
-    task_id: str
+    task_id: str                # the task that will fire: this one, or the key's live task
     shard_id: int
     due_ms: int
-    created: bool
+    created: bool               # a row was written for this submit
+    outcome: Outcome = Outcome.CREATED
+    replaced: str | None = None     # the waiting task this one cancelled (REPLACE)
 
 
 @dataclass(frozen=True)
@@ -59,6 +86,9 @@ class Claimed:
     payload: bytes
     ttr_ms: int
     max_retries: int
+    key: bytes | None = None
+    tags: bytes | None = None       # comma-separated
+    traceparent: str | None = None
 
 
 class Claim(NamedTuple):

@@ -43,6 +43,18 @@ def test_an_insert_writes_every_value_as_pymysql_would_mean_it():
     # bytes as hex literals: the same bytes PyMySQL sends as an escaped _binary string
     expected = ",".join([_escaped("t-1"), _escaped("order.cancel"), "7", "1795000000000",
                          "X'" + task.payload.hex() + "'", "X'" + task.spec_hash.hex() + "'", "3", "500",
-                         "1794000000000", "1794000000000"])
+                         "1794000000000", "1794000000000", "NULL", "NULL", "NULL", "NULL", "NULL"])
     assert values == f"({expected})"
     assert bytes.fromhex(task.payload.hex()) == task.payload
+
+
+def test_a_keyed_insert_writes_the_key_tags_and_trace_context_and_the_hold():
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    task = NewTask("t-2", "order.cancel", 7, 5, b"", bytes(16), 3, 500, 4, key="ключ'%".encode(), tags=b"a,b",
+                   traceparent=tp)
+    values = insert_tasks([task], {"t-2": 3})
+    tail = values[values.index("500,4,4,") + len("500,4,4,"):]
+    assert tail == f"X'{task.key.hex()}',X'{b'a,b'.hex()}','{tp}',X'{task.key.hex()}',3)"
+    assert insert_tasks([task]).endswith(f"'{tp}',NULL,NULL)")
+    with pytest.raises(ValueError):
+        insert_tasks([task._replace(traceparent="00-x'")])

@@ -97,6 +97,66 @@ class ReportOutcome(object):
     }
 
 
+class KeyConflict(object):
+    ALLOW = 0
+    REJECT = 1
+    REPLACE = 2
+    REPLACE_PAYLOAD_KEEP_DUE = 3
+    KEEP_IF_ACTIVE = 4
+
+    _VALUES_TO_NAMES = {
+        0: "ALLOW",
+        1: "REJECT",
+        2: "REPLACE",
+        3: "REPLACE_PAYLOAD_KEEP_DUE",
+        4: "KEEP_IF_ACTIVE",
+    }
+
+    _NAMES_TO_VALUES = {
+        "ALLOW": 0,
+        "REJECT": 1,
+        "REPLACE": 2,
+        "REPLACE_PAYLOAD_KEEP_DUE": 3,
+        "KEEP_IF_ACTIVE": 4,
+    }
+
+
+class SubmitOutcome(object):
+    CREATED = 1
+    REPLACED = 2
+    DEDUPLICATED = 3
+
+    _VALUES_TO_NAMES = {
+        1: "CREATED",
+        2: "REPLACED",
+        3: "DEDUPLICATED",
+    }
+
+    _NAMES_TO_VALUES = {
+        "CREATED": 1,
+        "REPLACED": 2,
+        "DEDUPLICATED": 3,
+    }
+
+
+class KeyedResult(object):
+    CANCELLED = 1
+    RESCHEDULED = 2
+    ALREADY_DISPATCHED = 3
+
+    _VALUES_TO_NAMES = {
+        1: "CANCELLED",
+        2: "RESCHEDULED",
+        3: "ALREADY_DISPATCHED",
+    }
+
+    _NAMES_TO_VALUES = {
+        "CANCELLED": 1,
+        "RESCHEDULED": 2,
+        "ALREADY_DISPATCHED": 3,
+    }
+
+
 class TaskSpec(object):
     """
     Attributes:
@@ -107,11 +167,16 @@ class TaskSpec(object):
      - payload
      - maxRetries
      - ttrMs
+     - key
+     - tags
+     - traceparent
+     - onKeyConflict
+     - maxDebounceMs
 
     """
 
 
-    def __init__(self, topic=None, taskId=None, delayMs=None, dueAtMs=None, payload=None, maxRetries=None, ttrMs=None,):
+    def __init__(self, topic=None, taskId=None, delayMs=None, dueAtMs=None, payload=None, maxRetries=None, ttrMs=None, key=None, tags=None, traceparent=None, onKeyConflict=None, maxDebounceMs=None,):
         self.topic = topic
         self.taskId = taskId
         self.delayMs = delayMs
@@ -119,6 +184,11 @@ class TaskSpec(object):
         self.payload = payload
         self.maxRetries = maxRetries
         self.ttrMs = ttrMs
+        self.key = key
+        self.tags = tags
+        self.traceparent = traceparent
+        self.onKeyConflict = onKeyConflict
+        self.maxDebounceMs = maxDebounceMs
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -164,6 +234,36 @@ class TaskSpec(object):
                     self.ttrMs = iprot.readI32()
                 else:
                     iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.STRING:
+                    self.key = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.LIST:
+                    self.tags = []
+                    (_etype3, _size0) = iprot.readListBegin()
+                    for _i4 in range(_size0):
+                        _elem5 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.tags.append(_elem5)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.STRING:
+                    self.traceparent = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.I32:
+                    self.onKeyConflict = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 12:
+                if ftype == TType.I64:
+                    self.maxDebounceMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -202,6 +302,29 @@ class TaskSpec(object):
             oprot.writeFieldBegin('ttrMs', TType.I32, 7)
             oprot.writeI32(self.ttrMs)
             oprot.writeFieldEnd()
+        if self.key is not None:
+            oprot.writeFieldBegin('key', TType.STRING, 8)
+            oprot.writeString(self.key.encode('utf-8') if sys.version_info[0] == 2 else self.key)
+            oprot.writeFieldEnd()
+        if self.tags is not None:
+            oprot.writeFieldBegin('tags', TType.LIST, 9)
+            oprot.writeListBegin(TType.STRING, len(self.tags))
+            for iter6 in self.tags:
+                oprot.writeString(iter6.encode('utf-8') if sys.version_info[0] == 2 else iter6)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.traceparent is not None:
+            oprot.writeFieldBegin('traceparent', TType.STRING, 10)
+            oprot.writeString(self.traceparent.encode('utf-8') if sys.version_info[0] == 2 else self.traceparent)
+            oprot.writeFieldEnd()
+        if self.onKeyConflict is not None:
+            oprot.writeFieldBegin('onKeyConflict', TType.I32, 11)
+            oprot.writeI32(self.onKeyConflict)
+            oprot.writeFieldEnd()
+        if self.maxDebounceMs is not None:
+            oprot.writeFieldBegin('maxDebounceMs', TType.I64, 12)
+            oprot.writeI64(self.maxDebounceMs)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -228,14 +351,16 @@ class TaskRef(object):
      - taskId
      - dueAtMs
      - created
+     - outcome
 
     """
 
 
-    def __init__(self, taskId=None, dueAtMs=None, created=None,):
+    def __init__(self, taskId=None, dueAtMs=None, created=None, outcome=None,):
         self.taskId = taskId
         self.dueAtMs = dueAtMs
         self.created = created
+        self.outcome = outcome
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -261,6 +386,11 @@ class TaskRef(object):
                     self.created = iprot.readBool()
                 else:
                     iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.outcome = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -282,6 +412,10 @@ class TaskRef(object):
         if self.created is not None:
             oprot.writeFieldBegin('created', TType.BOOL, 3)
             oprot.writeBool(self.created)
+            oprot.writeFieldEnd()
+        if self.outcome is not None:
+            oprot.writeFieldBegin('outcome', TType.I32, 4)
+            oprot.writeI32(self.outcome)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -438,11 +572,14 @@ class TaskInfo(object):
      - updatedAtMs
      - payload
      - attempts
+     - key
+     - tags
+     - traceparent
 
     """
 
 
-    def __init__(self, taskId=None, topic=None, status=None, attempt=None, dueAtMs=None, shardId=None, maxRetries=None, ttrMs=None, createdAtMs=None, updatedAtMs=None, payload=None, attempts=None,):
+    def __init__(self, taskId=None, topic=None, status=None, attempt=None, dueAtMs=None, shardId=None, maxRetries=None, ttrMs=None, createdAtMs=None, updatedAtMs=None, payload=None, attempts=None, key=None, tags=None, traceparent=None,):
         self.taskId = taskId
         self.topic = topic
         self.status = status
@@ -455,6 +592,9 @@ class TaskInfo(object):
         self.updatedAtMs = updatedAtMs
         self.payload = payload
         self.attempts = attempts
+        self.key = key
+        self.tags = tags
+        self.traceparent = traceparent
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -523,12 +663,32 @@ class TaskInfo(object):
             elif fid == 12:
                 if ftype == TType.LIST:
                     self.attempts = []
-                    (_etype3, _size0) = iprot.readListBegin()
-                    for _i4 in range(_size0):
-                        _elem5 = Attempt()
-                        _elem5.read(iprot)
-                        self.attempts.append(_elem5)
+                    (_etype10, _size7) = iprot.readListBegin()
+                    for _i11 in range(_size7):
+                        _elem12 = Attempt()
+                        _elem12.read(iprot)
+                        self.attempts.append(_elem12)
                     iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 13:
+                if ftype == TType.STRING:
+                    self.key = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 14:
+                if ftype == TType.LIST:
+                    self.tags = []
+                    (_etype16, _size13) = iprot.readListBegin()
+                    for _i17 in range(_size13):
+                        _elem18 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.tags.append(_elem18)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 15:
+                if ftype == TType.STRING:
+                    self.traceparent = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
             else:
@@ -588,9 +748,24 @@ class TaskInfo(object):
         if self.attempts is not None:
             oprot.writeFieldBegin('attempts', TType.LIST, 12)
             oprot.writeListBegin(TType.STRUCT, len(self.attempts))
-            for iter6 in self.attempts:
-                iter6.write(oprot)
+            for iter19 in self.attempts:
+                iter19.write(oprot)
             oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.key is not None:
+            oprot.writeFieldBegin('key', TType.STRING, 13)
+            oprot.writeString(self.key.encode('utf-8') if sys.version_info[0] == 2 else self.key)
+            oprot.writeFieldEnd()
+        if self.tags is not None:
+            oprot.writeFieldBegin('tags', TType.LIST, 14)
+            oprot.writeListBegin(TType.STRING, len(self.tags))
+            for iter20 in self.tags:
+                oprot.writeString(iter20.encode('utf-8') if sys.version_info[0] == 2 else iter20)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.traceparent is not None:
+            oprot.writeFieldBegin('traceparent', TType.STRING, 15)
+            oprot.writeString(self.traceparent.encode('utf-8') if sys.version_info[0] == 2 else self.traceparent)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -618,6 +793,519 @@ class TaskInfo(object):
             raise TProtocolException(message='Required field updatedAtMs is unset!')
         if self.attempts is None:
             raise TProtocolException(message='Required field attempts is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class TaskSummary(object):
+    """
+    Attributes:
+     - taskId
+     - topic
+     - status
+     - attempt
+     - dueAtMs
+     - createdAtMs
+     - key
+     - tags
+
+    """
+
+
+    def __init__(self, taskId=None, topic=None, status=None, attempt=None, dueAtMs=None, createdAtMs=None, key=None, tags=None,):
+        self.taskId = taskId
+        self.topic = topic
+        self.status = status
+        self.attempt = attempt
+        self.dueAtMs = dueAtMs
+        self.createdAtMs = createdAtMs
+        self.key = key
+        self.tags = tags
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.taskId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.topic = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I32:
+                    self.status = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I32:
+                    self.attempt = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.dueAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.createdAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRING:
+                    self.key = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.LIST:
+                    self.tags = []
+                    (_etype24, _size21) = iprot.readListBegin()
+                    for _i25 in range(_size21):
+                        _elem26 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.tags.append(_elem26)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskSummary')
+        if self.taskId is not None:
+            oprot.writeFieldBegin('taskId', TType.STRING, 1)
+            oprot.writeString(self.taskId.encode('utf-8') if sys.version_info[0] == 2 else self.taskId)
+            oprot.writeFieldEnd()
+        if self.topic is not None:
+            oprot.writeFieldBegin('topic', TType.STRING, 2)
+            oprot.writeString(self.topic.encode('utf-8') if sys.version_info[0] == 2 else self.topic)
+            oprot.writeFieldEnd()
+        if self.status is not None:
+            oprot.writeFieldBegin('status', TType.I32, 3)
+            oprot.writeI32(self.status)
+            oprot.writeFieldEnd()
+        if self.attempt is not None:
+            oprot.writeFieldBegin('attempt', TType.I32, 4)
+            oprot.writeI32(self.attempt)
+            oprot.writeFieldEnd()
+        if self.dueAtMs is not None:
+            oprot.writeFieldBegin('dueAtMs', TType.I64, 5)
+            oprot.writeI64(self.dueAtMs)
+            oprot.writeFieldEnd()
+        if self.createdAtMs is not None:
+            oprot.writeFieldBegin('createdAtMs', TType.I64, 6)
+            oprot.writeI64(self.createdAtMs)
+            oprot.writeFieldEnd()
+        if self.key is not None:
+            oprot.writeFieldBegin('key', TType.STRING, 7)
+            oprot.writeString(self.key.encode('utf-8') if sys.version_info[0] == 2 else self.key)
+            oprot.writeFieldEnd()
+        if self.tags is not None:
+            oprot.writeFieldBegin('tags', TType.LIST, 8)
+            oprot.writeListBegin(TType.STRING, len(self.tags))
+            for iter27 in self.tags:
+                oprot.writeString(iter27.encode('utf-8') if sys.version_info[0] == 2 else iter27)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.taskId is None:
+            raise TProtocolException(message='Required field taskId is unset!')
+        if self.topic is None:
+            raise TProtocolException(message='Required field topic is unset!')
+        if self.status is None:
+            raise TProtocolException(message='Required field status is unset!')
+        if self.attempt is None:
+            raise TProtocolException(message='Required field attempt is unset!')
+        if self.dueAtMs is None:
+            raise TProtocolException(message='Required field dueAtMs is unset!')
+        if self.createdAtMs is None:
+            raise TProtocolException(message='Required field createdAtMs is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class TaskPage(object):
+    """
+    Attributes:
+     - tasks
+     - nextPageToken
+
+    """
+
+
+    def __init__(self, tasks=None, nextPageToken=None,):
+        self.tasks = tasks
+        self.nextPageToken = nextPageToken
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.tasks = []
+                    (_etype31, _size28) = iprot.readListBegin()
+                    for _i32 in range(_size28):
+                        _elem33 = TaskSummary()
+                        _elem33.read(iprot)
+                        self.tasks.append(_elem33)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRING:
+                    self.nextPageToken = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskPage')
+        if self.tasks is not None:
+            oprot.writeFieldBegin('tasks', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRUCT, len(self.tasks))
+            for iter34 in self.tasks:
+                iter34.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.nextPageToken is not None:
+            oprot.writeFieldBegin('nextPageToken', TType.STRING, 2)
+            oprot.writeString(self.nextPageToken.encode('utf-8') if sys.version_info[0] == 2 else self.nextPageToken)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.tasks is None:
+            raise TProtocolException(message='Required field tasks is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class TaskFilter(object):
+    """
+    Attributes:
+     - topic
+     - status
+     - keyPrefix
+     - tag
+     - dueFromMs
+     - dueBeforeMs
+
+    """
+
+
+    def __init__(self, topic=None, status=None, keyPrefix=None, tag=None, dueFromMs=None, dueBeforeMs=None,):
+        self.topic = topic
+        self.status = status
+        self.keyPrefix = keyPrefix
+        self.tag = tag
+        self.dueFromMs = dueFromMs
+        self.dueBeforeMs = dueBeforeMs
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.topic = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.status = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.keyPrefix = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRING:
+                    self.tag = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.dueFromMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.dueBeforeMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TaskFilter')
+        if self.topic is not None:
+            oprot.writeFieldBegin('topic', TType.STRING, 1)
+            oprot.writeString(self.topic.encode('utf-8') if sys.version_info[0] == 2 else self.topic)
+            oprot.writeFieldEnd()
+        if self.status is not None:
+            oprot.writeFieldBegin('status', TType.I32, 2)
+            oprot.writeI32(self.status)
+            oprot.writeFieldEnd()
+        if self.keyPrefix is not None:
+            oprot.writeFieldBegin('keyPrefix', TType.STRING, 3)
+            oprot.writeString(self.keyPrefix.encode('utf-8') if sys.version_info[0] == 2 else self.keyPrefix)
+            oprot.writeFieldEnd()
+        if self.tag is not None:
+            oprot.writeFieldBegin('tag', TType.STRING, 4)
+            oprot.writeString(self.tag.encode('utf-8') if sys.version_info[0] == 2 else self.tag)
+            oprot.writeFieldEnd()
+        if self.dueFromMs is not None:
+            oprot.writeFieldBegin('dueFromMs', TType.I64, 5)
+            oprot.writeI64(self.dueFromMs)
+            oprot.writeFieldEnd()
+        if self.dueBeforeMs is not None:
+            oprot.writeFieldBegin('dueBeforeMs', TType.I64, 6)
+            oprot.writeI64(self.dueBeforeMs)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.topic is None:
+            raise TProtocolException(message='Required field topic is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class KeyedOutcome(object):
+    """
+    Attributes:
+     - taskId
+     - result
+     - dueAtMs
+
+    """
+
+
+    def __init__(self, taskId=None, result=None, dueAtMs=None,):
+        self.taskId = taskId
+        self.result = result
+        self.dueAtMs = dueAtMs
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.taskId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.result = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.dueAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('KeyedOutcome')
+        if self.taskId is not None:
+            oprot.writeFieldBegin('taskId', TType.STRING, 1)
+            oprot.writeString(self.taskId.encode('utf-8') if sys.version_info[0] == 2 else self.taskId)
+            oprot.writeFieldEnd()
+        if self.result is not None:
+            oprot.writeFieldBegin('result', TType.I32, 2)
+            oprot.writeI32(self.result)
+            oprot.writeFieldEnd()
+        if self.dueAtMs is not None:
+            oprot.writeFieldBegin('dueAtMs', TType.I64, 3)
+            oprot.writeI64(self.dueAtMs)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.taskId is None:
+            raise TProtocolException(message='Required field taskId is unset!')
+        if self.result is None:
+            raise TProtocolException(message='Required field result is unset!')
+        if self.dueAtMs is None:
+            raise TProtocolException(message='Required field dueAtMs is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class KeyedOutcomes(object):
+    """
+    Attributes:
+     - tasks
+     - more
+
+    """
+
+
+    def __init__(self, tasks=None, more=None,):
+        self.tasks = tasks
+        self.more = more
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.LIST:
+                    self.tasks = []
+                    (_etype38, _size35) = iprot.readListBegin()
+                    for _i39 in range(_size35):
+                        _elem40 = KeyedOutcome()
+                        _elem40.read(iprot)
+                        self.tasks.append(_elem40)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    self.more = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('KeyedOutcomes')
+        if self.tasks is not None:
+            oprot.writeFieldBegin('tasks', TType.LIST, 1)
+            oprot.writeListBegin(TType.STRUCT, len(self.tasks))
+            for iter41 in self.tasks:
+                iter41.write(oprot)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        if self.more is not None:
+            oprot.writeFieldBegin('more', TType.BOOL, 2)
+            oprot.writeBool(self.more)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.tasks is None:
+            raise TProtocolException(message='Required field tasks is unset!')
+        if self.more is None:
+            raise TProtocolException(message='Required field more is unset!')
         return
 
     def __repr__(self):
@@ -1013,11 +1701,11 @@ class NodeInfo(object):
             elif fid == 7:
                 if ftype == TType.MAP:
                     self.heldTopics = {}
-                    (_ktype8, _vtype9, _size7) = iprot.readMapBegin()
-                    for _i11 in range(_size7):
-                        _key12 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val13 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.heldTopics[_key12] = _val13
+                    (_ktype43, _vtype44, _size42) = iprot.readMapBegin()
+                    for _i46 in range(_size42):
+                        _key47 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val48 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.heldTopics[_key47] = _val48
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1058,9 +1746,9 @@ class NodeInfo(object):
         if self.heldTopics is not None:
             oprot.writeFieldBegin('heldTopics', TType.MAP, 7)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.heldTopics))
-            for kiter14, viter15 in self.heldTopics.items():
-                oprot.writeString(kiter14.encode('utf-8') if sys.version_info[0] == 2 else kiter14)
-                oprot.writeString(viter15.encode('utf-8') if sys.version_info[0] == 2 else viter15)
+            for kiter49, viter50 in self.heldTopics.items():
+                oprot.writeString(kiter49.encode('utf-8') if sys.version_info[0] == 2 else kiter49)
+                oprot.writeString(viter50.encode('utf-8') if sys.version_info[0] == 2 else viter50)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1144,22 +1832,22 @@ class ClusterInfo(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.nodes = []
-                    (_etype19, _size16) = iprot.readListBegin()
-                    for _i20 in range(_size16):
-                        _elem21 = NodeInfo()
-                        _elem21.read(iprot)
-                        self.nodes.append(_elem21)
+                    (_etype54, _size51) = iprot.readListBegin()
+                    for _i55 in range(_size51):
+                        _elem56 = NodeInfo()
+                        _elem56.read(iprot)
+                        self.nodes.append(_elem56)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.assignment = {}
-                    (_ktype23, _vtype24, _size22) = iprot.readMapBegin()
-                    for _i26 in range(_size22):
-                        _key27 = iprot.readI32()
-                        _val28 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.assignment[_key27] = _val28
+                    (_ktype58, _vtype59, _size57) = iprot.readMapBegin()
+                    for _i61 in range(_size57):
+                        _key62 = iprot.readI32()
+                        _val63 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.assignment[_key62] = _val63
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1192,16 +1880,16 @@ class ClusterInfo(object):
         if self.nodes is not None:
             oprot.writeFieldBegin('nodes', TType.LIST, 5)
             oprot.writeListBegin(TType.STRUCT, len(self.nodes))
-            for iter29 in self.nodes:
-                iter29.write(oprot)
+            for iter64 in self.nodes:
+                iter64.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.assignment is not None:
             oprot.writeFieldBegin('assignment', TType.MAP, 6)
             oprot.writeMapBegin(TType.I32, TType.STRING, len(self.assignment))
-            for kiter30, viter31 in self.assignment.items():
-                oprot.writeI32(kiter30)
-                oprot.writeString(viter31.encode('utf-8') if sys.version_info[0] == 2 else viter31)
+            for kiter65, viter66 in self.assignment.items():
+                oprot.writeI32(kiter65)
+                oprot.writeString(viter66.encode('utf-8') if sys.version_info[0] == 2 else viter66)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1259,21 +1947,21 @@ class Intents(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.drained = []
-                    (_etype35, _size32) = iprot.readListBegin()
-                    for _i36 in range(_size32):
-                        _elem37 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.drained.append(_elem37)
+                    (_etype70, _size67) = iprot.readListBegin()
+                    for _i71 in range(_size67):
+                        _elem72 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.drained.append(_elem72)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.pinned = {}
-                    (_ktype39, _vtype40, _size38) = iprot.readMapBegin()
-                    for _i42 in range(_size38):
-                        _key43 = iprot.readI32()
-                        _val44 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.pinned[_key43] = _val44
+                    (_ktype74, _vtype75, _size73) = iprot.readMapBegin()
+                    for _i77 in range(_size73):
+                        _key78 = iprot.readI32()
+                        _val79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.pinned[_key78] = _val79
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -1295,16 +1983,16 @@ class Intents(object):
         if self.drained is not None:
             oprot.writeFieldBegin('drained', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.drained))
-            for iter45 in self.drained:
-                oprot.writeString(iter45.encode('utf-8') if sys.version_info[0] == 2 else iter45)
+            for iter80 in self.drained:
+                oprot.writeString(iter80.encode('utf-8') if sys.version_info[0] == 2 else iter80)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.pinned is not None:
             oprot.writeFieldBegin('pinned', TType.MAP, 2)
             oprot.writeMapBegin(TType.I32, TType.STRING, len(self.pinned))
-            for kiter46, viter47 in self.pinned.items():
-                oprot.writeI32(kiter46)
-                oprot.writeString(viter47.encode('utf-8') if sys.version_info[0] == 2 else viter47)
+            for kiter81, viter82 in self.pinned.items():
+                oprot.writeI32(kiter81)
+                oprot.writeString(viter82.encode('utf-8') if sys.version_info[0] == 2 else viter82)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.reshardTo is not None:
@@ -1497,10 +2185,10 @@ class RedriveFilter(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.taskIds = []
-                    (_etype51, _size48) = iprot.readListBegin()
-                    for _i52 in range(_size48):
-                        _elem53 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.taskIds.append(_elem53)
+                    (_etype86, _size83) = iprot.readListBegin()
+                    for _i87 in range(_size83):
+                        _elem88 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.taskIds.append(_elem88)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1529,8 +2217,8 @@ class RedriveFilter(object):
         if self.taskIds is not None:
             oprot.writeFieldBegin('taskIds', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.taskIds))
-            for iter54 in self.taskIds:
-                oprot.writeString(iter54.encode('utf-8') if sys.version_info[0] == 2 else iter54)
+            for iter89 in self.taskIds:
+                oprot.writeString(iter89.encode('utf-8') if sys.version_info[0] == 2 else iter89)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -1743,11 +2431,11 @@ class ClientInfo(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.grants = []
-                    (_etype58, _size55) = iprot.readListBegin()
-                    for _i59 in range(_size55):
-                        _elem60 = Grant()
-                        _elem60.read(iprot)
-                        self.grants.append(_elem60)
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = Grant()
+                        _elem95.read(iprot)
+                        self.grants.append(_elem95)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -1786,8 +2474,8 @@ class ClientInfo(object):
         if self.grants is not None:
             oprot.writeFieldBegin('grants', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.grants))
-            for iter61 in self.grants:
-                iter61.write(oprot)
+            for iter96 in self.grants:
+                iter96.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.tenant is not None:
@@ -2715,6 +3403,11 @@ TaskSpec.thrift_spec = (
     (5, TType.STRING, 'payload', 'BINARY', None, ),  # 5
     (6, TType.I32, 'maxRetries', None, None, ),  # 6
     (7, TType.I32, 'ttrMs', None, None, ),  # 7
+    (8, TType.STRING, 'key', 'UTF8', None, ),  # 8
+    (9, TType.LIST, 'tags', (TType.STRING, 'UTF8', False), None, ),  # 9
+    (10, TType.STRING, 'traceparent', 'UTF8', None, ),  # 10
+    (11, TType.I32, 'onKeyConflict', None, None, ),  # 11
+    (12, TType.I64, 'maxDebounceMs', None, None, ),  # 12
 )
 all_structs.append(TaskRef)
 TaskRef.thrift_spec = (
@@ -2722,6 +3415,7 @@ TaskRef.thrift_spec = (
     (1, TType.STRING, 'taskId', 'UTF8', None, ),  # 1
     (2, TType.I64, 'dueAtMs', None, None, ),  # 2
     (3, TType.BOOL, 'created', None, None, ),  # 3
+    (4, TType.I32, 'outcome', None, None, ),  # 4
 )
 all_structs.append(Attempt)
 Attempt.thrift_spec = (
@@ -2748,6 +3442,50 @@ TaskInfo.thrift_spec = (
     (10, TType.I64, 'updatedAtMs', None, None, ),  # 10
     (11, TType.STRING, 'payload', 'BINARY', None, ),  # 11
     (12, TType.LIST, 'attempts', (TType.STRUCT, [Attempt, None], False), None, ),  # 12
+    (13, TType.STRING, 'key', 'UTF8', None, ),  # 13
+    (14, TType.LIST, 'tags', (TType.STRING, 'UTF8', False), None, ),  # 14
+    (15, TType.STRING, 'traceparent', 'UTF8', None, ),  # 15
+)
+all_structs.append(TaskSummary)
+TaskSummary.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'taskId', 'UTF8', None, ),  # 1
+    (2, TType.STRING, 'topic', 'UTF8', None, ),  # 2
+    (3, TType.I32, 'status', None, None, ),  # 3
+    (4, TType.I32, 'attempt', None, None, ),  # 4
+    (5, TType.I64, 'dueAtMs', None, None, ),  # 5
+    (6, TType.I64, 'createdAtMs', None, None, ),  # 6
+    (7, TType.STRING, 'key', 'UTF8', None, ),  # 7
+    (8, TType.LIST, 'tags', (TType.STRING, 'UTF8', False), None, ),  # 8
+)
+all_structs.append(TaskPage)
+TaskPage.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'tasks', (TType.STRUCT, [TaskSummary, None], False), None, ),  # 1
+    (2, TType.STRING, 'nextPageToken', 'UTF8', None, ),  # 2
+)
+all_structs.append(TaskFilter)
+TaskFilter.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'topic', 'UTF8', None, ),  # 1
+    (2, TType.I32, 'status', None, None, ),  # 2
+    (3, TType.STRING, 'keyPrefix', 'UTF8', None, ),  # 3
+    (4, TType.STRING, 'tag', 'UTF8', None, ),  # 4
+    (5, TType.I64, 'dueFromMs', None, None, ),  # 5
+    (6, TType.I64, 'dueBeforeMs', None, None, ),  # 6
+)
+all_structs.append(KeyedOutcome)
+KeyedOutcome.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'taskId', 'UTF8', None, ),  # 1
+    (2, TType.I32, 'result', None, None, ),  # 2
+    (3, TType.I64, 'dueAtMs', None, None, ),  # 3
+)
+all_structs.append(KeyedOutcomes)
+KeyedOutcomes.thrift_spec = (
+    None,  # 0
+    (1, TType.LIST, 'tasks', (TType.STRUCT, [KeyedOutcome, None], False), None, ),  # 1
+    (2, TType.BOOL, 'more', None, None, ),  # 2
 )
 all_structs.append(CallbackService)
 CallbackService.thrift_spec = (

@@ -1,0 +1,189 @@
+"""Business keys on a real node, MySQL and RabbitMQ: keys, tags and trace context reach get, the
+message, the execlog and the backlog; each dedup mode under 50 concurrent submits of one key
+through two nodes leaves what it promises; a REPLACE, a cancelByKey or a rescheduleByKey racing
+the dispatch answers what happened (a replaced or cancelled task never fires, a rescheduled one
+never at its old time); findByKey and listTasks page through live and ended tasks; bad input is
+a declared InvalidTask naming the field."""
+from __future__ import annotations
+
+import concurrent.futures
+import uuid
+
+import pytest
+import sqlalchemy
+
+from delayq import config, db as dbm
+from delayq.client import CallbackService, TaskSpec
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.testing.cluster import now_ms
+from conftest import Collector, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+C, R, D = ttypes.SubmitOutcome.CREATED, ttypes.SubmitOutcome.REPLACED, ttypes.SubmitOutcome.DEDUPLICATED
+
+
+@pytest.fixture(scope="module")
+def engine(database):
+    e = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql)
+    yield e
+    e.dispose()
+
+
+def _after_a_sentinel(c, topic: str, collector: Collector, due_ms: int) -> list:
+    """Every message up to a task due at due_ms: one fired wrongly before it would have arrived
+    first (tasks fire in due order), so waiting for it replaces a quiet period."""
+    sentinel = c.submit(TaskSpec(topic=topic, dueAtMs=due_ms)).taskId
+    wait_until(lambda: sentinel in collector.task_ids(), 10, what="the sentinel task")
+    return [m for m in collector.snapshot() if m.headers["x-delayq-task-id"] != sentinel]
+
+
+def _rows(engine, sql: str, **params) -> list:
+    with engine.connect() as conn:
+        return list(conn.execute(sqlalchemy.text(sql), params))
+
+
+def test_key_tags_and_trace_context_reach_get_the_message_the_execlog_and_the_backlog(node, topic, collector,
+                                                                                         engine):
+    with node.client() as c:
+        ref = c.submit(TaskSpec(topic=topic, delayMs=100, payload=b"p", key="order-42 ü", tags=["eu", "vip"],
+                                traceparent=TP))
+        assert ref.created and ref.outcome == C
+        msg, = collector.wait_for(1, 10)
+        info = wait_until(lambda: (i := c.get(ref.taskId)).status == ttypes.TaskStatus.FINISHED and i, 10)
+    assert msg.headers["x-delayq-key"] in ("order-42 ü", "order-42 ü".encode())
+    assert msg.headers["x-delayq-tags"] in ("eu,vip", b"eu,vip")
+    assert msg.headers["traceparent"] in (TP, TP.encode())
+    assert (info.key, info.tags, info.traceparent) == ("order-42 ü", ["eu", "vip"], TP)
+    assert _rows(engine, "SELECT task_key, tags, traceparent FROM job_delay_task_backlog WHERE task_id = :t",
+                 t=ref.taskId) == [("order-42 ü".encode(), b"eu,vip", TP)]
+    assert _rows(engine, "SELECT task_key, tags FROM job_delay_task_execlog WHERE task_id = :t",
+                 t=ref.taskId) == [("order-42 ü".encode(), b"eu,vip")]
+
+
+@pytest.mark.parametrize("field, spec", [
+    ("key", dict(key="k" * 256)), ("tags", dict(tags=[f"t{i}" for i in range(9)])), ("key", dict(key="a\x00b")),
+    ("tags", dict(tags=["a\x00"])), ("onKeyConflict", dict(key="k", onKeyConflict=7)),
+    ("onKeyConflict", dict(onKeyConflict=ttypes.KeyConflict.REJECT)), ("traceparent", dict(traceparent="00-x"))])
+def test_bad_key_input_is_an_invalid_task_naming_the_field(node, topic, field, spec):
+    with node.client() as c:
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submit(TaskSpec(topic=topic, delayMs=1000, **spec))
+        assert e.value.field == field
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submitBatch([TaskSpec(topic=topic, delayMs=1000), TaskSpec(topic=topic, delayMs=1000, **spec)])
+        assert (e.value.field, e.value.index) == (field, 1)
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.findByKey(topic, "k" * 256, None)
+        assert e.value.field == "key"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(node, node_factory):
+    """A second node on the same database: submits of one key arrive through both."""
+    return [node, node_factory()]
+
+
+@pytest.mark.parametrize("mode", ["REJECT", "REPLACE", "REPLACE_PAYLOAD_KEEP_DUE", "KEEP_IF_ACTIVE"])
+def test_each_dedup_mode_under_50_concurrent_submits_of_one_key(two_nodes, engine, mode):
+    topic = f"d.{uuid.uuid4().hex[:8]}"
+    with two_nodes[0].client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=0))
+    conflict = ttypes.KeyConflict._NAMES_TO_VALUES[mode]
+
+    def submit(i: int):
+        with two_nodes[i % 2].client() as c:
+            return c.submit(TaskSpec(topic=topic, delayMs=3_600_000, payload=b"%d" % i, key="k",
+                                     onKeyConflict=conflict))
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        refs = list(pool.map(submit, range(50)))
+    live = _rows(engine, "SELECT task_id, payload FROM job_delay_task WHERE topic = :t AND task_key = 'k'", t=topic)
+    ended = _rows(engine, "SELECT status, message FROM job_delay_task_backlog WHERE topic = :t", t=topic)
+    outcomes = sorted(r.outcome for r in refs)
+    assert len(live) == 1, f"{mode}: {len(live)} live tasks of the key"
+    live_id = live[0][0]
+    if mode in ("REJECT", "KEEP_IF_ACTIVE"):
+        assert outcomes == [C] + [D] * 49 and {r.taskId for r in refs} == {live_id} and not ended
+    elif mode == "REPLACE_PAYLOAD_KEEP_DUE":
+        assert outcomes == [C] + [R] * 49 and {r.taskId for r in refs} == {live_id} and not ended
+        assert len({r.dueAtMs for r in refs}) == 1
+    else:
+        assert outcomes == [C] + [R] * 49 and len({r.taskId for r in refs}) == 50 and live_id in {r.taskId for r in refs}
+        assert len(ended) == 49 and all(s == 5 and m.startswith("replaced by ") for s, m in ended)
+
+
+def test_a_replaced_task_never_fires_even_from_a_nodes_memory(node, topic, collector):
+    """Holders due in 0.6-1 s sit in memory; each is replaced a few ms before its due time. A
+    REPLACED answer means the holder never fires; a CREATED one (the holder fired first) that it did."""
+    with node.client() as c:
+        t0 = now_ms()
+        holders = [c.submit(TaskSpec(topic=topic, dueAtMs=t0 + 600 + 40 * i, key=f"r{i}",
+                                     onKeyConflict=ttypes.KeyConflict.REPLACE)) for i in range(10)]
+        answers = []
+        for i, h in enumerate(holders):
+            wait_until(lambda: now_ms() >= h.dueAtMs - 2, 5, 0.001)
+            answers.append(c.submit(TaskSpec(topic=topic, delayMs=500, key=f"r{i}",
+                                             onKeyConflict=ttypes.KeyConflict.REPLACE)))
+        got = _after_a_sentinel(c, topic, collector, max(a.dueAtMs for a in answers) + 300)
+    fired = [m.headers["x-delayq-task-id"] for m in got]
+    for h, a in zip(holders, answers):
+        assert a.taskId in fired
+        assert (h.taskId in fired) == (a.outcome == C), (h.taskId, a)
+    assert any(a.outcome == R for a in answers)
+
+
+@pytest.mark.parametrize("action", ["cancel", "reschedule"])
+def test_by_key_racing_the_dispatch_answers_exactly_what_happened(node, topic, collector, action):
+    """20 tasks, each changed by key 1 ms before its due time (in memory by then): CANCELLED never
+    fires, RESCHEDULED fires at its new time and never at the old one, ALREADY_DISPATCHED fired at
+    the old time."""
+    n = 20
+    with node.client() as c:
+        t0 = now_ms()
+        refs = [c.submit(TaskSpec(topic=topic, dueAtMs=t0 + 700 + 60 * i, key=f"x{i}")) for i in range(n)]
+        answers = []
+        for i, ref in enumerate(refs):
+            wait_until(lambda: now_ms() >= ref.dueAtMs - 1, 5, 0.0005)
+            out = (c.cancelByKey(topic, f"x{i}") if action == "cancel"
+                   else c.rescheduleByKey(topic, f"x{i}", now_ms() + 1500))
+            assert not out.more and [t.taskId for t in out.tasks] == [ref.taskId]
+            answers.append(out.tasks[0])
+        got = _after_a_sentinel(c, topic, collector, max(a.dueAtMs for a in answers) + 300)
+    late = [a for a in answers if a.result == ttypes.KeyedResult.ALREADY_DISPATCHED]
+    assert len(got) == len(late) + (n - len(late) if action == "reschedule" else 0)
+    at = {m.headers["x-delayq-task-id"]: m.at_ms for m in got}
+    for ref, a in zip(refs, answers):
+        if a.result == ttypes.KeyedResult.ALREADY_DISPATCHED:
+            assert at[ref.taskId] < ref.dueAtMs + 1000
+        elif a.result == ttypes.KeyedResult.CANCELLED:
+            assert ref.taskId not in at
+        else:
+            assert a.result == ttypes.KeyedResult.RESCHEDULED and at[ref.taskId] >= a.dueAtMs
+    assert len(late) < n, "every change came too late: the test proved nothing"
+
+
+def test_find_by_key_and_list_tasks_page_through_live_and_ended_tasks(node, topic):
+    with node.client() as c:
+        refs = [c.submit(TaskSpec(topic=topic, delayMs=3_600_000 + i, key="order-7" if i < 5 else f"order-8{i}",
+                                  tags=["eu"] if i % 2 else ["us"])) for i in range(8)]
+        assert c.cancel(refs[1].taskId) == ttypes.CancelResult.CANCELLED
+        page = c.findByKey(topic, "order-7", None)
+        assert [t.taskId for t in page.tasks] == [r.taskId for r in reversed(refs[:5])] and page.nextPageToken is None
+        assert page.tasks[3].status == ttypes.TaskStatus.CANCELLED and page.tasks[0].tags == ["us"]
+        seen, token = [], None
+        while True:
+            page = c.listTasks(ttypes.TaskFilter(topic=topic, keyPrefix="order-"), token, 3)
+            seen += [t.taskId for t in page.tasks]
+            token = page.nextPageToken
+            if token is None:
+                break
+        assert seen == [r.taskId for r in refs]     # by due time, live and ended merged
+        eu = c.listTasks(ttypes.TaskFilter(topic=topic, tag="eu", status=ttypes.TaskStatus.DELAY), None, 10)
+        assert [t.taskId for t in eu.tasks] == [refs[i].taskId for i in (3, 5, 7)]
+        first = c.listTasks(ttypes.TaskFilter(topic=topic), None, 2)
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.listTasks(ttypes.TaskFilter(topic=topic, tag="eu"), first.nextPageToken, 2)
+        assert e.value.field == "pageToken"
+        out = c.cancelByKey(topic, "order-7")
+        assert sorted(t.result for t in out.tasks) == [ttypes.KeyedResult.CANCELLED] * 4

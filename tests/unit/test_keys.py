@@ -1,0 +1,164 @@
+"""Unit tests of business keys without servers: the input rules for keys, tags, trace context and
+dedup modes (delayq.nodes.validation), the dedup decision (delayq.store.dedup), page tokens
+(delayq.nodes.front.pages), listTasks' filter (delayq.nodes.front.keycalls) and the submit path
+answering each dedup outcome."""
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.errors import InvalidTask
+from delayq.lifecycle import Status
+from delayq.nodes.front import pages
+from delayq.nodes.front.keycalls import task_filter
+from delayq.nodes.validation import (Limits, TaskRequest, check_key, check_tags, check_task, check_traceparent,
+                                     key_mode, spec_hash)
+from delayq.store.dedup import Action, Holder, decide
+from delayq.store.maintenance import prefix_end
+from delayq.store.values import KeyMode
+
+LIMITS = Limits(1024, 86_400_000)
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _refused(field: str, **fields) -> InvalidTask:
+    with pytest.raises(InvalidTask) as e:
+        check_task(TaskRequest("t", delay_ms=1, **fields), LIMITS, 3)
+    assert (e.value.field, e.value.index) == (field, 3)
+    return e.value
+
+
+def test_a_key_of_255_bytes_is_taken_and_one_of_256_refused_naming_the_field():
+    assert check_key("é" * 127 + "x") == ("é" * 127 + "x").encode()
+    assert "256 bytes" in _refused("key", key="é" * 128).reason
+    _refused("key", key="")
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "line\nbreak", "\x7f"])
+def test_control_characters_in_a_key_or_tag_are_refused(bad):
+    _refused("key", key=bad)
+    _refused("tags", tags=[bad])
+
+
+def test_up_to_8_tags_of_64_bytes_without_commas():
+    assert check_tags([f"t{i}" for i in range(8)]) == b"t0,t1,t2,t3,t4,t5,t6,t7"
+    assert check_tags(["a", "a", "b"]) == b"a,b"
+    assert check_tags([]) is None and check_tags(None) is None
+    assert "9 tags" in _refused("tags", tags=[f"t{i}" for i in range(9)]).reason
+    _refused("tags", tags=["x" * 65])
+    _refused("tags", tags=["a,b"])
+    _refused("tags", tags=[""])
+
+
+def test_a_traceparent_must_be_w3c():
+    assert check_traceparent(TP) == TP
+    for bad in [TP.upper(), TP[:-1], "ff" + TP[2:], "00-" + "0" * 32 + TP[35:], TP[:36] + "0" * 16 + "-01", "x"]:
+        _refused("traceparent", traceparent=bad)
+
+
+def test_a_dedup_mode_needs_a_key_and_max_debounce_goes_with_replace_only():
+    _refused("onKeyConflict", mode=KeyMode.REJECT)
+    _refused("maxDebounceMs", key="k", mode=KeyMode.REJECT, max_debounce_ms=5)
+    _refused("maxDebounceMs", key="k", mode=KeyMode.REPLACE, max_debounce_ms=-1)
+    check_task(TaskRequest("t", delay_ms=1, key="k", mode=KeyMode.REPLACE, max_debounce_ms=0), LIMITS)
+    assert key_mode(None) is KeyMode.ALLOW and key_mode(2) is KeyMode.REPLACE
+    with pytest.raises(InvalidTask) as e:
+        key_mode(9, 1)
+    assert (e.value.field, e.value.index) == ("onKeyConflict", 1) and "REPLACE" in e.value.reason
+
+
+def test_a_task_without_key_fields_hashes_as_before_and_the_fields_change_the_hash():
+    plain = TaskRequest("t", delay_ms=5, payload=b"x")
+    before = hashlib.blake2b(digest_size=16)       # the hash of a task as it was before keys existed
+    for value in ("t", 5, None, None, None):
+        before.update(b"\x00" if value is None else b"\x01" + str(value).encode() + b"\x00")
+    before.update(struct.pack("!Q", 1) + b"x")
+    assert spec_hash(plain) == before.digest()
+    assert len({spec_hash(plain), spec_hash(plain._replace(key="k")), spec_hash(plain._replace(tags=["a"])),
+                spec_hash(plain._replace(key="k", mode=KeyMode.REJECT))}) == 4
+
+
+# ---- the dedup decision ---------------------------------------------------------------------------
+
+NOW = 1_000_000
+
+
+def _holder(status: Status, due: int = NOW + 50_000, since: int = NOW - 10_000) -> Holder:
+    return Holder("h", status, 3, due, since)
+
+
+@pytest.mark.parametrize("mode", [m for m in KeyMode if m is not KeyMode.ALLOW])
+def test_with_no_holder_every_mode_inserts_and_starts_a_chain(mode):
+    assert decide(mode, None, NOW + 5, NOW) == (Action.INSERT, NOW + 5, NOW)
+
+
+@pytest.mark.parametrize("mode, waiting, fired", [
+    (KeyMode.REJECT, Action.DEDUPLICATE, Action.DEDUPLICATE),
+    (KeyMode.REPLACE, Action.CANCEL_AND_INSERT, Action.TAKE_OVER),
+    (KeyMode.REPLACE_PAYLOAD_KEEP_DUE, Action.UPDATE_PAYLOAD, Action.TAKE_OVER),
+    (KeyMode.KEEP_IF_ACTIVE, Action.DEDUPLICATE, Action.TAKE_OVER)])
+def test_the_table_of_modes(mode, waiting, fired):
+    assert decide(mode, _holder(Status.DELAY), NOW + 5, NOW).action is waiting
+    for status in (Status.READY, Status.RUNNING):
+        assert decide(mode, _holder(status), NOW + 5, NOW).action is fired
+
+
+def test_a_deduplicated_or_payload_replaced_submit_answers_the_holders_due_time():
+    assert decide(KeyMode.REJECT, _holder(Status.READY), NOW + 5, NOW).due_ms == NOW + 50_000
+    assert decide(KeyMode.REPLACE_PAYLOAD_KEEP_DUE, _holder(Status.DELAY), NOW + 5, NOW).due_ms == NOW + 50_000
+
+
+def test_replace_keeps_pushing_back_but_never_past_the_chains_first_submit_plus_max_debounce():
+    # The docstring's worked example: max 60 s, submits at 0, 20, 40, 70 s, each with delay 30 s.
+    since, due = 0, None
+    answers = []
+    for t in (0, 20_000, 40_000, 70_000):
+        holder = None if due is None else Holder("h", Status.DELAY, 0, due, since)
+        d = decide(KeyMode.REPLACE, holder, t + 30_000, t, max_debounce_ms=60_000)
+        since, due = d.since_ms, d.due_ms
+        answers.append(due)
+    assert answers == [30_000, 50_000, 60_000, 70_000]
+
+
+def test_replace_of_a_fired_holder_starts_a_new_chain():
+    d = decide(KeyMode.REPLACE, _holder(Status.READY, since=0), NOW + 5, NOW, max_debounce_ms=1)
+    assert d == (Action.TAKE_OVER, NOW + 5, NOW)
+
+
+# ---- page tokens and filters -------------------------------------------------------------------------
+
+def test_a_page_token_round_trips_for_its_query_only():
+    q = pages.query_of("findByKey", "t", b"k")
+    token = pages.encode(q, (1_700_000_000_000, "0a1b"))
+    assert pages.decode(q, token) == (1_700_000_000_000, "0a1b")
+    assert pages.decode(q, None) is None and pages.decode(q, "") is None
+    for bad_query, bad_token in [(pages.query_of("findByKey", "t", b"other"), token), (q, token[:-2]),
+                                 (q, token[:5] + ("A" if token[5] != "A" else "B") + token[6:]), (q, "%%%"),
+                                 (q, "AAAA")]:
+        with pytest.raises(InvalidTask) as e:
+            pages.decode(bad_query, bad_token)
+        assert e.value.field == "pageToken"
+
+
+def test_list_filter_is_checked_and_becomes_the_stores_filter():
+    f = task_filter(ttypes.TaskFilter(topic="t", status=ttypes.TaskStatus.CANCELLED, keyPrefix="order-", tag="eu",
+                                      dueFromMs=5, dueBeforeMs=9))
+    assert (f.topic, f.status, f.key_prefix, f.tag, f.since_ms, f.until_ms) == \
+        ("t", Status.CANCELLED, b"order-", "eu", 5, 9)
+    assert [t.name for t in f.tables()] == ["job_delay_task_backlog"]
+    for bad, field in [(ttypes.TaskFilter(topic=""), "topic"), (ttypes.TaskFilter(topic="t", status=42), "status"),
+                       (ttypes.TaskFilter(topic="t", tag="a,b"), "tags"), (ttypes.TaskFilter(topic="t", tag=""), "tag"),
+                       (ttypes.TaskFilter(topic="t", keyPrefix="x" * 256), "keyPrefix"),
+                       (ttypes.TaskFilter(topic="t", dueFromMs=-1), "dueFromMs")]:
+        with pytest.raises(InvalidTask) as e:
+            task_filter(bad)
+        assert e.value.field == field
+
+
+def test_a_key_prefix_is_an_index_range():
+    assert prefix_end(b"order-4") == b"order-5"
+    assert prefix_end(b"a\xff\xff") == b"b"
+    assert prefix_end(b"\xff") is None

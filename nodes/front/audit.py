@@ -1,6 +1,7 @@
-"""Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel and
-reschedule call, and every admin call that changes something (delayq.nodes.front.admin: drain,
-undrain, pin, unpin, rebalance, reshard, redrive, discard, and the clients' add, grant, revoke and rotate) is recorded
+"""Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel,
+reschedule, cancelByKey and rescheduleByKey call, and every admin call that changes something
+(delayq.nodes.front.admin: drain, undrain, pin, unpin, rebalance, reshard, redrive, discard, and
+the clients' add, grant, revoke and rotate) is recorded
 once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
 client, its address, the call, its topic or task id, and how it ended (the answer, or the
 refusal or error it got).
@@ -10,6 +11,7 @@ own: a MySQL failure here is logged and leaves the call's answer as it was (the 
 """
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Callable, Sequence
 
@@ -26,6 +28,8 @@ AUDITED: dict[str, Callable[[Sequence], str]] = {
     "registerService": lambda args: getattr(args[0], "topic", None) or "" if args else "",
     "cancel": lambda args: str(args[0]) if args else "",
     "reschedule": lambda args: str(args[0]) if args else "",
+    "cancelByKey": lambda args: _words(args[:2]),
+    "rescheduleByKey": lambda args: _words(args[:2]),
     "setTopicControls": lambda args: _controls(args[0]) if args else "",
     "drain": lambda args: _words(args[:1]),
     "undrain": lambda args: _words(args[:1]),
@@ -93,5 +97,8 @@ def _outcome(method: str, result, error: Exception | None) -> str:
             return ttypes.CancelResult._VALUES_TO_NAMES.get(result, "ok")
         if method == "discard":
             return f"discarded {result}"
+        if method in ("cancelByKey", "rescheduleByKey"):
+            counts = collections.Counter(ttypes.KeyedResult._VALUES_TO_NAMES[o.result] for o in result.tasks)
+            return " ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none live"
         return f"redriven {result.redriven}" if method == "redrive" else "ok"
     return type(error).__name__ if isinstance(error, errors.DelayqError) else "internal error"

@@ -194,7 +194,8 @@ class TaskStore:
                 conn.execute(insert(EXECLOG).prefix_with("IGNORE"), [
                     {"task_id": c.task_id, "attempt": c.attempt, "due_ms": c.due_ms, "node_id": node_id,
                      "dispatched_ms": now_ms,
-                     "result": "UNCONFIRMED", "result_ms": now_ms, "message": "no confirm from the broker"}
+                     "result": "UNCONFIRMED", "result_ms": now_ms, "message": "no confirm from the broker",
+                     "task_key": c.key, "tags": c.tags}
                     for c in claimed])
             return n
 

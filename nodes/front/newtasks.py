@@ -14,9 +14,9 @@ from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.front.placing import Placing
-from delayq.nodes.validation import (Limits, ServiceSpec, TaskRequest, check_key, check_tags, check_task, due_time,
-                                    key_mode, spec_hash)
-from delayq.store.values import NewTask
+from delayq.nodes.validation import (Limits, ServiceSpec, TaskRequest, check_tags, check_task, due_time, key_mode,
+                                    spec_hash)
+from delayq.store.values import KeyMode, NewTask
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,6 @@ class SubmitRules:
     """The node's limits on what a submit may hold."""
     limits: Limits
     max_batch: int
-
-
-def request_of(spec: ttypes.TaskSpec, index: int | None = None) -> TaskRequest:
-    """A TaskSpec as the Thrift-free request the validation rules read."""
-    return TaskRequest(spec.topic, spec.taskId, spec.delayMs, spec.dueAtMs, spec.payload, spec.maxRetries,
-                       spec.ttrMs, spec.key, spec.tags, spec.traceparent, key_mode(spec.onKeyConflict, index),
-                       spec.maxDebounceMs)
 
 
 class NewTasks:
@@ -55,7 +48,10 @@ class NewTasks:
             index = i if batch else None
             if spec is None:
                 raise errors.InvalidTask("task", "is missing", index)
-            req = request_of(spec, index)
+            mode = spec.onKeyConflict
+            req = TaskRequest(spec.topic, spec.taskId, spec.delayMs, spec.dueAtMs, spec.payload, spec.maxRetries,
+                              spec.ttrMs, spec.key, spec.tags, spec.traceparent,
+                              KeyMode.ALLOW if mode is None else key_mode(mode, index), spec.maxDebounceMs)
             check_task(req, limits, index)
             topic = req.topic
             assert topic is not None        # check_task refuses a task without one
@@ -67,10 +63,10 @@ class NewTasks:
         rated = {t for t in services if self._services.controls(t).max_fire_rate is not None}
         shards = self._placing.shards([due for _, _, due, _ in checked], now,
                                       [topic in rated for _, topic, _, _ in checked])
-        return [NewTask(task_id=req.task_id or next(ids), topic=topic, shard_id=shard, due_ms=due,
-                        payload=req.payload or b"", spec_hash=spec_hash(req),
-                        max_retries=svc.max_retries if req.max_retries is None else req.max_retries,
-                        ttr_ms=svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, created_ms=now,
-                        client_id=req.task_id is not None, key=check_key(req.key), tags=check_tags(req.tags),
-                        traceparent=req.traceparent, mode=req.mode, max_debounce_ms=req.max_debounce_ms)
+        # Positional (the fields' order): a call builds up to a thousand of them.
+        return [NewTask(req.task_id or next(ids), topic, shard, due, req.payload or b"", spec_hash(req),
+                        svc.max_retries if req.max_retries is None else req.max_retries,
+                        svc.ttr_ms if req.ttr_ms is None else req.ttr_ms, now, req.task_id is not None,
+                        None if req.key is None else req.key.encode(), check_tags(req.tags) if req.tags else None,
+                        req.traceparent, req.mode, req.max_debounce_ms)
                 for (req, topic, due, svc), shard in zip(checked, shards)]

@@ -9,16 +9,26 @@ import struct
 
 import pytest
 
+from delayq.access.grants import Client, Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import InvalidTask
 from delayq.lifecycle import Status
+from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.front import pages
-from delayq.nodes.front.keycalls import task_filter
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.caller import Caller, serving
+from delayq.nodes.front.errors import CallAnswers
+from delayq.nodes.front.keycalls import KeyCalls, task_filter
+from delayq.nodes.front.placing import Placing
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
+from delayq.nodes.metrics import Metrics
 from delayq.nodes.validation import (Limits, TaskRequest, check_key, check_tags, check_task, check_traceparent,
                                      key_mode, spec_hash)
+from delayq.store.bykey import Changed, KeyResult
 from delayq.store.dedup import Action, Holder, decide
 from delayq.store.maintenance import prefix_end
 from delayq.store.values import KeyMode
+from delayq.testing.fakes import ManualClock
 
 LIMITS = Limits(1024, 86_400_000)
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -162,3 +172,80 @@ def test_a_key_prefix_is_an_index_range():
     assert prefix_end(b"order-4") == b"order-5"
     assert prefix_end(b"a\xff\xff") == b"b"
     assert prefix_end(b"\xff") is None
+
+
+# ---- KeyCalls: permissions and memory --------------------------------------------------------------
+
+class _Clients:
+    def __init__(self, *clients):
+        self.clients = {c.name: c for c in clients}
+
+    def load(self):
+        return "1", self.clients
+
+
+class _Requests:
+    """KeyRequests in memory: every call answers what it was given to answer, and is recorded."""
+
+    def __init__(self, changed):
+        self.changed, self.calls = changed, []
+
+    def cancel(self, topic, key, now_ms, limit):
+        self.calls.append(("cancel", topic, key))
+        return self.changed, False
+
+    def reschedule(self, topic, key, due_ms, shard_id, now_ms, limit):
+        self.calls.append(("reschedule", topic, key, due_ms))
+        return [c._replace(due_ms=due_ms) if c.result.name == "RESCHEDULED" else c for c in self.changed], False
+
+    def find(self, topic, key, before, limit):
+        self.calls.append(("find", topic, key, before))
+        return []
+
+
+def _key_calls(changed=()):
+    clock = ManualClock(NOW)
+    ops = Client("ops", "digest", grants=frozenset({(Permission.READ, "a.*"), (Permission.CANCEL, "a.*")}))
+    access = Access(_Clients(ops), Metrics(), enabled=True)  # type: ignore[arg-type]
+    access.load()
+    caller = Caller(("127.0.0.1", 1))
+    caller.name, caller.credential = "ops", "digest"
+    serving(caller)
+    ownership = Ownership("n1")
+    ownership.set({0: 1}, range(2))
+    queue = DelayQueue(clock, shards=[0])
+    queue.horizon_ms = NOW + 60_000
+    queue.offer_written([Entry(c.task_id, 0, NOW + 1000, topic="a.t") for c in changed])
+    requests = _Requests(list(changed))
+    calls = KeyCalls(requests, access, CallAnswers(Metrics()), Placing(queue, ownership, window_ms=60_000),  # type: ignore[arg-type]
+                     clock, limits=LIMITS)
+    return calls, requests, queue
+
+
+def test_by_key_calls_need_the_single_task_calls_grants_on_the_topic_they_name():
+    calls, requests, _ = _key_calls()
+    calls.findByKey("a.t", "k", None)
+    for call in (lambda: calls.findByKey("b.t", "k", None), lambda: calls.cancelByKey("b.t", "k"),
+                 lambda: calls.rescheduleByKey("b.t", "k", NOW), lambda: calls.listTasks(ttypes.TaskFilter(topic="b.t"),
+                                                                                         None, None)):
+        with pytest.raises(ttypes.Forbidden) as e:
+            call()
+        assert e.value.topic == "b.t"
+    assert requests.calls == [("find", "a.t", b"k", None)]
+    with pytest.raises(ttypes.InvalidTask) as e:
+        calls.cancelByKey("a.t", None)
+    assert e.value.field == "key"
+
+
+def test_cancel_by_key_takes_the_cancelled_out_of_memory_and_reschedule_moves_them():
+    changed = [Changed("t1", KeyResult.CANCELLED, NOW + 1000, 0), Changed("t2", KeyResult.ALREADY_DISPATCHED, NOW, 0)]
+    calls, _, queue = _key_calls(changed)
+    out = calls.cancelByKey("a.t", "k")
+    assert [(o.taskId, o.result) for o in out.tasks] == [("t1", ttypes.KeyedResult.CANCELLED),
+                                                         ("t2", ttypes.KeyedResult.ALREADY_DISPATCHED)]
+    assert {e.task_id for e in queue.entries_of("a.t")} == {"t2"}
+
+    calls, _, queue = _key_calls([Changed("t1", KeyResult.RESCHEDULED, NOW + 1000, 0)])
+    out = calls.rescheduleByKey("a.t", "k", NOW + 5000)
+    assert [(o.taskId, o.result, o.dueAtMs) for o in out.tasks] == [("t1", ttypes.KeyedResult.RESCHEDULED, NOW + 5000)]
+    assert [(e.task_id, e.due_ms) for e in queue.entries_of("a.t")] == [("t1", NOW + 5000)]

@@ -90,6 +90,15 @@ def test_each_dedup_mode_under_50_concurrent_submits_of_one_key(two_nodes, engin
     topic = f"d.{uuid.uuid4().hex[:8]}"
     with two_nodes[0].client() as c:
         c.registerService(CallbackService(topic=topic, ttrMs=0))
+
+    def known_to_the_second_node() -> bool:     # it re-reads the services on a miss, at most every 0.1 s
+        with two_nodes[1].client() as c:
+            try:
+                return c.findByKey(topic, "k", None) is not None and c.submit(
+                    TaskSpec(topic=topic, taskId=f"{topic}.probe", delayMs=3_600_000)) is not None
+            except ttypes.UnknownTopic:
+                return False
+    wait_until(known_to_the_second_node, 5, 0.05, what="the second node to know the topic")
     conflict = ttypes.KeyConflict._NAMES_TO_VALUES[mode]
 
     def submit(i: int):

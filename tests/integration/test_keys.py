@@ -144,16 +144,18 @@ def test_a_replaced_task_never_fires_even_from_a_nodes_memory(node, topic, colle
 
 @pytest.mark.parametrize("action", ["cancel", "reschedule"])
 def test_by_key_racing_the_dispatch_answers_exactly_what_happened(node, topic, collector, action):
-    """20 tasks, each changed by key 1 ms before its due time (in memory by then): CANCELLED never
-    fires, RESCHEDULED fires at its new time and never at the old one, ALREADY_DISPATCHED fired at
-    the old time."""
+    """20 tasks, each changed by key 1 to 286 ms before its due time (in memory by then, and around
+    the moment its node claims it, up to DELAYQ_CLAIM_LEAD_MS before): CANCELLED never fires,
+    RESCHEDULED fires at its new time and never at the old one, ALREADY_DISPATCHED fired at the
+    old time."""
     n = 20
     with node.client() as c:
         t0 = now_ms()
-        refs = [c.submit(TaskSpec(topic=topic, dueAtMs=t0 + 700 + 60 * i, key=f"x{i}")) for i in range(n)]
+        refs = [c.submit(TaskSpec(topic=topic, dueAtMs=t0 + 1000 + 60 * i, key=f"x{i}")) for i in range(n)]
         answers = []
         for i, ref in enumerate(refs):
-            wait_until(lambda: now_ms() >= ref.dueAtMs - 1, 5, 0.0005)
+            ahead = 1 + 15 * (i % 20)
+            wait_until(lambda: now_ms() >= ref.dueAtMs - ahead, 5, 0.0005)
             out = (c.cancelByKey(topic, f"x{i}") if action == "cancel"
                    else c.rescheduleByKey(topic, f"x{i}", now_ms() + 1500))
             assert not out.more and [t.taskId for t in out.tasks] == [ref.taskId]

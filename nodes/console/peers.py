@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 TIMEOUT_S = 1.0
+GRACE_S = 0.5           # beyond the request's own time-out, for the pool's thread to start it
 KEEP_S = 5.0
 
 
@@ -68,7 +69,7 @@ class Peers:
         futures = {ep: self._pool.submit(self._get, ep, path) for ep in wanted}
         for ep, f in futures.items():
             try:
-                out[ep] = f.result(timeout=TIMEOUT_S + 0.5)
+                out[ep] = f.result(timeout=TIMEOUT_S + GRACE_S)
             except concurrent.futures.TimeoutError:
                 out[ep] = Answer(ep, None, None, "no answer in time")
         with self._lock:

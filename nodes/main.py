@@ -34,6 +34,7 @@ from delayq.nodes.amqp.results_consumer import ResultsConsumer
 from delayq.nodes.cluster.clockcheck import ClockCheck
 from delayq.nodes.cluster.pruner import Pruner
 from delayq.nodes.outcomes.deadlines import Deadlines
+from delayq.nodes.outcomes.expiry import Expiry
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
@@ -161,8 +162,9 @@ class NodeRuntime:
                                       poll_ms=s.scheduling.hint_poll_ms)
         self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
         self.pruner = Pruner(RetentionStore(self.engine), s.retention, clock)
-        self.loader = Loader(self.store, self.queue, self.ownership, self.results, clock, ScanSettings.of(s.scheduling),
-                             grace=self.grace, limited=self.flow.limited)
+        self.loader = Loader(self.store, self.queue, self.ownership, clock, ScanSettings.of(s.scheduling),
+                             watcher=Expiry(self.store, self.results, self.ownership, self.grace),
+                             limited=self.flow.limited)
         # Two lanes (delayq.nodes.dispatch.lanes), sharing all but their publisher.
         claims = Claims(self.store, self.ownership, Unsettled(self.store, clock))
         memory = Memory(self.queue, self.flow, rescan=self.loader.rescan)

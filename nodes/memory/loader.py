@@ -1,5 +1,4 @@
-"""Loader: keeps the DelayQueue filled with the window of the node's shards, and times out
-attempts whose time-to-run has passed.
+"""Loader: keeps the DelayQueue filled with the window of the node's shards.
 
 Every scan interval it loads the DELAY tasks due before now + window, earliest first, up to the
 memory cap, and moves the queue's horizon to what it knows is complete. Below the horizon the
@@ -12,9 +11,9 @@ rows written to MySQL by other means (`delayq tasks redrive`), each scan also re
 part of the window for a rolling share of the shards, so that every shard's is re-read within
 full_scan_ms: the cost of a whole-window read, spread evenly over the scans instead of landing on
 the dispatcher all at once. The re-read pauses while memory holds a backlog of overdue tasks.
-In the same pass it applies TIMEOUT to READY/RUNNING tasks past their deadline (retry or fail):
-the backstop for attempts a dead node dispatched (the dispatching node's own deadlines fire in
-delayq.nodes.outcomes.deadlines), held like those during an outage of delayq's dependencies (delayq.nodes.outcomes.outages).
+After each scan its watcher times out the attempts of these shards past their deadline, the
+backstop for attempts a dead node dispatched (delayq.nodes.outcomes.expiry), and hears whether
+MySQL answered.
 A failed scan is retried within a second, so the node is back to firing within a second of MySQL
 answering again.
 
@@ -24,16 +23,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from delayq.clock import Clock
 from delayq.config import SchedulingSettings
-from delayq.errors import DelayqError, Unavailable
-from delayq.lifecycle import Result
-from delayq.nodes.memory.delayqueue import DelayQueue, Entry
-from delayq.nodes.outcomes.outages import OutageGrace
+from delayq.errors import Unavailable
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.outcomes.results import ResultApplier
+from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.threads import NodeThread
 from delayq.store.tasks import TaskStore
 
@@ -57,17 +53,27 @@ class ScanSettings:
                    full_scan_ms=s.full_scan_ms, catchup_rate=s.catchup_rate, catchup_grace_ms=s.catchup_grace_ms)
 
 
+class ScanWatcher(Protocol):
+    """Told of each window scan, on the loader's thread (delayq.nodes.outcomes.expiry.Expiry)."""
+
+    def scanned(self, shards: set[int], now_ms: int) -> None:
+        """A scan of these shards is done: time out what expired among them (may raise Unavailable)."""
+
+    def mysql(self, up: bool) -> None:
+        """A scan found MySQL answering, or not."""
+
+
 class Loader(NodeThread):
-    """grace holds the time-outs during delayq's own outages; limited() names the topics held to a
-    rate or a cap, with how many of their tasks memory keeps (delayq.nodes.memory.flow.Flow.limited)."""
+    """watcher hears of each scan (the time-outs of attempts a dead node dispatched); limited() names
+    the topics held to a rate or a cap, with how many of their tasks memory keeps
+    (delayq.nodes.memory.flow.Flow.limited)."""
     name = "loader"
 
-    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, results: ResultApplier,
-                 clock: Clock, settings: ScanSettings, *, grace: OutageGrace | None = None,
+    def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, clock: Clock,
+                 settings: ScanSettings, *, watcher: ScanWatcher | None = None,
                  limited: Callable[[], dict[str, int]] = dict):
         super().__init__()
-        self._store, self._queue, self._ownership = store, queue, ownership
-        self._results, self._clock = results, clock
+        self._store, self._queue, self._ownership, self._clock = store, queue, ownership, clock
         self._window_ms, self._interval_ms, self._cap = settings.window_ms, settings.interval_ms, settings.cap
         self.scans = 0
         self._full_scan_ms = settings.full_scan_ms
@@ -75,7 +81,7 @@ class Loader(NodeThread):
         self.caught_up = 0
         self._catchup_rate, self._catchup_grace_ms = settings.catchup_rate, settings.catchup_grace_ms
         self._next_slot_ms = 0.0
-        self._grace = grace
+        self._watcher = watcher
         self._limited = limited
         ownership.on_change(lambda gained, lost: self._on_change(gained, lost))
 
@@ -103,15 +109,15 @@ class Loader(NodeThread):
                     log.info("window scan works again after %d failed attempts", failures)
                 failures = 0
                 wait = self._interval_ms / 1000.0
-                if self._grace is not None:
-                    self._grace.observe("mysql", True)
+                if self._watcher is not None:
+                    self._watcher.mysql(True)
             except Exception as e:  # noqa: BLE001 - the loader must outlive any failure
                 failures += 1
                 # Short, so that firing resumes within a second of MySQL answering again.
                 wait = min(1.0, 0.25 * 2 ** min(failures - 1, 2))
                 if isinstance(e, Unavailable):
-                    if self._grace is not None:
-                        self._grace.observe("mysql", False)
+                    if self._watcher is not None:
+                        self._watcher.mysql(False)
                     log.log(logging.WARNING if failures == 1 else logging.DEBUG,
                             "window scan failed: %s; retrying every %.1f s", e, wait)
                 else:
@@ -157,7 +163,8 @@ class Loader(NodeThread):
         # A limited topic is paced by its own limits, and must not take the catch-up's slots.
         self._queue.offer_many([e if e.topic in limited else self._pace(e, now) for e in fresh])
         self.scans += 1
-        self._time_out(owned, now)
+        if self._watcher is not None:
+            self._watcher.scanned(owned, now)
         return len(entries)
 
     def _top_up(self, shards: set[int], limited: dict[str, int], end: int) -> list[Entry]:
@@ -199,14 +206,3 @@ class Loader(NodeThread):
         self._next_slot_ms = slot + 1000.0 / self._catchup_rate
         self.caught_up += 1
         return e._replace(fire_ms=int(slot))
-
-    def _time_out(self, shards: set[int], now: int) -> None:
-        if self._grace is not None and self._grace.hold_until() is not None:
-            return
-        for task_id, attempt in self._store.expired(shards, now, 1000, self._ownership.fence()[0]):
-            try:
-                self._results.apply(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run")
-            except Unavailable:
-                raise
-            except DelayqError as e:
-                log.warning("time-out of %s attempt %d not applied: %s", task_id, attempt, e)

@@ -2,8 +2,8 @@
 confirm -> record runs in a unit test in milliseconds, no server involved:
 
     ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
-    ClaimTable   job_delay_task and job_shard as far as claims, releases and records go
-                 (delayq.nodes.dispatch.ports.ClaimStore and RecordStore)
+    ClaimTable   job_delay_task and job_shard as far as claims, releases, records and time-outs
+                 go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore)
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec
@@ -135,6 +135,14 @@ class ClaimTable:
                 r.attempt = c.attempt if sent else c.attempt - 1
                 n += 1
         return n
+
+    def expired(self, shards: Sequence[int] | set[int], now_ms: int, limit: int, owner: str) -> list[tuple[str, int]]:
+        """In-flight attempts of these shards past their deadline, but fire-and-forget ones `owner` claimed."""
+        self._check()
+        return [(r.task_id, r.attempt) for r in self.rows.values()
+                if r.shard_id in shards and r.status in (Status.READY, Status.RUNNING)
+                and r.deadline_ms is not None and r.deadline_ms < now_ms
+                and (r.ttr_ms != 0 or r.owner != owner)][:limit]
 
     def in_flight_deadlines(self, task_ids: Sequence[str]) -> list[tuple[str, int, int | None]]:
         self._check()

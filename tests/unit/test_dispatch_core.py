@@ -13,6 +13,7 @@ import pytest
 from delayq.lifecycle import Result, Status
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, UNROUTABLE
 from delayq.nodes.outcomes.deadlines import Deadlines as RealDeadlines
+from delayq.nodes.outcomes.expiry import Expiry
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.memory.flow import Flow
 from delayq.nodes.dispatch.dispatcher import Dispatcher
@@ -385,3 +386,23 @@ def test_no_attempt_is_timed_out_while_mysql_is_away_nor_in_the_grace_after():
     assert core.results.applied == []
     core.clock.now += 1_500
     assert deadlines.check() == 1 and core.results.applied == [("a", 1, Result.TIMEOUT)]
+
+
+def test_an_attempt_a_dead_node_dispatched_is_timed_out_by_the_shards_new_owner_after_its_scan():
+    core = Core()
+    grace = OutageGrace(core.clock, 15_000)
+    grace.observe("mysql", True)
+    expiry = Expiry(core.table, core.results, core.ownership, grace)
+    core.table.add("orphan", 1, core.clock.now - 5_000)
+    core.table.rows["orphan"].status, core.table.rows["orphan"].attempt = Status.RUNNING, 1
+    core.table.rows["orphan"].owner, core.table.rows["orphan"].deadline_ms = "n2", core.clock.now + 1_000
+    expiry.scanned({1, 2}, core.clock.now)
+    assert core.results.applied == []                 # its time-to-run has not passed yet
+    expiry.mysql(False)                               # a scan found MySQL away: nothing is timed out
+    core.clock.now += 1_001
+    expiry.scanned({1, 2}, core.clock.now)
+    assert core.results.applied == []
+    expiry.mysql(True)
+    core.clock.now += 15_000                          # the grace after the outage is over
+    expiry.scanned({1, 2}, core.clock.now)
+    assert core.results.applied == [("orphan", 1, Result.TIMEOUT)]

@@ -54,7 +54,7 @@ def setup():
     queue = DelayQueue(clock)
     ownership = Ownership("n1")
     ownership.set({1: 1, 2: 1}, [1, 2, 3])
-    loader = Loader(rows, queue, ownership, results=None, clock=clock,
+    loader = Loader(rows, queue, ownership, clock=clock,
                     settings=ScanSettings(WINDOW, interval_ms=5000, cap=1000, full_scan_ms=FULL))
     return clock, rows, queue, ownership, loader
 
@@ -142,7 +142,7 @@ def test_a_full_scan_time_at_or_below_the_scan_interval_re_reads_every_shard_eac
     clock, rows = ManualClock(), Rows()
     ownership = Ownership("n1")
     ownership.set({1: 1, 2: 1, 3: 1}, [1, 2, 3])
-    loader = Loader(rows, DelayQueue(clock), ownership, results=None, clock=clock,
+    loader = Loader(rows, DelayQueue(clock), ownership, clock=clock,
                     settings=ScanSettings(WINDOW, interval_ms=5000, cap=1000, full_scan_ms=5000))
     first = scan(loader, rows)
     clock.now += 5_000

@@ -66,7 +66,7 @@ def test_a_write_for_a_shard_no_longer_ours_goes_to_its_owner_and_a_scan_of_it_i
 def test_the_loss_reaches_memory_through_the_ownership_listener(clock, handed):
     queue = DelayQueue(clock, handover=handed.extend)
     ownership = Ownership("n1")
-    Loader(None, queue, ownership, results=None, clock=clock, settings=ScanSettings(60_000, 5000, 1000))
+    Loader(None, queue, ownership, clock=clock, settings=ScanSettings(60_000, 5000, 1000))
     ownership.set({1: 1, 2: 1}, [1, 2])
     queue.set_horizon(clock.now + 60_000)
     queue.offer_written([Entry("a", 2, clock.now + 100), Entry("b", 1, clock.now + 100)])

@@ -76,7 +76,23 @@ def _write(conn: Connection, group: Sequence[NewTask]) -> list[Submitted] | Conf
         out.append(_one(conn, t))
     for part in by_statement_size(plain) if plain else ():
         conn.exec_driver_sql(insert_tasks(part))
-    return out
+    return _after_replacements(out)
+
+
+def _after_replacements(out: list[Submitted]) -> list[Submitted]:
+    """A task of the call that a later task of the same call replaced (two REPLACE submits of one
+    key in a batch) is answered with the one that will fire, as REPLACED."""
+    by = {d.replaced: d for d in out if d.replaced is not None}
+    if not by:
+        return out
+    final = []
+    for d in out:
+        last = d
+        while last.task_id in by:
+            last = by[last.task_id]
+        final.append(d if last is d else Submitted(last.task_id, last.shard_id, last.due_ms, False,
+                                                   Outcome.REPLACED))
+    return final
 
 
 def _one(conn: Connection, t: NewTask) -> Submitted:

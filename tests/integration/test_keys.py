@@ -62,6 +62,26 @@ def test_key_tags_and_trace_context_reach_get_the_message_the_execlog_and_the_ba
                  t=ref.taskId) == [("order-42 ü".encode(), b"eu,vip")]
 
 
+def test_key_and_tags_survive_a_retry(node):
+    topic = f"k.{uuid.uuid4().hex[:8]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=30_000, backoff="fixed", retryBackoffMs=100))
+    collector = Collector("delayq", topic)
+    try:
+        with node.client() as c:
+            ref = c.submit(TaskSpec(topic=topic, delayMs=50, key="k-1", tags=["a"], traceparent=TP))
+            collector.wait_for(1, 10)
+            assert c.reportResult(ref.taskId, 1, ttypes.ResultStatus.RETRY, "later") == ttypes.ReportOutcome.APPLIED
+            first, second = collector.wait_for(2, 10)
+            assert c.get(ref.taskId).key == "k-1"
+    finally:
+        collector.close()
+    assert int(second.headers["x-delayq-attempt"]) == 2
+    for m in (first, second):
+        assert (m.headers["x-delayq-key"], m.headers["x-delayq-tags"], m.headers["traceparent"]) in \
+            (("k-1", "a", TP), (b"k-1", b"a", TP.encode()))
+
+
 @pytest.mark.parametrize("field, spec", [
     ("key", dict(key="k" * 256)), ("tags", dict(tags=[f"t{i}" for i in range(9)])), ("key", dict(key="a\x00b")),
     ("tags", dict(tags=["a\x00"])), ("onKeyConflict", dict(key="k", onKeyConflict=7)),
@@ -198,3 +218,15 @@ def test_find_by_key_and_list_tasks_page_through_live_and_ended_tasks(node, topi
         assert e.value.field == "pageToken"
         out = c.cancelByKey(topic, "order-7")
         assert sorted(t.result for t in out.tasks) == [ttypes.KeyedResult.CANCELLED] * 4
+
+
+def test_a_batch_replacing_its_own_key_answers_each_task_with_the_one_that_fires(node, topic, engine):
+    with node.client() as c:
+        refs = c.submitBatch([TaskSpec(topic=topic, delayMs=3_600_000, key="b", payload=b"%d" % i,
+                                       onKeyConflict=ttypes.KeyConflict.REPLACE) for i in range(3)]
+                             + [TaskSpec(topic=topic, delayMs=3_600_000, key="b", payload=b"d",
+                                         onKeyConflict=ttypes.KeyConflict.REJECT)])
+    live = _rows(engine, "SELECT task_id, payload FROM job_delay_task WHERE topic = :t AND task_key = 'b'", t=topic)
+    assert len(live) == 1 and live[0][1] == b"2"
+    assert [r.taskId for r in refs] == [live[0][0]] * 4
+    assert [r.outcome for r in refs] == [R, R, R, D]

@@ -26,8 +26,9 @@ from delayq.nodes.validation import (Limits, TaskRequest, check_key, check_tags,
                                      key_mode, spec_hash)
 from delayq.store.bykey import Changed, KeyResult
 from delayq.store.dedup import Action, Holder, decide
+from delayq.store.keyed import _after_replacements
 from delayq.store.maintenance import prefix_end
-from delayq.store.values import KeyMode
+from delayq.store.values import KeyMode, Outcome, Submitted
 from delayq.testing.fakes import ManualClock
 
 LIMITS = Limits(1024, 86_400_000)
@@ -249,3 +250,10 @@ def test_cancel_by_key_takes_the_cancelled_out_of_memory_and_reschedule_moves_th
     out = calls.rescheduleByKey("a.t", "k", NOW + 5000)
     assert [(o.taskId, o.result, o.dueAtMs) for o in out.tasks] == [("t1", ttypes.KeyedResult.RESCHEDULED, NOW + 5000)]
     assert [(e.task_id, e.due_ms) for e in queue.entries_of("a.t")] == [("t1", NOW + 5000)]
+
+
+def test_a_task_replaced_later_in_its_own_batch_is_answered_with_the_one_that_fires():
+    out = _after_replacements([Submitted("a", 1, 10, True), Submitted("b", 2, 20, True, Outcome.REPLACED, "a"),
+                               Submitted("c", 3, 30, True, Outcome.REPLACED, "b"), Submitted("x", 4, 40, True)])
+    assert out == [Submitted("c", 3, 30, False, Outcome.REPLACED), Submitted("c", 3, 30, False, Outcome.REPLACED),
+                   Submitted("c", 3, 30, True, Outcome.REPLACED, "b"), Submitted("x", 4, 40, True)]

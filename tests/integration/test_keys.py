@@ -7,6 +7,9 @@ a declared InvalidTask naming the field."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -230,3 +233,27 @@ def test_a_batch_replacing_its_own_key_answers_each_task_with_the_one_that_fires
     assert len(live) == 1 and live[0][1] == b"2"
     assert [r.taskId for r in refs] == [live[0][0]] * 4
     assert [r.outcome for r in refs] == [R, R, R, D]
+
+
+def _cli(node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "delayq.ops.cli", *args, "--endpoint", node.endpoint], env=node.env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_command_line_submits_finds_and_cancels_by_key(node, topic):
+    first = _cli(node, "tasks", "submit", topic, "--delay", "1h", "--key", "cli-1", "--tag", "eu",
+                 "--on-key-conflict", "reject", "--json")
+    again = _cli(node, "tasks", "submit", topic, "--delay", "1h", "--key", "cli-1", "--on-key-conflict", "reject",
+                 "--json")
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    one, two = json.loads(first.stdout), json.loads(again.stdout)
+    assert (one["outcome"], two["outcome"], two["taskId"]) == ("CREATED", "DEDUPLICATED", one["taskId"])
+    found = json.loads(_cli(node, "tasks", "find", topic, "cli-1", "--json").stdout)
+    assert [(t["taskId"], t["tags"]) for t in found["tasks"]] == [(one["taskId"], ["eu"])]
+    listed = json.loads(_cli(node, "tasks", "query", topic, "--tag", "eu", "--json").stdout)
+    assert [t["taskId"] for t in listed["tasks"]] == [one["taskId"]]
+    cancelled = _cli(node, "tasks", "cancel-key", topic, "cli-1")
+    assert cancelled.returncode == 0 and f"{one['taskId']}  CANCELLED" in cancelled.stdout
+    assert _cli(node, "tasks", "cancel-key", topic, "cli-1").returncode == 1       # no live task any more
+    bad = _cli(node, "tasks", "submit", topic, "--delay", "1h", "--key", "k" * 256)
+    assert bad.returncode == 2 and "key:" in bad.stderr

@@ -226,3 +226,21 @@ def check_service(svc: ServiceSpec) -> ServiceSpec:
     if svc.misfire_policy not in ("fire", "fail"):
         raise InvalidService("misfirePolicy", "must be fire or fail")
     return svc
+
+
+# A touch asks for at most an hour more. The extension is how long a consumer that dies right
+# after a touch keeps its task from going again, so a heartbeat asks for what it needs until the
+# next one (a touch is one row update: cheap to repeat); an attempt that must run silent longer
+# sets a longer ttrMs at submit (up to MAX_TTR_MS).
+MAX_EXTEND_MS = 3_600_000
+MAX_PROGRESS_BYTES = 1024
+
+
+def check_touch(attempt: int | None, extend_ms: int | None, progress: bytes | None) -> None:
+    """A touch's arguments (the task id is checked by check_task_id)."""
+    if attempt is None or not 1 <= attempt <= _INT32:
+        raise InvalidTask("attempt", "must be 1 or more")
+    if extend_ms is None or not 0 <= extend_ms <= MAX_EXTEND_MS:
+        raise InvalidTask("extendMs", f"must be between 0 and {MAX_EXTEND_MS}, got {extend_ms}")
+    if progress is not None and len(progress) > MAX_PROGRESS_BYTES:
+        raise InvalidTask("progress", f"is {len(progress)} bytes, at most {MAX_PROGRESS_BYTES} allowed")

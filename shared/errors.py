@@ -6,6 +6,7 @@
     ├── UnknownTopic       no enabled callback service for the topic
     ├── Conflict           same task id, different content; or a state that forbids the change
     ├── NotFound           no such task, live or archived
+    ├── StaleAttempt       a touch of an attempt that is no longer the task's running one
     ├── QuotaExceeded      a submit over one of its tenant's quotas
     ├── Unavailable        retriable: MySQL, RabbitMQ or ZooKeeper cannot be reached right now
     │   ├── StoreUnavailable
@@ -55,6 +56,14 @@ class NotFound(DelayqError):
     def __init__(self, task_id: str):
         super().__init__(f"no task {task_id!r}")
         self.task_id = task_id
+
+
+class StaleAttempt(DelayqError):
+    """A touch names an attempt that is not running any more: it timed out (and may have gone
+    again as a new attempt), or the task ended."""
+    def __init__(self, task_id: str, attempt: int, reason: str):
+        super().__init__(f"task {task_id!r} attempt {attempt}: {reason}")
+        self.task_id, self.attempt, self.reason = task_id, attempt, reason
 
 
 class QuotaExceeded(DelayqError):

@@ -4,13 +4,16 @@
       ^                │                   │
       │                ├──SUCCESS──────────┴──> FINISHED
       └───RETRY/ttr────┤                   │
-                       └──FATAL/last retry─┴──> FAILED
+                       ├──FATAL/last retry─┴──> FAILED
+                       └──any end but SUCCESS, after a cancel asked while it ran──> CANCELLED
     DELAY ──cancel──> CANCELLED
 
 READY and RUNNING go back to DELAY (with attempt kept and a new due time) on a RETRY report or an
-expired time-to-run while retries remain. FINISHED, FAILED and CANCELLED are final: the row moves
-to the backlog. Every transition in the store is a conditional UPDATE on (status, attempt), so a
-late or duplicate report changes nothing.
+expired time-to-run while retries remain. A cancel asked while an attempt runs cannot stop it (the
+consumer hears of it at its next touch), but it ends the task at that attempt's end: CANCELLED,
+unless the attempt reports SUCCESS (its work was done). FINISHED, FAILED and CANCELLED are final:
+the row moves to the backlog. Every transition in the store is a conditional UPDATE on (status,
+attempt), so a late or duplicate report changes nothing.
 """
 from __future__ import annotations
 
@@ -34,8 +37,8 @@ IN_FLIGHT = frozenset({Status.READY, Status.RUNNING})
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.DELAY: frozenset({Status.READY, Status.CANCELLED}),
-    Status.READY: frozenset({Status.RUNNING, Status.FINISHED, Status.FAILED, Status.DELAY}),
-    Status.RUNNING: frozenset({Status.FINISHED, Status.FAILED, Status.DELAY}),
+    Status.READY: frozenset({Status.RUNNING, Status.FINISHED, Status.FAILED, Status.DELAY, Status.CANCELLED}),
+    Status.RUNNING: frozenset({Status.FINISHED, Status.FAILED, Status.DELAY, Status.CANCELLED}),
     Status.FINISHED: frozenset(),
     Status.FAILED: frozenset(),
     Status.CANCELLED: frozenset(),
@@ -84,11 +87,22 @@ class Decision:
 
 
 def on_result(status: Status, result: Result, attempt: int, policy: RetryPolicy, now_ms: int,
-              rng: random.Random | None = None, unsent: bool = False) -> Decision | None:
+              rng: random.Random | None = None, unsent: bool = False, cancelled: bool = False) -> Decision | None:
     """The next state of a task given a result for its current attempt; None: no change.
 
     unsent: the attempt timed out with no publish ever recorded (the node that claimed it died
-    first): no consumer failed it, so a further attempt goes at once, without the back-off."""
+    first): no consumer failed it, so a further attempt goes at once, without the back-off.
+    cancelled: a cancel was asked while the attempt ran: it ends the task, CANCELLED, whatever
+    the attempt's end but SUCCESS."""
+    decision = _next(status, result, attempt, policy, now_ms, rng, unsent)
+    if cancelled and status in IN_FLIGHT and decision is not None \
+            and decision.status in (Status.DELAY, Status.FAILED):
+        return Decision(Status.CANCELLED)
+    return decision
+
+
+def _next(status: Status, result: Result, attempt: int, policy: RetryPolicy, now_ms: int,
+          rng: random.Random | None, unsent: bool) -> Decision | None:
     if status is Status.DELAY:
         # Back in DELAY with this attempt number: its confirm was lost, or its time-to-run ran out,
         # and it waits to be sent again. The consumer that did get it may still settle it.

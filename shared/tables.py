@@ -50,6 +50,7 @@ task = Table(
     Column("traceparent", String(55)),
     Column("held_key", LargeBinary(255)),
     Column("key_since_ms", BigInteger),
+    Column("cancel_ms", BigInteger),            # a cancel asked while an attempt ran (sql/009)
 )
 
 execlog = Table(
@@ -65,6 +66,7 @@ execlog = Table(
     Column("message", String(1024)),
     Column("task_key", LargeBinary(255)),
     Column("tags", LargeBinary(520)),
+    Column("progress", LargeBinary(1024)),      # the last progress a touch stored (sql/009)
 )
 
 backlog = Table(

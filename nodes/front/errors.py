@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 OUTCOMES = {errors.InvalidTask: "invalid", errors.InvalidService: "invalid", errors.InvalidRequest: "invalid",
             errors.UnknownTopic: "unknown_topic",
-            errors.Conflict: "conflict", errors.NotFound: "not_found", errors.Unavailable: "unavailable",
+            errors.Conflict: "conflict", errors.NotFound: "not_found", errors.StaleAttempt: "stale", errors.Unavailable: "unavailable",
             errors.StoreUnavailable: "unavailable", errors.BrokerUnavailable: "unavailable",
             errors.Unauthenticated: "unauthenticated", errors.Forbidden: "forbidden",
             errors.QuotaExceeded: "quota"}
@@ -42,6 +42,8 @@ def as_declared(e: errors.DelayqError) -> Exception:
         return ttypes.Conflict(taskId=e.task_id, reason=e.reason)
     if isinstance(e, errors.NotFound):
         return ttypes.NotFound(taskId=e.task_id)
+    if isinstance(e, errors.StaleAttempt):
+        return ttypes.StaleAttempt(taskId=e.task_id, attempt=e.attempt, reason=e.reason)
     if isinstance(e, errors.Unauthenticated):
         return ttypes.Unauthenticated(reason=e.reason)
     if isinstance(e, errors.Forbidden):

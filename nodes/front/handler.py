@@ -1,5 +1,5 @@
-"""Handler: the DelayScheduler calls about written tasks — cancel, reschedule, get, reportResult —
-and authenticate. It converts Thrift structs to domain values and calls the store
+"""Handler: the DelayScheduler calls about written tasks — cancel, reschedule, get, reportResult,
+touch — and authenticate. It converts Thrift structs to domain values and calls the store
 (delayq.store.requests); delayq's errors become the IDL's declared exceptions
 (delayq.nodes.front.errors). New tasks come in through delayq.nodes.front.submitpath; topics'
 services and controls are delayq.nodes.front.topics'; admin calls delayq.nodes.front.admin's.
@@ -9,19 +9,20 @@ Runs on the CallPool's threads; it holds no state of its own.
 from __future__ import annotations
 
 import logging
+from typing import Any, Mapping
 
 from delayq import errors
 from delayq.access.grants import Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
-from delayq.lifecycle import Result
+from delayq.lifecycle import IN_FLIGHT, Result
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import current
 from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.outcomes.results import ResultApplier
-from delayq.nodes.validation import Limits, TaskRequest, check_task_id, due_time, split_tags
+from delayq.nodes.validation import Limits, TaskRequest, check_task_id, check_touch, due_time, split_tags
 from delayq.store.requests import TaskRequests
 from delayq.store.values import CancelOutcome
 
@@ -91,9 +92,7 @@ class Handler:
             payload=bytes(row["payload"]),
             key=None if row.get("task_key") is None else bytes(row["task_key"]).decode(errors="replace"),
             tags=split_tags(row.get("tags")), traceparent=row.get("traceparent"),
-            attempts=[ttypes.Attempt(attempt=a["attempt"], nodeId=a["node_id"], dispatchedAtMs=a["dispatched_ms"],
-                                     result=a["result"], resultAtMs=a["result_ms"], message=a["message"])
-                      for a in attempts])
+            attempts=[_attempt(row, a) for a in attempts])
 
     @declared
     def reportResult(self, taskId: str, attempt: int, status: int, message: str | None) -> int:
@@ -107,7 +106,26 @@ class Handler:
         t = self._results.apply(taskId, attempt, result, message, move_retry=True)
         return ttypes.ReportOutcome.APPLIED if t.applied else ttypes.ReportOutcome.STALE
 
+    @declared
+    def touch(self, taskId: str, attempt: int, extendMs: int, progress: bytes | None) -> ttypes.TouchResult:
+        """A running attempt's heartbeat (delayq.store.heartbeats); permission: report."""
+        check_task_id(taskId)
+        self._may(Permission.REPORT, taskId)
+        check_touch(attempt, extendMs, progress)
+        t = self._requests.touch(taskId, attempt, extendMs, progress, self._clock.now_ms())
+        return ttypes.TouchResult(cancelled=t.cancelled, deadlineMs=t.deadline_ms)
+
     def _may(self, permission: Permission, task_id: str) -> None:
         """Unauthenticated, Forbidden, or NotFound for a task the caller may not touch."""
         client = self._access.require(current(), permission)
         self._access.task(client, permission, task_id, self._requests.topic_of)
+
+
+def _attempt(task: Mapping[str, Any], a: Mapping[str, Any]) -> ttypes.Attempt:
+    """One execlog row; the attempt in flight also shows its deadline and a cancel asked of it."""
+    running = a["attempt"] == task["attempt"] and task["status"] in IN_FLIGHT
+    return ttypes.Attempt(attempt=a["attempt"], nodeId=a["node_id"], dispatchedAtMs=a["dispatched_ms"],
+                          result=a["result"], resultAtMs=a["result_ms"], message=a["message"],
+                          progress=None if a["progress"] is None else bytes(a["progress"]),
+                          deadlineMs=task.get("deadline_ms") if running else None,
+                          cancelRequestedAtMs=task.get("cancel_ms") if running else None)

@@ -43,6 +43,9 @@ class Service(DelayScheduler.Iface):
     def reportResult(self, taskId, attempt, status, message):
         return self._tasks.reportResult(taskId, attempt, status, message)
 
+    def touch(self, taskId, attempt, extendMs, progress):
+        return self._tasks.touch(taskId, attempt, extendMs, progress)
+
     # ---- by business key, and listTasks (front.keycalls.KeyCalls) ----------
 
     def findByKey(self, topic, key, pageToken):

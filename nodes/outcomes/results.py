@@ -50,4 +50,6 @@ class ResultApplier:
             self._on_failed()
         elif t.status is Status.FINISHED:
             self._metrics.finished.labels(t.topic).inc()
+        elif t.status is Status.CANCELLED:       # a cancel asked while the attempt ran
+            self._metrics.cancelled.labels(t.topic).inc()
         return t

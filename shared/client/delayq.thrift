@@ -17,7 +17,8 @@ enum TaskStatus {
 
 enum CancelResult {
   CANCELLED = 1,           // it will not fire
-  ALREADY_DISPATCHED = 2,  // too late: it fired (or finished) already
+  ALREADY_DISPATCHED = 2,  // too late: it fired (or finished) already. An attempt still running is
+                           // told by its next touch, and the task is then not retried
   NOT_FOUND = 3,
 }
 
@@ -84,6 +85,14 @@ struct Attempt {
   4: optional string result,
   5: optional i64 resultAtMs,
   6: optional string message,
+  // The last progress a touch stored for this attempt (up to 1024 bytes), unset if none.
+  7: optional binary progress,
+  // The attempt in flight only: when its time-to-run runs out, epoch ms on MySQL's clock (a touch
+  // moves it later).
+  8: optional i64 deadlineMs,
+  // The attempt in flight only: when a cancel was asked while it ran (touch answers cancelled;
+  // the task is not retried).
+  9: optional i64 cancelRequestedAtMs,
 }
 
 struct TaskInfo {
@@ -148,6 +157,15 @@ struct KeyedOutcome {
 struct KeyedOutcomes {
   1: required list<KeyedOutcome> tasks,
   2: required bool more,
+}
+
+// touch's answer.
+struct TouchResult {
+  // A cancel was asked while this attempt ran: stop the work. Whatever the attempt then reports
+  // but SUCCESS ends the task CANCELLED (no retry, no dead letter).
+  1: required bool cancelled,
+  // When the attempt's time-to-run now runs out, epoch ms on MySQL's clock.
+  2: required i64 deadlineMs,
 }
 
 struct CallbackService {
@@ -305,6 +323,14 @@ exception QuotaExceeded {
   4: optional i32 index,        // position in a submitBatch, for horizon and payloadSize
 }
 
+// A touch of an attempt that is no longer the task's running one: it timed out (and may have
+// been dispatched again), or the task ended. Stop the work: its result will be ignored.
+exception StaleAttempt {
+  1: required string taskId,
+  2: required i32 attempt,
+  3: required string reason,
+}
+
 // Retriable: MySQL, RabbitMQ or ZooKeeper is down. Retry, on this node or another.
 exception Unavailable {
   1: required string reason,
@@ -373,6 +399,13 @@ service DelayScheduler {
 
   ReportOutcome reportResult(1: string taskId, 2: i32 attempt, 3: ResultStatus status, 4: string message)
     throws (1: InvalidTask invalid, 2: NotFound notFound, 4: Unavailable unavailable,
+    5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // A heartbeat of a running attempt (permission: report, like reportResult): moves its deadline
+  // to at least now + extendMs (0 to 3,600,000; never earlier) and, when progress is set, stores
+  // it (up to 1024 bytes; `get` shows it). The answer says whether a cancel was asked meanwhile.
+  TouchResult touch(1: string taskId, 2: i32 attempt, 3: i64 extendMs, 4: binary progress)
+    throws (1: InvalidTask invalid, 2: NotFound notFound, 3: StaleAttempt stale, 4: Unavailable unavailable,
     5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
 
   // Changes a topic's flow controls (admin); returns them as they now are. Nodes apply a change

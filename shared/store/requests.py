@@ -1,5 +1,6 @@
-"""TaskRequests: what a caller asks of one written task in MySQL: cancel, reschedule, get, and
-the topic its permission is checked against.
+"""TaskRequests: what a caller asks of one written task in MySQL: cancel, reschedule, get, a
+running attempt's touch, and the topic its permission is checked against. A cancel of a task in flight is recorded for its
+running attempt (delayq.store.heartbeats tells it; delayq.lifecycle ends the task CANCELLED).
 
 Each change is conditional on the row's current status under a row lock, so it races a claim or a
 result safely: a task that has fired can no longer be cancelled or rescheduled, and the caller is
@@ -16,9 +17,10 @@ from sqlalchemy import Engine, select, update
 from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.errors import Conflict, NotFound
-from delayq.lifecycle import Status
+from delayq.lifecycle import IN_FLIGHT, Status
 from delayq.store.backlog import move_to_backlog
-from delayq.store.values import CancelOutcome
+from delayq.store import heartbeats
+from delayq.store.values import CancelOutcome, Touched
 
 TASK, EXECLOG, BACKLOG = tables.task, tables.execlog, tables.backlog
 
@@ -30,10 +32,14 @@ class TaskRequests:
     def cancel(self, task_id: str, now_ms: int) -> tuple[CancelOutcome, str | None]:
         """The outcome, and the topic when this call cancelled the task."""
         with unavailable_on_failure(), self._engine.begin() as conn:
-            row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic).where(TASK.c.task_id == task_id)
-                               .with_for_update()).first()
+            row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic, TASK.c.cancel_ms)
+                               .where(TASK.c.task_id == task_id).with_for_update()).first()
             if row is not None:
                 if row.status != Status.DELAY:
+                    if row.status in IN_FLIGHT and row.cancel_ms is None:
+                        # Too late to keep it from running; its next touch says so, and its end
+                        # (anything but SUCCESS) makes it CANCELLED rather than a retry.
+                        conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(cancel_ms=now_ms))
                     return CancelOutcome.ALREADY_DISPATCHED, None
                 move_to_backlog(conn, [(task_id, row.attempt)], (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled")
                 return CancelOutcome.CANCELLED, row.topic
@@ -56,6 +62,10 @@ class TaskRequests:
             shard = row.shard_id if shard_id is None else shard_id
             conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(due_ms=due_ms, shard_id=shard, updated_ms=now_ms))
             return shard, due_ms, row.topic
+
+    def touch(self, task_id: str, attempt: int, extend_ms: int, progress: bytes | None, now_ms: int) -> Touched:
+        """A running attempt's heartbeat: its deadline extended, its progress stored (delayq.store.heartbeats)."""
+        return heartbeats.touch(self._engine, task_id, attempt, extend_ms, progress, now_ms)
 
     def topic_of(self, task_id: str) -> str | None:
         """The task's topic (live or archived; a task's topic never changes), None if no such task."""

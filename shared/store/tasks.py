@@ -210,18 +210,23 @@ class TaskStore:
         message = message[:1024] if message else None
         with unavailable_on_failure(), self._engine.begin() as conn:
             row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic, TASK.c.shard_id, TASK.c.max_retries,
-                                      TASK.c.node_id, TASK.c.due_ms).where(TASK.c.task_id == task_id).with_for_update()).first()
+                                      TASK.c.node_id, TASK.c.due_ms, TASK.c.deadline_ms, TASK.c.cancel_ms)
+                               .where(TASK.c.task_id == task_id).with_for_update()).first()
             if row is None:
                 final = conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first()
                 if final is None:
                     raise NotFound(task_id)
                 return Transition(False, Status(final.status))
             status = Status(row.status)
+            if result is Result.TIMEOUT and row.deadline_ms is not None and row.deadline_ms >= now_ms:
+                # Extended (a touch) since the caller read it: checked again under the row lock, so
+                # an attempt whose consumer was told it has more time is not timed out meanwhile.
+                return Transition(False, status, row.shard_id)
             unsent = result is Result.TIMEOUT and row.attempt == attempt and conn.execute(
                 select(EXECLOG.c.dispatched_ms).where(EXECLOG.c.task_id == task_id, EXECLOG.c.attempt == attempt,
                                                       EXECLOG.c.dispatched_ms.is_not(None))).first() is None
             decision = on_result(status, result, row.attempt, policy(row.topic, row.max_retries),
-                                 now_ms, self._rng, unsent) if row.attempt == attempt else None
+                                 now_ms, self._rng, unsent, row.cancel_ms is not None) if row.attempt == attempt else None
             if decision is None:
                 return Transition(False, status, row.shard_id)
             if result is not Result.STARTED:
@@ -255,7 +260,9 @@ class TaskStore:
 
     def _apply(self, conn: Connection, task_id: str, attempt: int, status: Status, d: Decision,
                now_ms: int, message: str | None, shard_id: int) -> None:
-        if d.status in FINAL:
+        if d.status is Status.CANCELLED:       # a cancel asked while the attempt ran (its result is in the execlog)
+            move_to_backlog(conn, [(task_id, attempt)], (status,), d.status, now_ms, "cancelled while it ran")
+        elif d.status in FINAL:
             move_to_backlog(conn, [(task_id, attempt)], (status,), d.status, now_ms, message)
         elif d.status is Status.RUNNING:
             conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(status=int(Status.RUNNING), updated_ms=now_ms))

@@ -109,3 +109,10 @@ class Transition:
     shard_id: int = -1
     due_ms: int | None = None
     topic: str = ""
+
+
+@dataclass(frozen=True)
+class Touched:
+    """A touch's answer: whether a cancel was asked while the attempt ran, and its deadline now."""
+    cancelled: bool
+    deadline_ms: int

@@ -45,8 +45,9 @@ def test_live_states_have_transitions():
 EXPECTED_MOVES = {
     (Status.DELAY, Status.READY), (Status.DELAY, Status.CANCELLED),
     (Status.READY, Status.RUNNING), (Status.READY, Status.FINISHED), (Status.READY, Status.FAILED),
-    (Status.READY, Status.DELAY),
+    (Status.READY, Status.DELAY), (Status.READY, Status.CANCELLED),
     (Status.RUNNING, Status.FINISHED), (Status.RUNNING, Status.FAILED), (Status.RUNNING, Status.DELAY),
+    (Status.RUNNING, Status.CANCELLED),
 }
 
 
@@ -219,3 +220,23 @@ def test_exponential_is_reproducible_with_a_seeded_rng():
 
 def test_exponential_with_zero_base_is_zero():
     assert RetryPolicy(3, "exponential", 0, 1000).delay_ms(5, random.Random(0)) == 0
+
+
+# ---------------------------------------------------------------- a cancel asked while an attempt ran
+
+
+@pytest.mark.parametrize("status", sorted(IN_FLIGHT))
+@pytest.mark.parametrize("result", [*AGAIN, Result.FATAL, Result.MISFIRED])
+def test_a_cancel_asked_while_running_ends_the_task_cancelled_instead_of_a_retry_or_a_failure(status, result):
+    assert on_result(status, result, 1, EXP, NOW, cancelled=True) == Decision(Status.CANCELLED)
+    assert on_result(status, result, 3, EXP, NOW, cancelled=True) == Decision(Status.CANCELLED)   # last retry too
+
+
+@pytest.mark.parametrize("status", sorted(IN_FLIGHT))
+def test_an_attempt_that_succeeds_after_a_cancel_was_asked_still_finishes(status):
+    assert on_result(status, Result.SUCCESS, 1, EXP, NOW, cancelled=True) == Decision(Status.FINISHED)
+
+
+def test_a_cancel_asked_while_running_leaves_started_and_late_reports_alone():
+    assert on_result(Status.READY, Result.STARTED, 1, EXP, NOW, cancelled=True) == Decision(Status.RUNNING)
+    assert on_result(Status.DELAY, Result.RETRY, 1, EXP, NOW, cancelled=True) is None

@@ -8,8 +8,9 @@ import struct
 import pytest
 
 from delayq.errors import InvalidService, InvalidTask
-from delayq.nodes.validation import (MAX_RETRIES, MAX_TTR_MS, Limits, ServiceSpec, TaskRequest, check_service,
-                               check_task, check_task_id, check_topic, due_time, spec_hash)
+from delayq.nodes.validation import (MAX_EXTEND_MS, MAX_PROGRESS_BYTES, MAX_RETRIES, MAX_TTR_MS, Limits, ServiceSpec,
+                                    TaskRequest, check_service, check_task, check_task_id, check_topic, check_touch,
+                                    due_time, spec_hash)
 
 LIMITS = Limits(max_payload_bytes=100, max_horizon_ms=1000)
 NOW = 1_700_000_000_000
@@ -295,3 +296,22 @@ def test_spec_hash_keeps_the_layout_of_hashes_already_stored():
     # Rows written by earlier versions hold hashes of this byte layout; a resubmit must match them.
     layout = b"\x01topic.a\x00" b"\x011000\x00" b"\x00" b"\x013\x00" b"\x0160000\x00" + struct.pack("!Q", 5) + b"hello"
     assert spec_hash(BASE) == hashlib.blake2b(layout, digest_size=16).digest()
+
+
+# ---------------------------------------------------------------- touch
+
+
+def test_touch_arguments_in_bounds_pass():
+    check_touch(1, 0, None)
+    check_touch(7, MAX_EXTEND_MS, b"x" * MAX_PROGRESS_BYTES)
+
+
+@pytest.mark.parametrize("attempt, extend_ms, progress, field", [
+    (0, 1000, None, "attempt"), (None, 1000, None, "attempt"),
+    (1, -1, None, "extendMs"), (1, MAX_EXTEND_MS + 1, None, "extendMs"), (1, None, None, "extendMs"),
+    (1, 1000, b"x" * (MAX_PROGRESS_BYTES + 1), "progress"),
+])
+def test_touch_arguments_out_of_bounds_name_their_field(attempt, extend_ms, progress, field):
+    with pytest.raises(InvalidTask) as e:
+        check_touch(attempt, extend_ms, progress)
+    assert e.value.field == field

@@ -129,6 +129,17 @@ class Iface(object):
         """
         pass
 
+    def touch(self, taskId, attempt, extendMs, progress):
+        """
+        Parameters:
+         - taskId
+         - attempt
+         - extendMs
+         - progress
+
+        """
+        pass
+
     def setTopicControls(self, controls):
         """
         Parameters:
@@ -800,6 +811,56 @@ class Client(Iface):
         if result.forbidden is not None:
             raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "reportResult failed: unknown result")
+
+    def touch(self, taskId, attempt, extendMs, progress):
+        """
+        Parameters:
+         - taskId
+         - attempt
+         - extendMs
+         - progress
+
+        """
+        self.send_touch(taskId, attempt, extendMs, progress)
+        return self.recv_touch()
+
+    def send_touch(self, taskId, attempt, extendMs, progress):
+        self._oprot.writeMessageBegin('touch', TMessageType.CALL, self._seqid)
+        args = touch_args()
+        args.taskId = taskId
+        args.attempt = attempt
+        args.extendMs = extendMs
+        args.progress = progress
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_touch(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = touch_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.invalid is not None:
+            raise result.invalid
+        if result.notFound is not None:
+            raise result.notFound
+        if result.stale is not None:
+            raise result.stale
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        if result.forbidden is not None:
+            raise result.forbidden
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "touch failed: unknown result")
 
     def setTopicControls(self, controls):
         """
@@ -1475,6 +1536,7 @@ class Processor(Iface, TProcessor):
         self._processMap["registerService"] = Processor.process_registerService
         self._processMap["listServices"] = Processor.process_listServices
         self._processMap["reportResult"] = Processor.process_reportResult
+        self._processMap["touch"] = Processor.process_touch
         self._processMap["setTopicControls"] = Processor.process_setTopicControls
         self._processMap["listTopicControls"] = Processor.process_listTopicControls
         self._processMap["cluster"] = Processor.process_cluster
@@ -1983,6 +2045,47 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("reportResult", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_touch(self, seqid, iprot, oprot):
+        args = touch_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = touch_result()
+        try:
+            result.success = self._handler.touch(args.taskId, args.attempt, args.extendMs, args.progress)
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except InvalidTask as invalid:
+            msg_type = TMessageType.REPLY
+            result.invalid = invalid
+        except NotFound as notFound:
+            msg_type = TMessageType.REPLY
+            result.notFound = notFound
+        except StaleAttempt as stale:
+            msg_type = TMessageType.REPLY
+            result.stale = stale
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except Forbidden as forbidden:
+            msg_type = TMessageType.REPLY
+            result.forbidden = forbidden
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("touch", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -5028,6 +5131,238 @@ reportResult_result.thrift_spec = (
     (1, TType.STRUCT, 'invalid', [InvalidTask, None], None, ),  # 1
     (2, TType.STRUCT, 'notFound', [NotFound, None], None, ),  # 2
     None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
+    (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class touch_args(object):
+    """
+    Attributes:
+     - taskId
+     - attempt
+     - extendMs
+     - progress
+
+    """
+
+
+    def __init__(self, taskId=None, attempt=None, extendMs=None, progress=None,):
+        self.taskId = taskId
+        self.attempt = attempt
+        self.extendMs = extendMs
+        self.progress = progress
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.taskId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.attempt = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.I64:
+                    self.extendMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRING:
+                    self.progress = iprot.readBinary()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('touch_args')
+        if self.taskId is not None:
+            oprot.writeFieldBegin('taskId', TType.STRING, 1)
+            oprot.writeString(self.taskId.encode('utf-8') if sys.version_info[0] == 2 else self.taskId)
+            oprot.writeFieldEnd()
+        if self.attempt is not None:
+            oprot.writeFieldBegin('attempt', TType.I32, 2)
+            oprot.writeI32(self.attempt)
+            oprot.writeFieldEnd()
+        if self.extendMs is not None:
+            oprot.writeFieldBegin('extendMs', TType.I64, 3)
+            oprot.writeI64(self.extendMs)
+            oprot.writeFieldEnd()
+        if self.progress is not None:
+            oprot.writeFieldBegin('progress', TType.STRING, 4)
+            oprot.writeBinary(self.progress)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(touch_args)
+touch_args.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'taskId', 'UTF8', None, ),  # 1
+    (2, TType.I32, 'attempt', None, None, ),  # 2
+    (3, TType.I64, 'extendMs', None, None, ),  # 3
+    (4, TType.STRING, 'progress', 'BINARY', None, ),  # 4
+)
+
+
+class touch_result(object):
+    """
+    Attributes:
+     - success
+     - invalid
+     - notFound
+     - stale
+     - unavailable
+     - unauthenticated
+     - forbidden
+
+    """
+
+
+    def __init__(self, success=None, invalid=None, notFound=None, stale=None, unavailable=None, unauthenticated=None, forbidden=None,):
+        self.success = success
+        self.invalid = invalid
+        self.notFound = notFound
+        self.stale = stale
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+        self.forbidden = forbidden
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = TouchResult()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 1:
+                if ftype == TType.STRUCT:
+                    self.invalid = InvalidTask.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.notFound = NotFound.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.stale = StaleAttempt.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.STRUCT:
+                    self.forbidden = Forbidden.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('touch_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.invalid is not None:
+            oprot.writeFieldBegin('invalid', TType.STRUCT, 1)
+            self.invalid.write(oprot)
+            oprot.writeFieldEnd()
+        if self.notFound is not None:
+            oprot.writeFieldBegin('notFound', TType.STRUCT, 2)
+            self.notFound.write(oprot)
+            oprot.writeFieldEnd()
+        if self.stale is not None:
+            oprot.writeFieldBegin('stale', TType.STRUCT, 3)
+            self.stale.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        if self.forbidden is not None:
+            oprot.writeFieldBegin('forbidden', TType.STRUCT, 6)
+            self.forbidden.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(touch_result)
+touch_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [TouchResult, None], None, ),  # 0
+    (1, TType.STRUCT, 'invalid', [InvalidTask, None], None, ),  # 1
+    (2, TType.STRUCT, 'notFound', [NotFound, None], None, ),  # 2
+    (3, TType.STRUCT, 'stale', [StaleAttempt, None], None, ),  # 3
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
     (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
     (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6

@@ -450,17 +450,23 @@ class Attempt(object):
      - result
      - resultAtMs
      - message
+     - progress
+     - deadlineMs
+     - cancelRequestedAtMs
 
     """
 
 
-    def __init__(self, attempt=None, nodeId=None, dispatchedAtMs=None, result=None, resultAtMs=None, message=None,):
+    def __init__(self, attempt=None, nodeId=None, dispatchedAtMs=None, result=None, resultAtMs=None, message=None, progress=None, deadlineMs=None, cancelRequestedAtMs=None,):
         self.attempt = attempt
         self.nodeId = nodeId
         self.dispatchedAtMs = dispatchedAtMs
         self.result = result
         self.resultAtMs = resultAtMs
         self.message = message
+        self.progress = progress
+        self.deadlineMs = deadlineMs
+        self.cancelRequestedAtMs = cancelRequestedAtMs
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -501,6 +507,21 @@ class Attempt(object):
                     self.message = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.STRING:
+                    self.progress = iprot.readBinary()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.I64:
+                    self.deadlineMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.I64:
+                    self.cancelRequestedAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -534,6 +555,18 @@ class Attempt(object):
         if self.message is not None:
             oprot.writeFieldBegin('message', TType.STRING, 6)
             oprot.writeString(self.message.encode('utf-8') if sys.version_info[0] == 2 else self.message)
+            oprot.writeFieldEnd()
+        if self.progress is not None:
+            oprot.writeFieldBegin('progress', TType.STRING, 7)
+            oprot.writeBinary(self.progress)
+            oprot.writeFieldEnd()
+        if self.deadlineMs is not None:
+            oprot.writeFieldBegin('deadlineMs', TType.I64, 8)
+            oprot.writeI64(self.deadlineMs)
+            oprot.writeFieldEnd()
+        if self.cancelRequestedAtMs is not None:
+            oprot.writeFieldBegin('cancelRequestedAtMs', TType.I64, 9)
+            oprot.writeI64(self.cancelRequestedAtMs)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -1306,6 +1339,78 @@ class KeyedOutcomes(object):
             raise TProtocolException(message='Required field tasks is unset!')
         if self.more is None:
             raise TProtocolException(message='Required field more is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class TouchResult(object):
+    """
+    Attributes:
+     - cancelled
+     - deadlineMs
+
+    """
+
+
+    def __init__(self, cancelled=None, deadlineMs=None,):
+        self.cancelled = cancelled
+        self.deadlineMs = deadlineMs
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.BOOL:
+                    self.cancelled = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I64:
+                    self.deadlineMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('TouchResult')
+        if self.cancelled is not None:
+            oprot.writeFieldBegin('cancelled', TType.BOOL, 1)
+            oprot.writeBool(self.cancelled)
+            oprot.writeFieldEnd()
+        if self.deadlineMs is not None:
+            oprot.writeFieldBegin('deadlineMs', TType.I64, 2)
+            oprot.writeI64(self.deadlineMs)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.cancelled is None:
+            raise TProtocolException(message='Required field cancelled is unset!')
+        if self.deadlineMs is None:
+            raise TProtocolException(message='Required field deadlineMs is unset!')
         return
 
     def __repr__(self):
@@ -3320,6 +3425,111 @@ class QuotaExceeded(TException):
         return not (self == other)
 
 
+class StaleAttempt(TException):
+    """
+    Attributes:
+     - taskId
+     - attempt
+     - reason
+
+    """
+
+
+    def __init__(self, taskId=None, attempt=None, reason=None,):
+        super(StaleAttempt, self).__setattr__('taskId', taskId)
+        super(StaleAttempt, self).__setattr__('attempt', attempt)
+        super(StaleAttempt, self).__setattr__('reason', reason)
+
+    def __setattr__(self, *args):
+        raise TypeError("can't modify immutable instance")
+
+    def __delattr__(self, *args):
+        raise TypeError("can't modify immutable instance")
+
+    def __hash__(self):
+        return hash(self.__class__) ^ hash((self.taskId, self.attempt, self.reason, ))
+
+    @classmethod
+    def read(cls, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and cls.thrift_spec is not None:
+            return iprot._fast_decode(None, iprot, [cls, cls.thrift_spec])
+        iprot.readStructBegin()
+        taskId = None
+        attempt = None
+        reason = None
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    taskId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    attempt = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    reason = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+        return cls(
+            taskId=taskId,
+            attempt=attempt,
+            reason=reason,
+        )
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('StaleAttempt')
+        if self.taskId is not None:
+            oprot.writeFieldBegin('taskId', TType.STRING, 1)
+            oprot.writeString(self.taskId.encode('utf-8') if sys.version_info[0] == 2 else self.taskId)
+            oprot.writeFieldEnd()
+        if self.attempt is not None:
+            oprot.writeFieldBegin('attempt', TType.I32, 2)
+            oprot.writeI32(self.attempt)
+            oprot.writeFieldEnd()
+        if self.reason is not None:
+            oprot.writeFieldBegin('reason', TType.STRING, 3)
+            oprot.writeString(self.reason.encode('utf-8') if sys.version_info[0] == 2 else self.reason)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.taskId is None:
+            raise TProtocolException(message='Required field taskId is unset!')
+        if self.attempt is None:
+            raise TProtocolException(message='Required field attempt is unset!')
+        if self.reason is None:
+            raise TProtocolException(message='Required field reason is unset!')
+        return
+
+    def __str__(self):
+        return repr(self)
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class Unavailable(TException):
     """
     Attributes:
@@ -3426,6 +3636,9 @@ Attempt.thrift_spec = (
     (4, TType.STRING, 'result', 'UTF8', None, ),  # 4
     (5, TType.I64, 'resultAtMs', None, None, ),  # 5
     (6, TType.STRING, 'message', 'UTF8', None, ),  # 6
+    (7, TType.STRING, 'progress', 'BINARY', None, ),  # 7
+    (8, TType.I64, 'deadlineMs', None, None, ),  # 8
+    (9, TType.I64, 'cancelRequestedAtMs', None, None, ),  # 9
 )
 all_structs.append(TaskInfo)
 TaskInfo.thrift_spec = (
@@ -3486,6 +3699,12 @@ KeyedOutcomes.thrift_spec = (
     None,  # 0
     (1, TType.LIST, 'tasks', (TType.STRUCT, [KeyedOutcome, None], False), None, ),  # 1
     (2, TType.BOOL, 'more', None, None, ),  # 2
+)
+all_structs.append(TouchResult)
+TouchResult.thrift_spec = (
+    None,  # 0
+    (1, TType.BOOL, 'cancelled', None, None, ),  # 1
+    (2, TType.I64, 'deadlineMs', None, None, ),  # 2
 )
 all_structs.append(CallbackService)
 CallbackService.thrift_spec = (
@@ -3636,6 +3855,13 @@ QuotaExceeded.thrift_spec = (
     (2, TType.STRING, 'quota', 'UTF8', None, ),  # 2
     (3, TType.I64, 'limit', None, None, ),  # 3
     (4, TType.I32, 'index', None, None, ),  # 4
+)
+all_structs.append(StaleAttempt)
+StaleAttempt.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'taskId', 'UTF8', None, ),  # 1
+    (2, TType.I32, 'attempt', None, None, ),  # 2
+    (3, TType.STRING, 'reason', 'UTF8', None, ),  # 3
 )
 all_structs.append(Unavailable)
 Unavailable.thrift_spec = (

@@ -9,6 +9,7 @@ HEADER_TOPIC = "x-delayq-topic"
 HEADER_ATTEMPT = "x-delayq-attempt"
 HEADER_DUE_AT = "x-delayq-due-at"
 HEADER_DISPATCHED_AT = "x-delayq-dispatched-at"
+HEADER_TTR = "x-delayq-ttr"                # the attempt's time-to-run, ms (what the consumer helper heartbeats by)
 HEADER_STATUS = "x-delayq-status"          # on dead letters: FAILED
 HEADER_REASON = "x-delayq-reason"          # on dead letters: the last result's message
 HEADER_KEY = "x-delayq-key"                # the task's business key, when it has one

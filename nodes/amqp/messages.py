@@ -3,6 +3,7 @@
 The contract (names in delayq.topology, read by delayq.client.consumer): body = the payload;
 message_id = <taskId>:<attempt> (a dead letter: <taskId>:<attempt>:dead); headers x-delayq-task-id,
 -topic, -attempt, -due-at and -dispatched-at (a dead letter: the last attempt's, when recorded),
+x-delayq-ttr on a fired task (its time-to-run, ms),
 x-delayq-key, x-delayq-tags (comma-separated) and traceparent when the task has them, and on a
 dead letter x-delayq-status: FAILED and x-delayq-reason (the last result's message). Every value
 is a string or an integer, so the publisher's own frame encoder writes them (nodes/amqp/frames.py).
@@ -35,9 +36,9 @@ def _headers(task_id: str, topic: str, attempt: int, due_ms: int, dispatched_ms:
 
 def fired(c: Claimed, exchange: str, routing_key: str, dispatched_ms: int, ref: Any = None) -> Outgoing:
     """The message of a claimed attempt; `ref` (the dispatcher's Attempt) comes back with the outcome."""
-    return Outgoing(exchange, routing_key, c.payload, topology.message_id(c.task_id, c.attempt),
-                    _headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms, c.key, c.tags, c.traceparent),
-                    ref=ref)
+    headers = _headers(c.task_id, c.topic, c.attempt, c.due_ms, dispatched_ms, c.key, c.tags, c.traceparent)
+    headers[topology.HEADER_TTR] = c.ttr_ms
+    return Outgoing(exchange, routing_key, c.payload, topology.message_id(c.task_id, c.attempt), headers, ref=ref)
 
 
 def dead_letter(row: Mapping[str, Any], exchange: str, ref: Any) -> Outgoing:

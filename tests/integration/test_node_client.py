@@ -76,7 +76,7 @@ def test_a_node_js_client_drives_the_whole_contract(node_client, node):
     assert one["routingKey"] == topic and one["persistent"] and one["messageId"] == f"{submitted['taskId']}:1"
     types = {k: v["type"] for k, v in one["headers"].items()}
     assert types == {"x-delayq-task-id": "string", "x-delayq-topic": "string", "x-delayq-attempt": "number",
-                     "x-delayq-due-at": "number", "x-delayq-dispatched-at": "number"}
+                     "x-delayq-due-at": "number", "x-delayq-dispatched-at": "number", "x-delayq-ttr": "number"}
     assert one["headers"]["x-delayq-attempt"]["value"] == 1 and one["headers"]["x-delayq-topic"]["value"] == topic
     assert out["statuses"] == ["FINISHED"] * len(fired), "reportResult from Node finished every task"
     assert out["closedWhenIdle"] is True and out["afterReconnect"] == submitted["taskId"]

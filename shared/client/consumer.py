@@ -2,6 +2,7 @@
 
     def handle(task: Delivery) -> None:
         ...                                   # raise RetryLater to retry, any other error is FATAL
+        if task.cancelled.is_set(): ...       # long work: stop when delayq says so
     TaskConsumer("order.cancel", handle, results=DelayqClient(["127.0.0.1:9090"])).run()
     TaskConsumer("order.cancel", handle, results="amqp").run()   # report over delayq.results.default
 
@@ -11,7 +12,23 @@ acks after the report. A second delivery of an attempt it already finished (same
 acked and dropped. `stop()` (thread-safe, also on SIGTERM through `run(install_signals=True)`)
 finishes the message in hand and returns from `run()`.
 
-Threads: `run()` owns the calling thread and its own pika connection.
+Long tasks (docs/consumers.md): with a DelayqClient for `results`, a handler still running at half
+its attempt's time-to-run is kept alive by heartbeats (`touch`, from a twin of that client;
+delayq.client.heartbeats), and `task.set_progress(b"...")` goes with the next one. The handler is
+told through `task.cancelled` (a threading.Event; `task.cancelled_why` says why) when delayq says
+the task was cancelled, or that its attempt is over (timed out, ended), or when three heartbeats
+in a row failed. Python cannot stop a thread from outside: the handler must look at the event
+itself. After three failed heartbeats the attempt is given up: neither reported nor acked; once
+its handler returns, `run()` closes the connection (the broker hands the consumer's unacked
+messages to others) and raises HeartbeatsLost, as ATF's executor stops itself: delayq will
+dispatch the task again, and this process must not run it meanwhile.
+
+A connection RabbitMQ closes or loses is opened again, after 0.5 s doubling to 15 s, for up to
+`reconnect_for_s` (120 s) without one succeeding; past that `run()` raises the last error.
+
+Threads: `run()` owns the calling thread and its own pika connection; each handler runs on a
+thread of its own, started and joined by `run()` (so that the connection and the heartbeats go on
+meanwhile).
 """
 from __future__ import annotations
 
@@ -22,21 +39,33 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pika
+import pika.exceptions
 from thrift.Thrift import TException
 
 from delayq import topology
 from delayq.client import amqp
 from delayq.client.gen.delayq_thrift.ttypes import ResultStatus
+from delayq.client.heartbeats import AttemptState, Heartbeat
 
 log = logging.getLogger(__name__)
+
+# The connection is gone (closed by the broker, lost, or used after either): open another.
+CONNECTION_LOST = (pika.exceptions.AMQPConnectionError, pika.exceptions.ConnectionWrongStateError,
+                   pika.exceptions.ChannelWrongStateError)
+_PUMP_S = 1.0        # how often the connection is served while a handler runs (AMQP heartbeats)
 
 
 class RetryLater(Exception):
     """Raised by a handler: the attempt failed, try again after the service's backoff."""
+
+
+class HeartbeatsLost(Exception):
+    """run() stopped: three heartbeats of an attempt failed in a row (the attempt was given up)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +80,23 @@ class Delivery:
     key: str | None = None
     tags: tuple[str, ...] = ()
     traceparent: str | None = None
+    ttr_ms: int | None = None          # the attempt's time-to-run (None from nodes that do not send it)
+    state: AttemptState = field(default_factory=AttemptState, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the handler should stop: the task was cancelled, the attempt is over for delayq,
+        or the helper could not heartbeat (see `cancelled_why`)."""
+        return self.state.cancelled
+
+    @property
+    def cancelled_why(self) -> str | None:
+        """"cancelled", "stale" or "heartbeats failed"; None while not cancelled."""
+        return self.state.why
+
+    def set_progress(self, progress: bytes) -> None:
+        """Progress (up to 1024 bytes) sent with the next heartbeat; `get` shows it."""
+        self.state.set_progress(progress)
 
 
 def _text(value) -> str | None:
@@ -60,11 +106,34 @@ def _text(value) -> str | None:
 def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
     h = properties.headers or {}
     tags = _text(h.get(topology.HEADER_TAGS))
+    ttr = h.get(topology.HEADER_TTR)
     return Delivery(task_id=h[topology.HEADER_TASK_ID], topic=h[topology.HEADER_TOPIC],
                     attempt=int(h[topology.HEADER_ATTEMPT]), due_at_ms=int(h[topology.HEADER_DUE_AT]),
                     dispatched_at_ms=int(h[topology.HEADER_DISPATCHED_AT]), payload=body,
                     message_id=properties.message_id or "", key=_text(h.get(topology.HEADER_KEY)),
-                    tags=tuple(tags.split(",")) if tags else (), traceparent=_text(h.get(topology.HEADER_TRACEPARENT)))
+                    tags=tuple(tags.split(",")) if tags else (), traceparent=_text(h.get(topology.HEADER_TRACEPARENT)),
+                    ttr_ms=None if ttr is None else int(ttr))
+
+
+class _Run:
+    """One handler call on a thread of its own: its outcome once `done` is set."""
+
+    def __init__(self, handler: Callable[[Delivery], None], task: Delivery):
+        self.done = threading.Event()
+        self.status, self.message = ResultStatus.SUCCESS, ""
+        self._handler, self._task = handler, task
+        self.thread = threading.Thread(target=self._call, name=f"delayq-handler-{task.message_id}", daemon=True)
+
+    def _call(self) -> None:
+        try:
+            self._handler(self._task)
+        except RetryLater as e:
+            self.status, self.message = ResultStatus.RETRY, str(e)
+        except Exception as e:  # noqa: BLE001 - a handler's failure is reported, not fatal to the consumer
+            log.exception("handler failed on %s", self._task.message_id)
+            self.status, self.message = ResultStatus.FATAL, f"{type(e).__name__}: {e}"
+        finally:
+            self.done.set()
 
 
 class TaskConsumer:
@@ -72,29 +141,42 @@ class TaskConsumer:
                  amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F", exchange: str = topology.DEFAULT_EXCHANGE,
                  amqp_ca_file: str | None = None,
                  routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000,
-                 report_timeout_s: float = 5.0, cluster: str | None = None):
+                 report_timeout_s: float = 5.0, cluster: str | None = None, heartbeats=None,
+                 reconnect_for_s: float = 120.0, clock: Callable[[], float] = time.monotonic):
+        """heartbeats: the client that touches running attempts (default: a twin of a DelayqClient
+        `results`; none with "amqp" or None: only Thrift answers whether to go on). clock: the
+        monotonic clock heartbeats are timed by (tests drive it)."""
         self.topic = topic
         self._handler = handler
         # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
         # for consumers that speak only RabbitMQ), or None to only ack.
         self._results = results
+        twin = getattr(results, "twin", None)
+        self._beats = heartbeats if heartbeats is not None else (twin() if callable(twin) else None)
         self._params = amqp.parameters(amqp_url, amqp_ca_file if amqp_ca_file is not None
                                        else os.environ.get("DELAYQ_AMQP_CA_FILE", ""))
         self._user = getattr(self._params.credentials, "username", None)
         self._params.socket_timeout = 5
         self._params.heartbeat = 30
+        # How RabbitMQ lists the connection (rabbitmqctl list_connections client_properties).
+        self.connection_name = f"delayq-consumer {topic} {os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._params.client_properties = {"connection_name": self.connection_name}
         self._exchange = exchange
         self._routing_key = routing_key or topic
         self._prefetch = prefetch
         self._done: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._remember = remember
         self._report_timeout_s = report_timeout_s
+        self._reconnect_for_s = reconnect_for_s
+        self._clock = clock
         self._cluster = cluster            # whose results queue (None: asked of a node at start)
         self._conn: pika.BlockingConnection | None = None
         # pika's channels (untyped), opened by run().
         self._channel: Any = None
         self._results_channel: Any = None
         self._ready = threading.Event()
+        self._stopping = threading.Event()
+        self.connections = 0               # opened so far (a reconnect adds one)
 
     def declare(self, channel) -> str:
         queue = topology.queue_name(self.topic)
@@ -107,33 +189,61 @@ class TaskConsumer:
         return queue
 
     def wait_ready(self, timeout: float) -> bool:
+        """Until the consumer is consuming (again, after a reconnect)."""
         return self._ready.wait(timeout)
 
     def run(self, install_signals: bool = False) -> None:
         if install_signals:
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
-        self._conn = pika.BlockingConnection(self._params)
+        delay, lost_since = 0.5, 0.0
         try:
-            self._channel = self._conn.channel()
+            while not self._stopping.is_set():
+                try:
+                    self._consume()
+                    return
+                except CONNECTION_LOST as e:
+                    if self._stopping.is_set():
+                        return
+                    now = time.monotonic()
+                    if self._ready.is_set() or not lost_since:
+                        delay, lost_since = 0.5, now        # it was consuming (or never tried): a fresh loss
+                    self._ready.clear()
+                    if now - lost_since + delay > self._reconnect_for_s:
+                        log.error("no connection to RabbitMQ for %.0f s: giving up (%s)", now - lost_since, e)
+                        raise
+                    log.warning("RabbitMQ connection lost or refused (%s): connecting again in %.1f s", e, delay)
+                    self._stopping.wait(delay)
+                    delay = min(delay * 2, 15.0)
+        finally:
+            self._ready.clear()
+
+    def _consume(self) -> None:
+        """One connection: consume until stop() (returns) or its loss (raises)."""
+        self._conn = conn = pika.BlockingConnection(self._params)
+        self.connections += 1
+        try:
+            self._channel = conn.channel()
             queue = self.declare(self._channel)
             if self._results is not None:     # "amqp", or the fallback of a Thrift report
                 self._cluster = self._cluster or self._cluster_name()
-                self._results_channel = amqp.declare_queue(self._conn, self._conn.channel(),
-                                                           topology.results_queue(self._cluster))
+                self._results_channel = amqp.declare_queue(conn, conn.channel(), topology.results_queue(self._cluster))
                 self._results_channel.confirm_delivery()
             self._channel.basic_qos(prefetch_count=self._prefetch)
             self._channel.basic_consume(queue, self._on_message)
             self._ready.set()
-            self._channel.start_consuming()
+            while not self._stopping.is_set():
+                conn.process_data_events(time_limit=0.2)
         finally:
-            if self._conn.is_open:
-                self._conn.close()
+            if conn.is_open:
+                try:
+                    conn.close()
+                except CONNECTION_LOST:
+                    pass
 
     def stop(self) -> None:
-        conn, channel = self._conn, self._channel
-        if conn is not None and channel is not None and conn.is_open:
-            conn.add_callback_threadsafe(channel.stop_consuming)
+        """Thread-safe: finish the message in hand, then return from run()."""
+        self._stopping.set()
 
     def _report(self, task: Delivery, status: int, message: str) -> None:
         """Report the result, retrying while the nodes cannot take it (unreachable, or their MySQL
@@ -195,17 +305,40 @@ class TaskConsumer:
             log.error("message %r lacks the delayq headers: dropped", mid)
             channel.basic_ack(method.delivery_tag)
             return
-        status, message = ResultStatus.SUCCESS, ""
-        try:
-            self._handler(task)
-        except RetryLater as e:
-            status, message = ResultStatus.RETRY, str(e)
-        except Exception as e:  # noqa: BLE001 - a handler's failure is reported, not fatal to the consumer
-            log.exception("handler failed on %s", mid)
-            status, message = ResultStatus.FATAL, f"{type(e).__name__}: {e}"
+        run, beat, lost = self._handle(task)
+        if beat is not None and beat.lost:
+            raise HeartbeatsLost(f"{task.task_id} attempt {task.attempt}: {beat.failures} heartbeats failed in a row")
         if self._results is not None:
-            self._report(task, status, message[:1024])
-        channel.basic_ack(method.delivery_tag)
+            self._report(task, run.status, run.message[:1024])
         self._done[mid] = None
         if len(self._done) > self._remember:
             self._done.popitem(last=False)
+        if lost is not None:
+            raise lost                        # reported; the broker redelivers it, and it is dropped then
+        channel.basic_ack(method.delivery_tag)
+
+    def _handle(self, task: Delivery) -> tuple[_Run, Heartbeat | None, Exception | None]:
+        """Run the handler on its own thread until it returns, heartbeating meanwhile and serving
+        the connection (a loss of it is returned, not raised: the handler's result still counts)."""
+        run = _Run(self._handler, task)
+        started = self._clock()
+        beat = None
+        if self._beats is not None and task.ttr_ms:
+            waited = max(0, int(time.time() * 1000) - task.dispatched_at_ms)   # on two clocks: a guess
+            beat = Heartbeat(task.task_id, task.attempt, task.ttr_ms, self._beats.touch, task.state, started, waited)
+        lost: Exception | None = None
+        run.thread.start()
+        while True:
+            now = self._clock()
+            wait = _PUMP_S if beat is None or beat.next_at is None else min(_PUMP_S, max(0.0, beat.next_at - now))
+            if run.done.wait(wait):
+                break
+            if beat is not None:
+                beat.beat(self._clock())
+            if lost is None and self._conn is not None:
+                try:
+                    self._conn.process_data_events(0)      # AMQP heartbeats; no delivery is dispatched in here
+                except CONNECTION_LOST as e:
+                    lost = e
+        run.thread.join()
+        return run, beat, lost

@@ -11,7 +11,8 @@ never retried elsewhere: every node would answer the same.
 It spreads calls over the endpoints it is given (or finds them in ZooKeeper:
 `DelayqClient.from_zookeeper("127.0.0.1:2181", cluster="default")`) and retries a call that failed because a node was
 unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
-taskId). Every call has a timeout. Not thread-safe: use one client per thread.
+taskId; so is `touch`, a running attempt's heartbeat). Every call has a timeout. Not thread-safe:
+use one client per thread (`twin()` makes another over the same nodes).
 
 A node closes a connection that stays silent (`DELAYQ_IDLE_TIMEOUT_MS`, 60 s by default). Before
 each call the client looks whether its node has closed the connection meanwhile and, if so,
@@ -151,6 +152,12 @@ class DelayqClient:
             raise ttypes.Unavailable(reason=f"no live delayq node in cluster {cluster!r}")
         return cls(found, timeout_s, rediscover=lambda: discover(zk_hosts, cluster, timeout_s, auth),
                    security=security)
+
+    def twin(self) -> "DelayqClient":
+        """A client over the same endpoints and security with a connection of its own, for another
+        thread (the consumer helper's heartbeats run beside a handler that may use this one)."""
+        return DelayqClient([f"{h}:{p}" for h, p in self._endpoints], self._timeout_s, rediscover=self._rediscover,
+                            security=self._security)
 
     def __enter__(self) -> "DelayqClient":
         return self

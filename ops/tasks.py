@@ -48,7 +48,11 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
     out = {"taskId": info.taskId, "topic": info.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[info.status],
            "attempt": info.attempt, "dueAtMs": info.dueAtMs, "shardId": info.shardId,
            "attempts": [{"attempt": a.attempt, "node": a.nodeId, "dispatchedAtMs": a.dispatchedAtMs,
-                         "result": a.result, "resultAtMs": a.resultAtMs, "message": a.message} for a in info.attempts]}
+                         "result": a.result, "resultAtMs": a.resultAtMs, "message": a.message,
+                         # progress is the consumer's bytes: shown as text, undecodable bytes replaced
+                         "progress": None if a.progress is None else a.progress.decode("utf-8", "replace"),
+                         "deadlineMs": a.deadlineMs, "cancelRequestedAtMs": a.cancelRequestedAtMs}
+                        for a in info.attempts]}
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -57,6 +61,11 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
     for a in out["attempts"]:
         click.echo(f"  #{a['attempt']} on {a['node']} at {utc_time(a['dispatchedAtMs'])}: "
                    f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
+        if a["deadlineMs"] is not None:
+            cancel = f", cancel asked at {utc_time(a['cancelRequestedAtMs'])}" if a["cancelRequestedAtMs"] else ""
+            click.echo(f"     running until {utc_time(a['deadlineMs'])} unless touched{cancel}")
+        if a["progress"] is not None:
+            click.echo(f"     progress: {a['progress']}")
 
 
 @tasks.command("submit")

@@ -9,6 +9,10 @@ dropped silently: it goes to the durable parking queue `delayq.results.<cluster>
 reason in its `x-delayq-reason` header, counted in delayq_results_parked_total{reason}
 (malformed, unknown_task, error, and the refusals below), for an operator to look at.
 
+Heartbeats (`touch`) are not taken here, only over Thrift: a heartbeat needs its answer (the task
+was cancelled, the attempt is stale), and one that waited in this queue behind an outage would
+extend the deadline of a consumer that may have died meanwhile.
+
 Who sent a result: RabbitMQ checks a message's `user_id` property against the user of the
 connection that published it (its "validated user-ID"; only a user tagged `impersonator` may set
 another). A result with delayq's own RabbitMQ user is delayq's (that user can publish tasks

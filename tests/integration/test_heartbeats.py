@@ -6,7 +6,9 @@ cannot heartbeat gives its attempt up; the helper reconnects when RabbitMQ close
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -87,6 +89,11 @@ def test_touch_extends_the_deadline_in_mysql_and_stores_progress_shown_by_get(no
         [a] = i.attempts
         assert a.progress == b'{"done": 40}' and a.deadlineMs == t.deadlineMs and a.cancelRequestedAtMs is None
         assert first is None or first < t.deadlineMs
+        shown = subprocess.run([sys.executable, "-m", "delayq.ops.cli", "tasks", "get", ref.taskId, "--endpoint",
+                                node.endpoint, "--json"], env=node.env, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        [cli] = json.loads(shown.stdout)["attempts"]
+        assert (cli["progress"], cli["deadlineMs"]) == ('{"done": 40}', t.deadlineMs)
         # Never earlier: a shorter extension leaves it; no progress keeps the last one.
         assert c.touch(ref.taskId, 1, 1000, None).deadlineMs == t.deadlineMs
         assert c.get(ref.taskId).attempts[0].progress == b'{"done": 40}'

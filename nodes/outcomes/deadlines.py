@@ -107,7 +107,7 @@ class Deadlines(NodeThread):
             if (task_id, attempt) not in wanted or deadline is None:
                 continue
             if deadline >= now:
-                later.append((deadline, task_id, attempt))     # moved later (the consumer said RUNNING)
+                later.append((deadline, task_id, attempt))     # moved later by a touch (a heartbeat)
                 continue
             try:
                 t = self._results.apply(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run")

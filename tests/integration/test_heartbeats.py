@@ -17,10 +17,12 @@ import pika
 import pytest
 
 from conftest import AMQP_URL, Collector, now_ms, wait_until
-from delayq import topology
+from delayq import config, db as dbm, topology
 from delayq.client import CallbackService, CancelResult, DelayqClient, ReportOutcome, ResultStatus, TaskSpec, TaskStatus
 from delayq.client.consumer import HeartbeatsLost, TaskConsumer
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.lifecycle import Result, RetryPolicy
+from delayq.store.tasks import TaskStore
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +103,27 @@ def test_touch_extends_the_deadline_in_mysql_and_stores_progress_shown_by_get(no
         ended = c.get(ref.taskId)
         assert ended.status == TaskStatus.FINISHED and ended.attempts[0].progress == b'{"done": 40}'
         assert ended.attempts[0].deadlineMs is None
+
+
+def test_a_time_out_read_before_a_touch_is_not_applied_after_it(node, bound, database):
+    """The deadline checker read the old deadline, then a touch moved it: the time-out, applied
+    after, checks it again under the row lock and changes nothing."""
+    topic = register(node, ttrMs=60_000, maxRetries=3)
+    bound(topic)
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql)
+    store = TaskStore(engine)
+    policy = lambda topic, retries: RetryPolicy(retries, "fixed", 1000, 1000)  # noqa: E731
+    try:
+        with node.client() as c:
+            ref = c.submit(TaskSpec(topic=topic, delayMs=0, payload=b"p"))
+            dispatched(node, topic, ref.taskId)
+            t = c.touch(ref.taskId, 1, 600_000, None)
+            late = store.apply_result(ref.taskId, 1, Result.TIMEOUT, "late", t.deadlineMs - 1, policy)
+            assert not late.applied and c.get(ref.taskId).status == TaskStatus.READY
+            due = store.apply_result(ref.taskId, 1, Result.TIMEOUT, "due", t.deadlineMs + 1, policy)
+            assert due.applied and due.status == TaskStatus.DELAY
+    finally:
+        engine.dispose()
 
 
 def test_a_touch_after_a_cancel_says_cancelled_and_the_attempt_ends_the_task_cancelled(node, bound):

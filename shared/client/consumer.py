@@ -33,7 +33,6 @@ meanwhile).
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import signal
@@ -45,12 +44,12 @@ from typing import Any, Callable
 
 import pika
 import pika.exceptions
-from thrift.Thrift import TException
 
 from delayq import topology
 from delayq.client import amqp
 from delayq.client.gen.delayq_thrift.ttypes import ResultStatus
 from delayq.client.heartbeats import AttemptState, Heartbeat
+from delayq.client.reporting import Reporter
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +147,15 @@ class TaskConsumer:
         monotonic clock heartbeats are timed by (tests drive it)."""
         self.topic = topic
         self._handler = handler
-        # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
-        # for consumers that speak only RabbitMQ), or None to only ack.
-        self._results = results
         twin = getattr(results, "twin", None)
         self._beats = heartbeats if heartbeats is not None else (twin() if callable(twin) else None)
         self._params = amqp.parameters(amqp_url, amqp_ca_file if amqp_ca_file is not None
                                        else os.environ.get("DELAYQ_AMQP_CA_FILE", ""))
-        self._user = getattr(self._params.credentials, "username", None)
+        # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
+        # for consumers that speak only RabbitMQ), or None to only ack.
+        self._reporter = None if results is None else Reporter(
+            results, getattr(self._params.credentials, "username", None), report_timeout_s=report_timeout_s,
+            cluster=cluster)
         self._params.socket_timeout = 5
         self._params.heartbeat = 30
         # How RabbitMQ lists the connection (rabbitmqctl list_connections client_properties).
@@ -166,14 +166,11 @@ class TaskConsumer:
         self._prefetch = prefetch
         self._done: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._remember = remember
-        self._report_timeout_s = report_timeout_s
         self._reconnect_for_s = reconnect_for_s
         self._clock = clock
-        self._cluster = cluster            # whose results queue (None: asked of a node at start)
         self._conn: pika.BlockingConnection | None = None
         # pika's channels (untyped), opened by run().
         self._channel: Any = None
-        self._results_channel: Any = None
         self._ready = threading.Event()
         self._stopping = threading.Event()
         self.connections = 0               # opened so far (a reconnect adds one)
@@ -225,10 +222,8 @@ class TaskConsumer:
         try:
             self._channel = conn.channel()
             queue = self.declare(self._channel)
-            if self._results is not None:     # "amqp", or the fallback of a Thrift report
-                self._cluster = self._cluster or self._cluster_name()
-                self._results_channel = amqp.declare_queue(conn, conn.channel(), topology.results_queue(self._cluster))
-                self._results_channel.confirm_delivery()
+            if self._reporter is not None:
+                self._reporter.open(conn)
             self._channel.basic_qos(prefetch_count=self._prefetch)
             self._channel.basic_consume(queue, self._on_message)
             self._ready.set()
@@ -245,54 +240,6 @@ class TaskConsumer:
         """Thread-safe: finish the message in hand, then return from run()."""
         self._stopping.set()
 
-    def _report(self, task: Delivery, status: int, message: str) -> None:
-        """Report the result, retrying while the nodes cannot take it (unreachable, or their MySQL
-        down). Past report_timeout_s it goes to the cluster's durable results queue instead (with
-        the broker's confirm), which the nodes apply once they can: a result is not lost to an
-        outage of delayq's own, and the consumer moves on."""
-        deadline = time.monotonic() + self._report_timeout_s
-        delay = 0.1
-        if self._results == "amqp":
-            self._report_amqp(task, status, message)
-            return
-        while True:
-            try:
-                self._results.reportResult(task.task_id, task.attempt, status, message)
-                return
-            except (TException, OSError) as e:
-                if time.monotonic() + delay > deadline:
-                    log.warning("could not report %s for %s to a node (%s): sent to %s instead",
-                                ResultStatus._VALUES_TO_NAMES.get(status), task.message_id, e,
-                                self._results_queue())
-                    self._report_amqp(task, status, message)
-                    return
-                log.warning("reporting %s failed (%s); retrying in %.1f s", task.message_id, e, delay)
-                assert self._conn is not None     # deliveries come only while run() holds it
-                self._conn.sleep(delay)
-                delay = min(delay * 2, 2.0)
-
-    def _results_queue(self) -> str:
-        assert self._cluster is not None      # run() settles it before the first delivery
-        return topology.results_queue(self._cluster)
-
-    def _cluster_name(self) -> str:
-        """Whose results queue: the cluster the Thrift client reaches (asked once), else "default"."""
-        if self._results == "amqp":
-            return "default"
-        try:
-            return self._results.cluster().cluster
-        except (TException, OSError) as e:
-            log.warning("cannot ask a node for its cluster's name (%s): results fall back to "
-                        "delayq.results.default; pass cluster= to be sure", e)
-            return "default"
-
-    def _report_amqp(self, task: Delivery, status: int, message: str) -> None:
-        body = json.dumps({"taskId": task.task_id, "attempt": task.attempt, "message": message,
-                           "status": ResultStatus._VALUES_TO_NAMES[status]}).encode()
-        # user_id: RabbitMQ vouches that it is this connection's user, whom the nodes check for `report`.
-        self._results_channel.basic_publish("", self._results_queue(), body,
-                                            properties=pika.BasicProperties(delivery_mode=2, user_id=self._user))
-
     def _on_message(self, channel, method, properties, body) -> None:
         mid = properties.message_id or ""
         if mid and mid in self._done:
@@ -308,8 +255,8 @@ class TaskConsumer:
         run, beat, lost = self._handle(task)
         if beat is not None and beat.lost:
             raise HeartbeatsLost(f"{task.task_id} attempt {task.attempt}: {beat.failures} heartbeats failed in a row")
-        if self._results is not None:
-            self._report(task, run.status, run.message[:1024])
+        if self._reporter is not None:
+            self._reporter.report(task.task_id, task.attempt, task.message_id, run.status, run.message[:1024])
         self._done[mid] = None
         if len(self._done) > self._remember:
             self._done.popitem(last=False)

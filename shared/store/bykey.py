@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, and_, or_, select, update
 from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
-from delayq.lifecycle import Status
+from delayq.lifecycle import IN_FLIGHT, Status
 from delayq.store.backlog import move_to_backlog
 from delayq.store.maintenance import TaskFilter
 
@@ -100,6 +100,12 @@ class KeyRequests:
         def change(conn: Connection, rows: list) -> list[Changed]:
             waiting = [(r.task_id, r.attempt) for r in rows if r.status == Status.DELAY]
             moved = move_to_backlog(conn, waiting, (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled by key")
+            running = [r.task_id for r in rows if r.status in IN_FLIGHT]
+            if running:
+                # As cancel does (delayq.store.requests): too late to keep them from running, but the
+                # running attempt's touch says so, and its end makes the task CANCELLED, not a retry.
+                conn.execute(update(TASK).where(TASK.c.task_id.in_(running), TASK.c.cancel_ms.is_(None))
+                             .values(cancel_ms=now_ms))
             return [Changed(r.task_id, KeyResult.CANCELLED if r.task_id in moved else KeyResult.ALREADY_DISPATCHED,
                             r.due_ms, r.shard_id) for r in rows]
         return self._change(topic, key, limit, change)

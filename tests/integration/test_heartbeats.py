@@ -146,6 +146,17 @@ def test_a_touch_after_a_cancel_says_cancelled_and_the_attempt_ends_the_task_can
         assert "CANCELLED" in e.value.reason
 
 
+def test_a_cancel_by_key_reaches_the_running_attempt_too(node, bound):
+    topic = register(node, ttrMs=60_000, maxRetries=3)
+    bound(topic)
+    with node.client() as c:
+        ref = c.submit(TaskSpec(topic=topic, delayMs=0, payload=b"p", key="order-7"))
+        dispatched(node, topic, ref.taskId)
+        [out] = c.cancelByKey(topic, "order-7").tasks
+        assert (out.taskId, out.result) == (ref.taskId, ttypes.KeyedResult.ALREADY_DISPATCHED)
+        assert c.touch(ref.taskId, 1, 1000, None).cancelled
+
+
 def test_a_stale_attempts_touch_is_refused_and_says_so(node, bound):
     topic = register(node, ttrMs=500, maxRetries=3, backoff="fixed", retryBackoffMs=60_000)
     bound(topic)

@@ -14,9 +14,10 @@ import time
 import uuid
 
 import pika
+import pika.exceptions
 import pytest
 
-from conftest import AMQP_URL, Collector, now_ms, wait_until
+from conftest import AMQP_URL, Collector, free_port, now_ms, wait_until
 from delayq import config, db as dbm, topology
 from delayq.client import CallbackService, CancelResult, DelayqClient, ReportOutcome, ResultStatus, TaskSpec, TaskStatus
 from delayq.client.consumer import HeartbeatsLost, TaskConsumer
@@ -262,3 +263,14 @@ def test_the_consumer_reconnects_after_the_broker_closes_its_connection(node):
         ref = c.submit(TaskSpec(topic=topic, delayMs=0, payload=b"after"))
         wait_until(lambda: c.get(ref.taskId).status == TaskStatus.FINISHED, 10, what="the task to finish")
         assert got == [ref.taskId] and not raised
+
+
+@pytest.mark.timeout(30)
+def test_the_consumer_gives_up_reconnecting_after_its_bound():
+    """No broker at the address: run() tries again with back-off, then raises once reconnect_for_s passed."""
+    consumer = TaskConsumer("hb.nowhere", lambda task: None, amqp_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F",
+                            reconnect_for_s=2.0)
+    started = time.monotonic()
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        consumer.run()
+    assert 1.0 <= time.monotonic() - started <= 10.0 and consumer.connections == 0

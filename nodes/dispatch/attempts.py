@@ -36,12 +36,17 @@ class Attempt:
         return self.task.shard_id
 
 
+# What becomes of an attempt the dispatcher did not publish (the Recorder puts it back to DELAY):
+HELD = "HELD"           # its service's exchange is unusable now
+RETURNED = "RETURNED"   # its claim is no longer current
+
+
 @dataclass(frozen=True, slots=True)
 class Settled:
     """What became of an attempt, for the Recorder. `due_ms`: when a task put back to DELAY is due
     again (None: the Recorder's own retry delay)."""
     attempt: Attempt
-    outcome: str            # delayq.nodes.amqp.confirms' outcomes, or the Recorder's HELD, RETURNED
+    outcome: str            # delayq.nodes.amqp.confirms' outcomes, or HELD, RETURNED
     reason: str | None = None
     due_ms: int | None = None
 

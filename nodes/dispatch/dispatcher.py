@@ -5,7 +5,7 @@ only the topics of its lane and publishing on its own connection.
 Only a task whose claim matched may be published, and only while that claim is current
 (delayq.nodes.dispatch.lease): the releaser checks each claim's lease before handing it to the publisher,
 and the publisher checks them again just before it writes the frames; a claim no longer current
-goes back to DELAY unsent, at its due time (the Recorder's `returned`), into memory or to its
+goes back to DELAY unsent, at its due time (RETURNED, which the Recorder records), into memory or to its
 shard's new owner. What happens after the publish is the Recorder's job: it gets every publish
 outcome. A task later than its service's misfire threshold, with the policy "fail", is failed
 instead of published. A claim that fails because MySQL is down puts its batch back into memory
@@ -36,14 +36,13 @@ from delayq.clock import Clock
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp import messages
-from delayq.nodes.dispatch.attempts import Attempt, ReleaseHeap, Settled
+from delayq.nodes.dispatch.attempts import HELD, RETURNED, Attempt, ReleaseHeap, Settled
 from delayq.nodes.dispatch.claimlead import ClaimLead
 from delayq.nodes.dispatch.decide import decide
 from delayq.nodes.dispatch.lease import MOVED, ClaimLease
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.delayqueue import PROMPT, Entry
 from delayq.nodes.metrics import Metrics
-from delayq.nodes.outcomes.recorder import HELD, RETURNED
 from delayq.nodes.threads import NodeThread
 from delayq.store.values import Claim
 

@@ -1,5 +1,5 @@
-"""What the node's dispatch core needs of MySQL and RabbitMQ, as small interfaces: the Dispatcher
-and the Recorder are written against these, delayq.store.tasks.TaskStore,
+"""What the node's dispatch core needs of MySQL and RabbitMQ, and of what follows a release, as
+small interfaces: the Dispatcher and the Recorder are written against these, delayq.store.tasks.TaskStore,
 delayq.nodes.amqp.publisher.ConfirmedPublisher, delayq.nodes.cluster.services.ServiceRegistry and
 delayq.nodes.amqp.exchanges.ExchangeGuard implement them, and delayq.testing.fakes has in-memory
 ones for unit tests.
@@ -10,12 +10,14 @@ thread, where the handler must not block (delayq.nodes.amqp.confirms lists the o
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
-from delayq.nodes.amqp.frames import Outgoing
+from delayq.lifecycle import Result
 from delayq.nodes.amqp.confirms import Outcome
+from delayq.nodes.amqp.frames import Outgoing
+from delayq.nodes.dispatch.attempts import Attempt, Settled
 from delayq.nodes.validation import ServiceSpec
-from delayq.store.values import Claim, Claimed, Entry
+from delayq.store.values import Claim, Claimed, Entry, Transition
 
 
 class ClaimStore(Protocol):
@@ -60,3 +62,29 @@ class ExchangeVerdicts(Protocol):
 
     def unusable(self) -> dict[str, str]:
         """Exchange -> why, for every exchange known to be unusable now."""
+
+
+# ---- what follows a release (delayq.nodes.outcomes) ------------------------------------------
+
+
+class OutcomeHandler(Protocol):
+    """delayq.nodes.outcomes.recorder.Recorder: it records what became of each attempt."""
+
+    def on_outcome(self, attempt: Attempt, outcome: str, reason: str | None) -> None:
+        """A published attempt's outcome, on the outbox's thread: must not block."""
+
+    def put(self, settled: list[Settled]) -> None:
+        """Attempts not published (HELD, RETURNED): back to DELAY."""
+
+
+class Results(Protocol):
+    """delayq.nodes.outcomes.results.ResultApplier, as the dispatcher applies a misfire."""
+
+    def apply(self, task_id: str, attempt: int, result: Result, message: str | None) -> Transition: ...
+
+
+class DeadlineBook(Protocol):
+    """delayq.nodes.outcomes.deadlines.Deadlines: the node times its own attempts out."""
+
+    def add(self, deadlines: Iterable[tuple[int, str, int]]) -> None:
+        """(deadline ms, task id, attempt) of attempts just claimed."""

@@ -8,7 +8,8 @@ small bundles, each the side of the pipeline it deals with:
     Publishing   where a claimed task goes: the lane's outbox, each topic's service (its exchange
                  and routing key), the exchange guard's verdicts, the node's default exchange
     Outcomes     what follows a release: publish outcomes (the Recorder), misfires (the results),
-                 the attempt's time-to-run (Deadlines)
+                 the attempt's time-to-run (Deadlines), each through a port of
+                 delayq.nodes.dispatch.ports, so that dispatch imports nothing of delayq.nodes.outcomes
 
 Both lanes share every bundle but Publishing, whose outbox is the lane's own (`via`).
 """
@@ -20,13 +21,11 @@ from typing import Callable
 
 from delayq.config import SchedulingSettings
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.dispatch.ports import ClaimStore, ExchangeVerdicts, Outbox, ServiceFinder
+from delayq.nodes.dispatch.ports import (ClaimStore, DeadlineBook, ExchangeVerdicts, Outbox, OutcomeHandler, Results,
+                                         ServiceFinder)
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.memory.delayqueue import BULK, DelayQueue
 from delayq.nodes.memory.flow import Flow
-from delayq.nodes.outcomes.deadlines import Deadlines
-from delayq.nodes.outcomes.recorder import Recorder
-from delayq.nodes.outcomes.results import ResultApplier
 
 
 @dataclass(frozen=True)
@@ -80,6 +79,6 @@ class Publishing:
 
 @dataclass(frozen=True)
 class Outcomes:
-    recorder: Recorder
-    results: ResultApplier
-    deadlines: Deadlines
+    recorder: OutcomeHandler
+    results: Results
+    deadlines: DeadlineBook

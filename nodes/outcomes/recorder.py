@@ -36,7 +36,7 @@ from delayq.config import SchedulingSettings
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED
-from delayq.nodes.dispatch.attempts import Attempt, Settled
+from delayq.nodes.dispatch.attempts import HELD, RETURNED, Attempt, Settled
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.dispatch.lease import MOVED
 from delayq.nodes.metrics import Metrics
@@ -48,7 +48,6 @@ from delayq.store.values import Claimed
 
 log = logging.getLogger(__name__)
 
-HELD, RETURNED = "HELD", "RETURNED"
 RETRY_S = 0.25      # a record MySQL refused is tried again this soon: firing resumes as it answers
 
 

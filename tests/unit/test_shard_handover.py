@@ -11,12 +11,12 @@ import pytest
 from delayq.errors import Unavailable
 from delayq.nodes.memory.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entry
 from delayq.nodes.memory.hints import Handover
-from delayq.nodes.dispatch.attempts import Attempt, Settled
+from delayq.nodes.dispatch.attempts import RETURNED, Attempt, Settled
 from delayq.nodes.dispatch.lease import BROKEN, MOVED, Lease
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.nodes.outcomes.recorder import RETURNED, RecordSettings, Recorder
+from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.store.values import Claimed
 

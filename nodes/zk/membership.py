@@ -4,6 +4,11 @@ Its data (endpoint, shards owned, DelayQueue size) is refreshed every few second
 on any node can show every node. `live` is how many members there are, this one included, as a
 watch on /nodes last saw them (limits split between the nodes use it). Runs on the ZkSession's
 thread; no thread of its own.
+
+A member name carries the session it was made for, and is created only by that session: a refresh
+that finds the znode gone may run after the session expired and kazoo made a new one, before the
+"lost" event reaches this thread. Creating the old name then would leave a member no node follows
+(an ephemeral znode of the new session), which the master would give shards that never fire.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ class Membership:
         self._node_id, self._endpoint = node_id, endpoint
         self._stats, self._refresh_s = stats, refresh_s
         self.member: str | None = None
+        self._member_session: int | None = None      # the session `member` was named for
         self._published: bytes = b""
         self._generation = 0
         self.live = 1
@@ -40,6 +46,7 @@ class Membership:
             name = member_name(self._node_id, session_id)
             if name != self.member:
                 self.member = name
+                self._member_session = session_id
                 self._generation += 1
                 self._register(self._generation)
 
@@ -50,9 +57,18 @@ class Membership:
     def _register(self, generation: int) -> None:
         if generation != self._generation or self.member is None:
             return
+        if self._session.session_id != self._member_session:
+            return         # another session by now: its "connected" registers it under its own name
         data = self._data()
+        path = self._paths.member(self.member)
         try:
-            self._session.call("create", self._paths.member(self.member), data, ephemeral=True, makepath=True)
+            self._session.call("create", path, data, ephemeral=True, makepath=True)
+            # The session may have changed between the check above and the create.
+            stat = self._session.call("exists", path)
+            if stat is not None and stat.ephemeralOwner != self._member_session:
+                self._session.call("delete", path)
+                log.info("not registering %s: made for a session that has ended", self.member)
+                return
             log.info("registered as %s (%s)", self.member, self._endpoint)
         except NodeExistsError:
             pass           # the same session registered it already

@@ -22,7 +22,7 @@ from delayq.testing import security
 from delayq.testing.database import Database, fresh_database
 from delayq.testing.ports import free_port
 from delayq.testing.process import Node, now_ms, wait_for
-from delayq.testing.services import AMQP_URL, ZK_HOSTS, delete_zk_tree
+from delayq.testing.services import AMQP_URL, MYSQL_SERVER, ZK_HOSTS, delete_zk_tree
 
 __all__ = ["Cluster", "Database", "Node", "free_port", "fresh_database", "node_env", "now_ms", "wait_for"]
 
@@ -49,8 +49,10 @@ class Cluster:
     node_settings apply to every node; add_node(**overrides) to one."""
 
     def __init__(self, logs: Path, shards: int = 64, zk: bool = False, prefix: str = "delayq_t_",
-                 on_start: Callable[[int, str], None] | None = None, **node_settings: object):
+                 on_start: Callable[[int, str], None] | None = None, server: str = MYSQL_SERVER,
+                 **node_settings: object):
         self.logs, self.shards, self.zk, self.prefix, self.on_start = logs, shards, zk, prefix, on_start
+        self.server = server
         self.node_settings = node_settings
         self.nodes: list[Node] = []
         self._stack = contextlib.ExitStack()
@@ -71,7 +73,7 @@ class Cluster:
         return self.database.url
 
     def __enter__(self) -> "Cluster":
-        self.db = self._stack.enter_context(fresh_database(self.shards, self.prefix))
+        self.db = self._stack.enter_context(fresh_database(self.shards, self.prefix, self.server))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -85,7 +87,8 @@ class Cluster:
                 delete_zk_tree(f"/delayq/{self.name}")
 
     def engine(self):
-        return dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": self.url}).mysql)
+        return dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": self.url,
+                                            "DELAYQ_MYSQL_HOSTS": str(self.node_settings.get("DELAYQ_MYSQL_HOSTS", ""))}).mysql)
 
     def add_node(self, start: bool = True, **overrides: object) -> Node:
         env = node_env(self.database, f"n{len(self.nodes) + 1}", self.zk, **{**self.node_settings, **overrides})

@@ -26,11 +26,12 @@ class Database:
 
 
 @contextlib.contextmanager
-def fresh_database(shards: int, prefix: str = "delayq_t_") -> Iterator[Database]:
-    """A new, migrated database with `shards` shards; on exit it is dropped (waiting up to 60 s
-    for a MySQL that someone's outage test is restarting) with the cluster's results queue."""
+def fresh_database(shards: int, prefix: str = "delayq_t_", server_url: str = MYSQL_SERVER) -> Iterator[Database]:
+    """A new, migrated database with `shards` shards on `server_url` (without a database); on
+    exit it is dropped (waiting up to 60 s for a MySQL that someone's outage test is restarting)
+    with the cluster's results queue."""
     name = f"{prefix}{uuid.uuid4().hex[:10]}"
-    settings = config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}"})
+    settings = config.load({"DELAYQ_MYSQL_URL": f"{server_url}/{name}"})
     server = dbm.make_engine(settings.mysql, database=False)
     schema.create_database(server, name)
     try:

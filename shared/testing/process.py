@@ -45,6 +45,9 @@ class Node:
 
     def __init__(self, env: dict[str, str], log_path: Path, on_start: Callable[[int, str], None] | None = None):
         self.env, self.log_path, self.on_start = env, log_path, on_start
+        # A cgroup (v2) file cgroup.procs the process joins before it runs delayq, so that every
+        # socket it opens is matched by iptables' cgroup match (a test cutting it off the network).
+        self.cgroup_procs = ""
         self.proc: subprocess.Popen | None = None
         self.spawned_ms = 0
 
@@ -68,7 +71,10 @@ class Node:
     def start(self, wait: bool = True) -> "Node":
         log = open(self.log_path, "ab")
         self.spawned_ms = now_ms()
-        self.proc = subprocess.Popen([sys.executable, "-m", "delayq", "node"], env=self.env,
+        command = [sys.executable, "-m", "delayq", "node"]
+        if self.cgroup_procs:
+            command = ["sh", "-c", 'echo $$ >"$0" && exec "$@"', self.cgroup_procs, *command]
+        self.proc = subprocess.Popen(command, env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         if self.on_start is not None:

@@ -57,12 +57,12 @@ def wait_for_services(timeout: float = 120.0) -> float:
     return time.monotonic() - started
 
 
-def delete_zk_tree(path: str) -> None:
+def delete_zk_tree(path: str, hosts: str = ZK_HOSTS) -> None:
     from kazoo.client import KazooClient
 
     from delayq import zkauth
     from delayq.testing import security
-    zk = KazooClient(hosts=ZK_HOSTS, timeout=5, **zkauth.kazoo_args(security.zk_auth()))
+    zk = KazooClient(hosts=hosts, timeout=5, **zkauth.kazoo_args(security.zk_auth()))
     try:
         zk.start(timeout=5)
         zk.delete(path, recursive=True)

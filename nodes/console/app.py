@@ -91,6 +91,12 @@ class Ctx:
 Handler = Callable[["Console", Ctx], Response]
 
 
+# The declared exceptions of the Thrift calls the pages make.
+DECLARED: tuple[type[Exception], ...] = (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService,
+                                         ttypes.Forbidden, ttypes.NotFound, ttypes.Unauthenticated, ttypes.Conflict,
+                                         ttypes.Unavailable)
+
+
 class ActionRefused(Exception):
     """What a page tells the person when an action or a read could not be done."""
 
@@ -197,8 +203,11 @@ class Console:
         ctx = Ctx(req, session, client, caller, self.clock.now_ms())
         try:
             return handler(self, ctx)
-        except errors.DelayqError as e:
+        except DECLARED + (errors.DelayqError,) as e:      # a call or a read the cluster could not answer
             return self.page(ctx, "error.html", status=503, problem=describe(e))
+        except Exception:                                   # noqa: BLE001 - the page's boundary: said, and logged
+            log.exception("console: %s %s failed", req.method, req.path)
+            return self.page(ctx, "error.html", status=500, problem="internal error (the node's log has the details)")
         finally:
             serving(None)
 
@@ -239,8 +248,7 @@ class Console:
         try:
             result = call()
             ctx.session.flash = ("ok", done(result))
-        except (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService, ttypes.Forbidden, ttypes.NotFound,
-                ttypes.Unauthenticated, ttypes.Conflict, ttypes.Unavailable, errors.DelayqError, ActionRefused) as e:
+        except DECLARED + (errors.DelayqError, ActionRefused) as e:
             ctx.session.flash = ("error", str(e) if isinstance(e, ActionRefused) else describe(e))
         return self.redirect(back)
 

@@ -150,3 +150,20 @@ def test_assets_come_from_the_package_and_nothing_else():
     assert c.handle(req("GET", "/ui/static/vendor/../../app.py")).status == 404
     page = c.handle(req("GET", "/ui/login"))
     assert "script-src 'self'" in dict(page.headers)["Content-Security-Policy"]
+
+
+def test_a_page_whose_call_fails_says_what_happened():
+    c, _, _, _ = console()
+    sid, _ = login(c, ADMIN_TOKEN)
+
+    def unavailable(console_, ctx):
+        raise ttypes.Unavailable(reason="ZooKeeper: ConnectionLoss")
+
+    def broken(console_, ctx):
+        raise KeyError("bug")
+    c.routes[("GET", "/ui/x")] = unavailable
+    c.routes[("GET", "/ui/y")] = broken
+    r = c.handle(req("GET", "/ui/x", cookies={"sid": sid}))
+    assert r.status == 503 and b"the cluster could not do it now: ZooKeeper: ConnectionLoss" in r.body
+    r = c.handle(req("GET", "/ui/y", cookies={"sid": sid}))
+    assert r.status == 500 and b"internal error" in r.body and b"bug" not in r.body

@@ -24,7 +24,7 @@ _HISTORY = _RW + ", ALTER, DROP"      # ALTER TABLE ... REORGANIZE / DROP PARTIT
 # Table -> what nodes (and the operators' everyday commands: drain, redrive, purge, reshard, clients) do to it.
 NODE_GRANTS = {
     "job_delay_task": _RW, "job_delay_task_execlog": _HISTORY, "job_delay_task_backlog": _HISTORY,
-    "job_topic_retention": _RW,
+    "job_topic_retention": _RW, "job_bulk": "SELECT, INSERT, UPDATE",
     "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
     "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
     # Clients: not their tenant (`delayq tenants`, the admin account).

@@ -90,18 +90,20 @@ def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Ite
                                 .with_for_update()).mappings().all()
             if not rows:
                 return
-            shards = shard_count(conn)
-            # A task archived before a reshard shrank the cluster goes where the reshard put its peers.
-            conn.execute(insert(TASK), [{
-                "task_id": r["task_id"], "topic": r["topic"], "due_ms": now_ms,
-                "shard_id": r["shard_id"] if r["shard_id"] < shards else zlib.crc32(r["task_id"].encode()) % shards,
-                "status": int(Status.DELAY), "attempt": r["attempt"], "payload": r["payload"],
-                "spec_hash": r["spec_hash"], "max_retries": r["attempt"] + r["max_retries"], "ttr_ms": r["ttr_ms"],
-                "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms,
-                "task_key": r["task_key"], "tags": r["tags"], "traceparent": r["traceparent"]}
-                for r in rows])
+            conn.execute(insert(TASK), redriven_rows(rows, shard_count(conn), now_ms))
             conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows])))
         yield len(rows)
+
+
+def redriven_rows(rows: Sequence, shards: int, now_ms: int) -> list[dict]:
+    """Archived FAILED rows (mappings) as live DELAY rows, due now, with a fresh set of retries."""
+    # A task archived before a reshard shrank the cluster goes where the reshard put its peers.
+    return [{"task_id": r["task_id"], "topic": r["topic"], "due_ms": now_ms,
+             "shard_id": r["shard_id"] if r["shard_id"] < shards else zlib.crc32(r["task_id"].encode()) % shards,
+             "status": int(Status.DELAY), "attempt": r["attempt"], "payload": r["payload"],
+             "spec_hash": r["spec_hash"], "max_retries": r["attempt"] + r["max_retries"], "ttr_ms": r["ttr_ms"],
+             "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms,
+             "task_key": r["task_key"], "tags": r["tags"], "traceparent": r["traceparent"]} for r in rows]
 
 
 def discard(engine: Engine, ids: Sequence[str]) -> int:

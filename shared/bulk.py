@@ -1,0 +1,133 @@
+"""Bulk jobs, the pure part: what a job does (its action and filter), its states, how each batch is
+sized, and the pace that holds it to its ops/s limit.
+
+A job cancels, reschedules or redrives the tasks a filter matched when it was created (its
+snapshot: the highest matching task id and the creation time, with the count shown to the
+operator as its ceiling). It runs in batches by primary key; its cursor, the last task id it
+passed, is stored with each batch's changes, so a node that takes the job over resumes there.
+
+    RUNNING --every matching task passed, or `total` changed--> DONE
+       |  \\--stop (an operator)--> STOPPED
+       \\---an error that is not MySQL being away--> FAILED
+
+The runner (delayq.nodes.bulkrunner) and the store (delayq.store.bulkjobs) use these values; the
+Thrift calls (delayq.nodes.front.bulkcalls) check a request into a `Spec` with `check`.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from delayq import errors
+from delayq.lifecycle import Status
+from delayq.store.maintenance import TaskFilter
+
+MAX_REASON = 255                # characters of a job's reason
+MAX_RATE = 100_000              # ops/s a job may be given
+MAX_JOBS_LISTED = 100
+
+
+class Action(enum.Enum):
+    CANCEL = "cancel"           # DELAY -> CANCELLED (the backlog)
+    RESCHEDULE = "reschedule"   # DELAY, due at a new time (shifted, or one instant for all)
+    REDRIVE = "redrive"         # FAILED (the backlog) -> DELAY, due now, with a fresh set of retries
+
+    @property
+    def acts_on(self) -> Status:
+        """The state a task must be in, when its batch runs, to be changed."""
+        return Status.FAILED if self is Action.REDRIVE else Status.DELAY
+
+
+class State(enum.Enum):
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a job does: its action on the tasks of a filter, why, and how fast."""
+    action: Action
+    filter: TaskFilter          # its status is the action's (acts_on)
+    reason: str
+    rate: int                   # ops/s
+    shift_ms: int | None = None     # RESCHEDULE: each task moves by this much
+    due_at_ms: int | None = None    # RESCHEDULE: every task moves to this instant
+    max_tasks: int | None = None    # changes at most this many (the count the operator was shown)
+
+
+def check(action: Action, f: TaskFilter, reason: str | None, rate: int | None, default_rate: int, *,
+          shift_ms: int | None = None, due_at_ms: int | None = None, max_tasks: int | None = None,
+          max_horizon_ms: int) -> Spec:
+    """A job's request checked: InvalidRequest names the field at fault."""
+    if not f.topic:
+        raise errors.InvalidRequest("filter.topic", "is required: a bulk job acts on one topic's tasks")
+    if f.status is not None and f.status is not action.acts_on:
+        raise errors.InvalidRequest("filter.status", f"a {action.value} acts on {action.acts_on.name} tasks only")
+    if f.since_ms is not None and f.until_ms is not None and f.since_ms >= f.until_ms:
+        raise errors.InvalidRequest("filter.dueBeforeMs", "must be later than dueFromMs")
+    reason = (reason or "").strip()
+    if not reason or len(reason) > MAX_REASON or any(ord(ch) < 32 for ch in reason):
+        raise errors.InvalidRequest("reason", f"is required: 1-{MAX_REASON} printable characters")
+    if rate is None:
+        rate = default_rate
+    if not 1 <= rate <= MAX_RATE:
+        raise errors.InvalidRequest("opsPerSecond", f"must be between 1 and {MAX_RATE}, got {rate}")
+    if max_tasks is not None and max_tasks < 1:
+        raise errors.InvalidRequest("maxTasks", f"must be at least 1, got {max_tasks}")
+    if action is Action.RESCHEDULE:
+        if (shift_ms is None) == (due_at_ms is None):
+            raise errors.InvalidRequest("shiftMs", "a reschedule needs exactly one of shiftMs and dueAtMs")
+        if shift_ms is not None and not (shift_ms and abs(shift_ms) <= max_horizon_ms):
+            raise errors.InvalidRequest("shiftMs", f"must be non-zero and at most {max_horizon_ms} ms either way")
+        if due_at_ms is not None and due_at_ms < 0:
+            raise errors.InvalidRequest("dueAtMs", f"must not be negative, got {due_at_ms}")
+    elif shift_ms is not None or due_at_ms is not None:
+        raise errors.InvalidRequest("shiftMs", f"only a reschedule moves tasks, not a {action.value}")
+    return Spec(action, TaskFilter(topic=f.topic, since_ms=f.since_ms, until_ms=f.until_ms, status=action.acts_on,
+                                   key_prefix=f.key_prefix, tag=f.tag),
+                reason, rate, shift_ms, due_at_ms, max_tasks)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job stands, as its row holds it."""
+    total: int                  # tasks matching when it was created (capped by the count shown)
+    changed: int                # tasks this job changed
+    skipped: int                # tasks of its snapshot no longer changeable when their batch ran (fired)
+    cursor: str                 # the last task id passed ("" before the first batch)
+    upto: str                   # the snapshot's highest task id
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.total - self.changed)
+
+
+def batch_size(p: Progress, rate: int, most: int) -> int:
+    """How many tasks the next batch reads: at most `most`, at most a second of the job's rate (so a
+    batch's lease renewal is never more than a second apart at any rate), and no more than it may
+    still change. 0: the job is done."""
+    if p.remaining == 0 or (p.upto == "" or p.cursor >= p.upto):
+        return 0
+    return max(1, min(most, rate, p.remaining))
+
+
+class Pacer:
+    """A token bucket of `rate` ops/s with a second's burst, on an injected clock (seconds):
+    `wait(n)` says how long to sleep before n ops may run, and takes them."""
+
+    def __init__(self, rate: int, now: float):
+        self.rate = rate
+        self._tokens, self._at = float(rate), now
+
+    def wait(self, n: int, now: float) -> float:
+        self._tokens = min(float(self.rate), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        self._tokens -= n
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+
+def percent(p: Progress) -> int:
+    return 100 if p.total == 0 else min(100, math.floor(100 * (p.changed + p.skipped) / p.total))

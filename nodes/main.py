@@ -41,6 +41,8 @@ from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outco
 from delayq.nodes.memory.flow import Flow, follow
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.admin import AdminCalls
+from delayq.nodes.front.bulkcalls import BulkCalls
+from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
 from delayq.nodes.front import quotas
 from delayq.nodes.front.audit import Audit
 from delayq.nodes.front.errors import CallAnswers
@@ -77,6 +79,8 @@ from delayq.nodes.cluster.watch import ServicesWatch, Watch
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
 from delayq.store.audit import AuditLog
+from delayq.store import bulkbatch
+from delayq.store.bulkjobs import BulkJobs
 from delayq.store.bykey import KeyRequests
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore
@@ -213,7 +217,13 @@ class NodeRuntime:
                                     lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
                                                            window_ms=s.scheduling.window_ms,
                                                            scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
-        self.service = Service(self.handler, self.keys, self.topics, self.admin)
+        # Bulk jobs: any node runs any job (delayq.nodes.bulkrunner); one started here wakes ours.
+        jobs = BulkJobs(self.engine)
+        self.bulk_jobs = BulkRunner(jobs, functools.partial(bulkbatch.run_batch, self.engine), placing, clock,
+                               RunnerSettings(s.node.node_id, s.bulk.batch, s.bulk.lease_ms))
+        self.service = Service(self.handler, self.keys, self.topics, self.admin, BulkCalls(
+            jobs, self.access, answers, clock, default_rate=s.bulk.rate, max_horizon_ms=s.limits.max_horizon_ms,
+            started=self.bulk_jobs.wake))
         self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
@@ -280,8 +290,8 @@ class NodeRuntime:
         if not self.publisher.wait_ready(min(wait_s, 10.0)):
             log.warning("RabbitMQ not reachable yet: dispatch starts once it is")
         parts: tuple[Part, ...] = (self.recorder, self.deadlines, self.hints, self.dispatcher, self.loader,
-                                   self.deadletters, self.pruner, self.results_consumer, *self.watches, self.quotas, self.submits,
-                                   self.calls, self.server)
+                                   self.deadletters, self.pruner, self.bulk_jobs, self.results_consumer, *self.watches,
+                                   self.quotas, self.submits, self.calls, self.server)
         for part in parts:
             part.start()
         if self.console is not None:
@@ -309,7 +319,7 @@ class NodeRuntime:
             # The session is closed: the shards are the other nodes' from now on. What memory
             # holds of them, and every claim not yet published, goes to them (hints).
             self.ownership.set({}, self.ownership.all_shards())
-        for part in (self.results_consumer, self.pruner, self.clockcheck, self.loader, self.dispatcher, self.deadlines,
+        for part in (self.results_consumer, self.pruner, self.bulk_jobs, self.clockcheck, self.loader, self.dispatcher, self.deadlines,
                      self.deadletters):
             part.stop()
         deadline = time.monotonic() + timeout

@@ -118,6 +118,13 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True)
+class BulkSettings:
+    rate: int
+    batch: int
+    lease_ms: int
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str
     format: str
@@ -135,13 +142,14 @@ class Settings:
     http: HttpSettings
     log: LogSettings
     retention: RetentionSettings
+    bulk: BulkSettings
 
 
 _GROUPS = {f.name: f.type for f in dataclasses.fields(Settings)}
 _CLASSES = {
     "node": NodeSettings, "mysql": MySQLSettings, "amqp": AmqpSettings, "zk": ZkSettings,
     "scheduling": SchedulingSettings, "limits": LimitSettings, "security": SecuritySettings, "http": HttpSettings, "log": LogSettings,
-    "retention": RetentionSettings,
+    "retention": RetentionSettings, "bulk": BulkSettings,
 }
 
 def load(environ: Mapping[str, str] | None = None, file: str | None = None,
@@ -247,6 +255,10 @@ def _check(s: Settings) -> None:
     if r.days < 0 or r.interval_ms < 1000 or not 1 <= r.ahead_days <= 30 or not 1 <= r.batch <= 100_000:
         raise ConfigError("DELAYQ_RETENTION_DAYS must be 0 or more, DELAYQ_RETENTION_INTERVAL_MS 1000 or more, "
                           "DELAYQ_RETENTION_AHEAD_DAYS between 1 and 30 and DELAYQ_RETENTION_BATCH between 1 and 100000")
+    b = s.bulk
+    if not 1 <= b.rate <= 100_000 or not 1 <= b.batch <= 10_000 or not 2000 <= b.lease_ms <= 600_000:
+        raise ConfigError("DELAYQ_BULK_RATE must be between 1 and 100000, DELAYQ_BULK_BATCH between 1 and 10000 "
+                          "and DELAYQ_BULK_LEASE_MS between 2000 and 600000")
     if not 1 <= s.scheduling.shards <= 4096:
         raise ConfigError("DELAYQ_SHARDS must be between 1 and 4096")
     if s.log.format not in ("plain", "json"):

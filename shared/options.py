@@ -198,6 +198,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_RETENTION_BATCH", "retention", "batch", int, 1000,
             "Archived tasks deleted in one transaction when their topic is kept for less than the longest "
             "retention (at most 100 batches a pass)."),
+    Setting("DELAYQ_BULK_RATE", "bulk", "rate", int, 2000,
+            "Tasks a second a bulk job changes unless it is given its own limit (`delayq tasks bulk --rate`, "
+            "1 to 100000)."),
+    Setting("DELAYQ_BULK_BATCH", "bulk", "batch", int, 500,
+            "Tasks a bulk job changes in one transaction at most (fewer below this many a second)."),
+    Setting("DELAYQ_BULK_LEASE_MS", "bulk", "lease_ms", int, 10_000,
+            "How long a bulk job stays its node's without a batch: another node takes over a job whose "
+            "node died within about this long."),
     Setting("DELAYQ_LOG_LEVEL", "log", "level", str, "INFO", "DEBUG, INFO, WARNING or ERROR."),
     Setting("DELAYQ_LOG_FORMAT", "log", "format", str, "plain", "plain or json."),
 )

@@ -1,5 +1,6 @@
 """Audit: the node's side of the audit log. Every registerService, setTopicControls, cancel,
-reschedule, cancelByKey and rescheduleByKey call, and every admin call that changes something
+reschedule, cancelByKey, rescheduleByKey, bulkStart and bulkStop call (a bulk job's request with
+its reason, and its job id and count), and every admin call that changes something
 (delayq.nodes.front.admin: drain, undrain, pin, unpin, rebalance, reshard, redrive, discard, and
 the clients' add, grant, revoke and rotate) is recorded
 once answered (delayq.nodes.front.errors.declared reports each call here): the caller's
@@ -43,6 +44,8 @@ AUDITED: dict[str, Callable[[Sequence], str]] = {
     "grantClient": lambda args: _words([args[0], _grant(args[1])]) if len(args) > 1 else "",
     "revokeClient": lambda args: _words([args[0], _grant(args[1])]) if len(args) > 1 else "",
     "rotateClient": lambda args: _words(args[:1]),
+    "bulkStart": lambda args: _bulk(args[0]) if args else "",
+    "bulkStop": lambda args: _words(args[:1]),
 }
 
 
@@ -59,6 +62,19 @@ def _redrive(f) -> str:
         return ""
     return _words([f"topic={f.topic}" if f.topic else None, f"since={f.sinceMs}" if f.sinceMs is not None else None,
                    f"until={f.untilMs}" if f.untilMs is not None else None, *(f"id={i}" for i in f.taskIds or ())])
+
+
+def _bulk(r) -> str:
+    """The request in words, its reason last: "cancel topic=orders tag=eu reason=..."."""
+    if r is None:
+        return ""
+    f = r.filter
+    action = ttypes.BulkAction._VALUES_TO_NAMES.get(r.action, str(r.action)).lower()
+    parts = [action, *(f"{k}={v}" for k, v in (
+        ("topic", f and f.topic), ("keyPrefix", f and f.keyPrefix), ("tag", f and f.tag),
+        ("dueFrom", f and f.dueFromMs), ("dueBefore", f and f.dueBeforeMs), ("shiftMs", r.shiftMs),
+        ("dueAt", r.dueAtMs)) if v is not None and v != ""), f"reason={r.reason}" if r.reason else None]
+    return _words(parts)
 
 
 def _controls(t) -> str:
@@ -97,6 +113,8 @@ def _outcome(method: str, result, error: Exception | None) -> str:
             return ttypes.CancelResult._VALUES_TO_NAMES.get(result, "ok")
         if method == "discard":
             return f"discarded {result}"
+        if method in ("bulkStart", "bulkStop"):
+            return f"job {result.jobId} {ttypes.BulkState._VALUES_TO_NAMES[result.state]} {result.changed}/{result.total}"
         if method in ("cancelByKey", "rescheduleByKey"):
             counts = collections.Counter(ttypes.KeyedResult._VALUES_TO_NAMES[o.result] for o in result.tasks)
             return " ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none live"

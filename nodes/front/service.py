@@ -6,6 +6,7 @@ who answers a call here.
     by key, and listTasks                    front.keycalls.KeyCalls
     services and topic controls              front.topics.TopicCalls
     admin calls (cluster, drain, pin, ...)   front.admin.AdminCalls
+    bulk jobs (bulkCount, bulkStart, ...)    front.bulkcalls.BulkCalls
     submit, submitBatch                      front.submits.SubmitBatcher, then front.submitpath.SubmitPath:
                                              the server hands those calls to it directly (front.server),
                                              they never come here
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.nodes.front.admin import AdminCalls
+from delayq.nodes.front.bulkcalls import BulkCalls
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.keycalls import KeyCalls
 from delayq.nodes.front.topics import TopicCalls
 
 
 class Service(DelayScheduler.Iface):
-    def __init__(self, tasks: Handler, keys: KeyCalls, topics: TopicCalls, admin: AdminCalls):
-        self._tasks, self._keys, self._topics, self._admin = tasks, keys, topics, admin
+    def __init__(self, tasks: Handler, keys: KeyCalls, topics: TopicCalls, admin: AdminCalls, bulk: BulkCalls):
+        self._tasks, self._keys, self._topics, self._admin, self._bulk = tasks, keys, topics, admin, bulk
 
     # ---- task calls (front.handler.Handler) ----------
 
@@ -120,3 +122,20 @@ class Service(DelayScheduler.Iface):
 
     def listClients(self):
         return self._admin.listClients()
+
+    # ---- bulk jobs (front.bulkcalls.BulkCalls) ----------
+
+    def bulkCount(self, request):
+        return self._bulk.bulkCount(request)
+
+    def bulkStart(self, request):
+        return self._bulk.bulkStart(request)
+
+    def bulkGet(self, jobId):
+        return self._bulk.bulkGet(jobId)
+
+    def bulkList(self, limit):
+        return self._bulk.bulkList(limit)
+
+    def bulkStop(self, jobId):
+        return self._bulk.bulkStop(jobId)

@@ -255,6 +255,50 @@ struct RedriveResult {
   2: required bool more,                   // more match: call again
 }
 
+enum BulkAction {
+  CANCEL = 1,              // DELAY tasks: cancelled
+  RESCHEDULE = 2,          // DELAY tasks: moved by shiftMs, or to dueAtMs
+  REDRIVE = 3,             // FAILED tasks: back to DELAY, due now, with a fresh set of retries
+}
+
+enum BulkState {
+  RUNNING = 1,
+  DONE = 2,
+  STOPPED = 3,             // by bulkStop: `changed` is final
+  FAILED = 4,              // see error
+}
+
+// A bulk job: its action on one topic's tasks that match the filter when it is created (a cancel
+// or reschedule acts on DELAY tasks, a redrive on FAILED ones; filter.status, if set, must be that).
+struct BulkRequest {
+  1: required BulkAction action,
+  2: required TaskFilter filter,
+  3: required string reason,               // why, 1-255 characters: kept with the job and audited
+  4: optional i64 shiftMs,                 // reschedule: each task moves by this much (either way)
+  5: optional i64 dueAtMs,                 // reschedule: every task moves to this instant
+  6: optional i32 opsPerSecond,            // default: DELAYQ_BULK_RATE; 1 to 100000
+  7: optional i64 maxTasks,                // changes at most this many: the count the operator was shown
+}
+
+struct BulkJob {
+  1: required string jobId,
+  2: required BulkAction action,
+  3: required TaskFilter filter,
+  4: required string reason,
+  5: required BulkState state,
+  6: required i64 total,                   // tasks it counted when created (at most maxTasks): it changes no more
+  7: required i64 changed,                 // tasks it changed so far
+  8: required i64 skipped,                 // once DONE: counted, but fired, ended or changed before their batch
+  9: required i32 opsPerSecond,
+  10: required string createdBy,
+  11: required i64 createdAtMs,
+  12: optional i64 finishedAtMs,
+  13: optional string runningOn,           // the node that holds it now
+  14: optional string error,
+  15: optional i64 shiftMs,
+  16: optional i64 dueAtMs,
+}
+
 struct Grant {
   1: required string permission,           // submit | cancel | read | report | admin
   2: required string pattern,              // a topic, `*` for any run of characters
@@ -460,6 +504,27 @@ service DelayScheduler {
   // listed as dead letters nor can be redriven. Answers how many were deleted (ids that name no
   // FAILED task are left alone).
   i32 discard(1: list<string> taskIds)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+
+  // ---- bulk jobs: admin, or for cancel and reschedule `cancel` on the topic (docs/security.md) -----
+  // How many tasks the request would change now; nothing is written.
+  i64 bulkCount(1: BulkRequest request)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  // Creates the job and returns at once; a node of the cluster runs it (another one if that node dies).
+  BulkJob bulkStart(1: BulkRequest request)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  BulkJob bulkGet(1: string jobId)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  // The newest jobs first (at most 100), of the topics the client may read.
+  list<BulkJob> bulkList(1: i32 limit)
+    throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
+    6: Forbidden forbidden),
+  // Stops a running job after the batch under way; answers it with its final counts.
+  BulkJob bulkStop(1: string jobId)
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),
 

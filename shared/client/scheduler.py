@@ -211,8 +211,9 @@ class DelayqClient:
 
 
 # Calls whose repeat after a lost answer would not answer as the first did: the token addClient
-# returns is lost to an "exists already", a revoked grant is "not held" the second time.
-_ONCE = frozenset({"addClient", "revokeClient", "rotateClient"})
+# returns is lost to an "exists already", a revoked grant is "not held" the second time, a bulk job
+# would be started twice.
+_ONCE = frozenset({"addClient", "revokeClient", "rotateClient", "bulkStart"})
 
 
 def _idempotent(method: str, args: tuple) -> bool:

@@ -157,6 +157,45 @@ class KeyedResult(object):
     }
 
 
+class BulkAction(object):
+    CANCEL = 1
+    RESCHEDULE = 2
+    REDRIVE = 3
+
+    _VALUES_TO_NAMES = {
+        1: "CANCEL",
+        2: "RESCHEDULE",
+        3: "REDRIVE",
+    }
+
+    _NAMES_TO_VALUES = {
+        "CANCEL": 1,
+        "RESCHEDULE": 2,
+        "REDRIVE": 3,
+    }
+
+
+class BulkState(object):
+    RUNNING = 1
+    DONE = 2
+    STOPPED = 3
+    FAILED = 4
+
+    _VALUES_TO_NAMES = {
+        1: "RUNNING",
+        2: "DONE",
+        3: "STOPPED",
+        4: "FAILED",
+    }
+
+    _NAMES_TO_VALUES = {
+        "RUNNING": 1,
+        "DONE": 2,
+        "STOPPED": 3,
+        "FAILED": 4,
+    }
+
+
 class TaskSpec(object):
     """
     Attributes:
@@ -2416,6 +2455,381 @@ class RedriveResult(object):
         return not (self == other)
 
 
+class BulkRequest(object):
+    """
+    Attributes:
+     - action
+     - filter
+     - reason
+     - shiftMs
+     - dueAtMs
+     - opsPerSecond
+     - maxTasks
+
+    """
+
+
+    def __init__(self, action=None, filter=None, reason=None, shiftMs=None, dueAtMs=None, opsPerSecond=None, maxTasks=None,):
+        self.action = action
+        self.filter = filter
+        self.reason = reason
+        self.shiftMs = shiftMs
+        self.dueAtMs = dueAtMs
+        self.opsPerSecond = opsPerSecond
+        self.maxTasks = maxTasks
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.I32:
+                    self.action = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.STRUCT:
+                    self.filter = TaskFilter()
+                    self.filter.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRING:
+                    self.reason = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.I64:
+                    self.shiftMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I64:
+                    self.dueAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I32:
+                    self.opsPerSecond = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.maxTasks = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('BulkRequest')
+        if self.action is not None:
+            oprot.writeFieldBegin('action', TType.I32, 1)
+            oprot.writeI32(self.action)
+            oprot.writeFieldEnd()
+        if self.filter is not None:
+            oprot.writeFieldBegin('filter', TType.STRUCT, 2)
+            self.filter.write(oprot)
+            oprot.writeFieldEnd()
+        if self.reason is not None:
+            oprot.writeFieldBegin('reason', TType.STRING, 3)
+            oprot.writeString(self.reason.encode('utf-8') if sys.version_info[0] == 2 else self.reason)
+            oprot.writeFieldEnd()
+        if self.shiftMs is not None:
+            oprot.writeFieldBegin('shiftMs', TType.I64, 4)
+            oprot.writeI64(self.shiftMs)
+            oprot.writeFieldEnd()
+        if self.dueAtMs is not None:
+            oprot.writeFieldBegin('dueAtMs', TType.I64, 5)
+            oprot.writeI64(self.dueAtMs)
+            oprot.writeFieldEnd()
+        if self.opsPerSecond is not None:
+            oprot.writeFieldBegin('opsPerSecond', TType.I32, 6)
+            oprot.writeI32(self.opsPerSecond)
+            oprot.writeFieldEnd()
+        if self.maxTasks is not None:
+            oprot.writeFieldBegin('maxTasks', TType.I64, 7)
+            oprot.writeI64(self.maxTasks)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.action is None:
+            raise TProtocolException(message='Required field action is unset!')
+        if self.filter is None:
+            raise TProtocolException(message='Required field filter is unset!')
+        if self.reason is None:
+            raise TProtocolException(message='Required field reason is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
+class BulkJob(object):
+    """
+    Attributes:
+     - jobId
+     - action
+     - filter
+     - reason
+     - state
+     - total
+     - changed
+     - skipped
+     - opsPerSecond
+     - createdBy
+     - createdAtMs
+     - finishedAtMs
+     - runningOn
+     - error
+     - shiftMs
+     - dueAtMs
+
+    """
+
+
+    def __init__(self, jobId=None, action=None, filter=None, reason=None, state=None, total=None, changed=None, skipped=None, opsPerSecond=None, createdBy=None, createdAtMs=None, finishedAtMs=None, runningOn=None, error=None, shiftMs=None, dueAtMs=None,):
+        self.jobId = jobId
+        self.action = action
+        self.filter = filter
+        self.reason = reason
+        self.state = state
+        self.total = total
+        self.changed = changed
+        self.skipped = skipped
+        self.opsPerSecond = opsPerSecond
+        self.createdBy = createdBy
+        self.createdAtMs = createdAtMs
+        self.finishedAtMs = finishedAtMs
+        self.runningOn = runningOn
+        self.error = error
+        self.shiftMs = shiftMs
+        self.dueAtMs = dueAtMs
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.jobId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.I32:
+                    self.action = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.STRUCT:
+                    self.filter = TaskFilter()
+                    self.filter.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRING:
+                    self.reason = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.I32:
+                    self.state = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 6:
+                if ftype == TType.I64:
+                    self.total = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 7:
+                if ftype == TType.I64:
+                    self.changed = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 8:
+                if ftype == TType.I64:
+                    self.skipped = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 9:
+                if ftype == TType.I32:
+                    self.opsPerSecond = iprot.readI32()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 10:
+                if ftype == TType.STRING:
+                    self.createdBy = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 11:
+                if ftype == TType.I64:
+                    self.createdAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 12:
+                if ftype == TType.I64:
+                    self.finishedAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 13:
+                if ftype == TType.STRING:
+                    self.runningOn = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 14:
+                if ftype == TType.STRING:
+                    self.error = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 15:
+                if ftype == TType.I64:
+                    self.shiftMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 16:
+                if ftype == TType.I64:
+                    self.dueAtMs = iprot.readI64()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('BulkJob')
+        if self.jobId is not None:
+            oprot.writeFieldBegin('jobId', TType.STRING, 1)
+            oprot.writeString(self.jobId.encode('utf-8') if sys.version_info[0] == 2 else self.jobId)
+            oprot.writeFieldEnd()
+        if self.action is not None:
+            oprot.writeFieldBegin('action', TType.I32, 2)
+            oprot.writeI32(self.action)
+            oprot.writeFieldEnd()
+        if self.filter is not None:
+            oprot.writeFieldBegin('filter', TType.STRUCT, 3)
+            self.filter.write(oprot)
+            oprot.writeFieldEnd()
+        if self.reason is not None:
+            oprot.writeFieldBegin('reason', TType.STRING, 4)
+            oprot.writeString(self.reason.encode('utf-8') if sys.version_info[0] == 2 else self.reason)
+            oprot.writeFieldEnd()
+        if self.state is not None:
+            oprot.writeFieldBegin('state', TType.I32, 5)
+            oprot.writeI32(self.state)
+            oprot.writeFieldEnd()
+        if self.total is not None:
+            oprot.writeFieldBegin('total', TType.I64, 6)
+            oprot.writeI64(self.total)
+            oprot.writeFieldEnd()
+        if self.changed is not None:
+            oprot.writeFieldBegin('changed', TType.I64, 7)
+            oprot.writeI64(self.changed)
+            oprot.writeFieldEnd()
+        if self.skipped is not None:
+            oprot.writeFieldBegin('skipped', TType.I64, 8)
+            oprot.writeI64(self.skipped)
+            oprot.writeFieldEnd()
+        if self.opsPerSecond is not None:
+            oprot.writeFieldBegin('opsPerSecond', TType.I32, 9)
+            oprot.writeI32(self.opsPerSecond)
+            oprot.writeFieldEnd()
+        if self.createdBy is not None:
+            oprot.writeFieldBegin('createdBy', TType.STRING, 10)
+            oprot.writeString(self.createdBy.encode('utf-8') if sys.version_info[0] == 2 else self.createdBy)
+            oprot.writeFieldEnd()
+        if self.createdAtMs is not None:
+            oprot.writeFieldBegin('createdAtMs', TType.I64, 11)
+            oprot.writeI64(self.createdAtMs)
+            oprot.writeFieldEnd()
+        if self.finishedAtMs is not None:
+            oprot.writeFieldBegin('finishedAtMs', TType.I64, 12)
+            oprot.writeI64(self.finishedAtMs)
+            oprot.writeFieldEnd()
+        if self.runningOn is not None:
+            oprot.writeFieldBegin('runningOn', TType.STRING, 13)
+            oprot.writeString(self.runningOn.encode('utf-8') if sys.version_info[0] == 2 else self.runningOn)
+            oprot.writeFieldEnd()
+        if self.error is not None:
+            oprot.writeFieldBegin('error', TType.STRING, 14)
+            oprot.writeString(self.error.encode('utf-8') if sys.version_info[0] == 2 else self.error)
+            oprot.writeFieldEnd()
+        if self.shiftMs is not None:
+            oprot.writeFieldBegin('shiftMs', TType.I64, 15)
+            oprot.writeI64(self.shiftMs)
+            oprot.writeFieldEnd()
+        if self.dueAtMs is not None:
+            oprot.writeFieldBegin('dueAtMs', TType.I64, 16)
+            oprot.writeI64(self.dueAtMs)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.jobId is None:
+            raise TProtocolException(message='Required field jobId is unset!')
+        if self.action is None:
+            raise TProtocolException(message='Required field action is unset!')
+        if self.filter is None:
+            raise TProtocolException(message='Required field filter is unset!')
+        if self.reason is None:
+            raise TProtocolException(message='Required field reason is unset!')
+        if self.state is None:
+            raise TProtocolException(message='Required field state is unset!')
+        if self.total is None:
+            raise TProtocolException(message='Required field total is unset!')
+        if self.changed is None:
+            raise TProtocolException(message='Required field changed is unset!')
+        if self.skipped is None:
+            raise TProtocolException(message='Required field skipped is unset!')
+        if self.opsPerSecond is None:
+            raise TProtocolException(message='Required field opsPerSecond is unset!')
+        if self.createdBy is None:
+            raise TProtocolException(message='Required field createdBy is unset!')
+        if self.createdAtMs is None:
+            raise TProtocolException(message='Required field createdAtMs is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class Grant(object):
     """
     Attributes:
@@ -3785,6 +4199,37 @@ RedriveResult.thrift_spec = (
     None,  # 0
     (1, TType.I32, 'redriven', None, None, ),  # 1
     (2, TType.BOOL, 'more', None, None, ),  # 2
+)
+all_structs.append(BulkRequest)
+BulkRequest.thrift_spec = (
+    None,  # 0
+    (1, TType.I32, 'action', None, None, ),  # 1
+    (2, TType.STRUCT, 'filter', [TaskFilter, None], None, ),  # 2
+    (3, TType.STRING, 'reason', 'UTF8', None, ),  # 3
+    (4, TType.I64, 'shiftMs', None, None, ),  # 4
+    (5, TType.I64, 'dueAtMs', None, None, ),  # 5
+    (6, TType.I32, 'opsPerSecond', None, None, ),  # 6
+    (7, TType.I64, 'maxTasks', None, None, ),  # 7
+)
+all_structs.append(BulkJob)
+BulkJob.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'jobId', 'UTF8', None, ),  # 1
+    (2, TType.I32, 'action', None, None, ),  # 2
+    (3, TType.STRUCT, 'filter', [TaskFilter, None], None, ),  # 3
+    (4, TType.STRING, 'reason', 'UTF8', None, ),  # 4
+    (5, TType.I32, 'state', None, None, ),  # 5
+    (6, TType.I64, 'total', None, None, ),  # 6
+    (7, TType.I64, 'changed', None, None, ),  # 7
+    (8, TType.I64, 'skipped', None, None, ),  # 8
+    (9, TType.I32, 'opsPerSecond', None, None, ),  # 9
+    (10, TType.STRING, 'createdBy', 'UTF8', None, ),  # 10
+    (11, TType.I64, 'createdAtMs', None, None, ),  # 11
+    (12, TType.I64, 'finishedAtMs', None, None, ),  # 12
+    (13, TType.STRING, 'runningOn', 'UTF8', None, ),  # 13
+    (14, TType.STRING, 'error', 'UTF8', None, ),  # 14
+    (15, TType.I64, 'shiftMs', None, None, ),  # 15
+    (16, TType.I64, 'dueAtMs', None, None, ),  # 16
 )
 all_structs.append(Grant)
 Grant.thrift_spec = (

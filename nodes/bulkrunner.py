@@ -1,0 +1,122 @@
+"""BulkRunner: runs bulk jobs (delayq.bulk) on this node, one at a time, on its thread `bulk-jobs`.
+
+Any node may run any job. The runner takes a RUNNING job whose lease has lapsed — a new one, or
+one whose node died or stopped — and runs its batches (delayq.store.bulkbatch) at the job's
+ops/s (delayq.bulk.Pacer); each batch renews the lease, which is why a batch is never more than
+a second of the job's rate. A job stopped by an operator, or taken over by another node while
+this one was paused, is dropped at its next batch, which changes nothing. Stopping the node hands
+its job back (the lease released), so another node goes on with it at once.
+
+After each batch, memory follows the front's rule (delayq.nodes.front.placing): a cancelled or
+moved task is forgotten here, a moved or redriven one is offered at its new time — to this
+node's memory or, through a hint, to its shard's owner. Other nodes' memory needs nothing: a
+claim takes only a row still DELAY at the due time its entry holds (invariant 1).
+
+States: idle (waiting for a job, woken at once by a job created on this node) -> running one ->
+idle. Owned by delayq.nodes.main.NodeRuntime, which starts and stops it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from delayq import errors
+from delayq.bulk import Action, Pacer, State, batch_size
+from delayq.clock import Clock
+from delayq.nodes.front.placing import Placing
+from delayq.nodes.memory.delayqueue import Entry
+from delayq.nodes.threads import NodeThread
+from delayq.store.bulkbatch import BatchResult
+from delayq.store.bulkjobs import BulkJobs, Job
+
+log = logging.getLogger(__name__)
+
+RETRY_WAIT_S = 1.0        # seconds after MySQL failed a batch or a look for a job
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    node_id: str
+    batch: int              # tasks per batch at most (DELAYQ_BULK_BATCH)
+    lease_ms: int           # how long a job stays this node's without a batch (DELAYQ_BULK_LEASE_MS)
+
+    @property
+    def poll_s(self) -> float:
+        """How often an idle node looks for a job to take: a lapsed lease is taken within this."""
+        return min(1.0, self.lease_ms / 4000)
+
+
+Batches = Callable[[Job, str, int, int, int], BatchResult]      # (job, node, size, now_ms, lease_ms)
+
+
+class BulkRunner(NodeThread):
+    name = "bulk-jobs"
+
+    def __init__(self, jobs: BulkJobs, batches: Batches, placing: Placing, clock: Clock, settings: RunnerSettings,
+                 monotonic: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self._jobs, self._batches, self._placing, self._clock = jobs, batches, placing, clock
+        self._s, self._monotonic = settings, monotonic
+        self.running: str | None = None      # the job id this node runs now
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._jobs.take(self._s.node_id, self._clock.now_ms(), self._s.lease_ms)
+            except errors.Unavailable as e:
+                log.warning("could not look for bulk jobs: %s", e)
+                self._stop.wait(RETRY_WAIT_S)
+                continue
+            if job is None:
+                self._wake.wait(self._s.poll_s)
+                self._wake.clear()
+                continue
+            self.running = job.job_id
+            try:
+                self._work(job)
+            finally:
+                self.running = None
+
+    def _work(self, job: Job) -> None:
+        log.info("bulk job %s (%s of %s, %d of %d changed) runs here", job.job_id, job.spec.action.value,
+                 job.spec.filter.topic, job.progress.changed, job.progress.total)
+        pacer = Pacer(job.spec.rate, self._monotonic())
+        while not self._stop.is_set():
+            size = batch_size(job.progress, job.spec.rate, self._s.batch)
+            pause = pacer.wait(max(size, 1), self._monotonic())
+            if pause and self._stop.wait(pause):
+                break
+            try:
+                result = self._batches(job, self._s.node_id, size or 1, self._clock.now_ms(), self._s.lease_ms)
+            except errors.Unavailable as e:
+                log.warning("bulk job %s: a batch failed (%s); trying again", job.job_id, e)
+                self._stop.wait(RETRY_WAIT_S)
+                continue
+            except Exception as e:      # a fault of delayq's: the job ends FAILED and says so
+                log.exception("bulk job %s failed", job.job_id)
+                self._jobs.fail(job.job_id, self._s.node_id, f"{type(e).__name__}: {e}", self._clock.now_ms())
+                return
+            if not result.ours:
+                log.info("bulk job %s was stopped or taken over: no longer runs here", job.job_id)
+                return
+            self._follow(job, result)
+            job = dataclasses.replace(job, progress=dataclasses.replace(
+                job.progress, cursor=result.cursor, changed=job.progress.changed + len(result.changed)))
+            if result.state is State.DONE:
+                log.info("bulk job %s done: %d of %d changed", job.job_id, job.progress.changed, job.progress.total)
+                return
+        try:
+            self._jobs.release(job.job_id, self._s.node_id)
+        except errors.Unavailable as e:
+            log.warning("bulk job %s: could not hand it back (%s); its lease lapses", job.job_id, e)
+
+    def _follow(self, job: Job, result: BatchResult) -> None:
+        """Memory after a batch's commit."""
+        if job.spec.action is not Action.REDRIVE:
+            for task_id in result.changed:
+                self._placing.forget(task_id)
+        topic = job.spec.filter.topic or ""
+        self._placing.offer(Entry(m.task_id, m.shard_id, m.due_ms, topic=topic) for m in result.moved)

@@ -1,0 +1,222 @@
+"""Bulk jobs' pure parts: a request's checks (each naming its field), the batch planner, the pace on
+a fake clock; and the runner on fakes: it follows a job batch by batch, tells memory, drops a job
+it lost, and hands its job back when it stops."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from delayq import errors
+from delayq.bulk import Action, Pacer, Progress, Spec, State, batch_size, check, percent
+from delayq.lifecycle import Status
+from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
+from delayq.store.bulkbatch import BatchResult, Moved
+from delayq.store.bulkjobs import Job
+from delayq.store.maintenance import TaskFilter
+
+pytestmark = pytest.mark.timeout(10)
+
+F = TaskFilter(topic="orders", tag="eu")
+
+
+def _check(action=Action.CANCEL, f=F, reason="tenant closed", rate=None, **kw):
+    return check(action, f, reason, rate, 2000, max_horizon_ms=86_400_000, **kw)
+
+
+def test_a_request_becomes_a_spec_acting_on_its_actions_state():
+    assert _check() == Spec(Action.CANCEL, TaskFilter(topic="orders", tag="eu", status=Status.DELAY), "tenant closed",
+                            2000)
+    assert _check(Action.REDRIVE, rate=50).filter.status is Status.FAILED
+    spec = _check(Action.RESCHEDULE, shift_ms=-3_600_000, max_tasks=10)
+    assert (spec.shift_ms, spec.due_at_ms, spec.max_tasks) == (-3_600_000, None, 10)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(f=TaskFilter(tag="eu")), "filter.topic"),
+    (dict(f=TaskFilter(topic="o", status=Status.FAILED)), "filter.status"),
+    (dict(action=Action.REDRIVE, f=TaskFilter(topic="o", status=Status.DELAY)), "filter.status"),
+    (dict(f=TaskFilter(topic="o", since_ms=5, until_ms=5)), "filter.dueBeforeMs"),
+    (dict(reason=None), "reason"), (dict(reason="  "), "reason"), (dict(reason="x" * 256), "reason"),
+    (dict(reason="a\nb"), "reason"), (dict(rate=0), "opsPerSecond"), (dict(rate=100_001), "opsPerSecond"),
+    (dict(max_tasks=0), "maxTasks"), (dict(action=Action.RESCHEDULE), "shiftMs"),
+    (dict(action=Action.RESCHEDULE, shift_ms=1, due_at_ms=5), "shiftMs"),
+    (dict(action=Action.RESCHEDULE, shift_ms=0), "shiftMs"),
+    (dict(action=Action.RESCHEDULE, shift_ms=86_400_001), "shiftMs"),
+    (dict(action=Action.RESCHEDULE, due_at_ms=-1), "dueAtMs"),
+    (dict(shift_ms=1000), "shiftMs")])
+def test_a_bad_request_names_its_field(kw, field):
+    with pytest.raises(errors.InvalidRequest) as e:
+        _check(**kw)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("progress, rate, most, size", [
+    (Progress(1000, 0, 0, "", "z"), 2000, 500, 500),        # the batch cap
+    (Progress(1000, 0, 0, "", "z"), 40, 500, 40),           # a second of the rate
+    (Progress(1000, 990, 0, "m", "z"), 2000, 500, 10),      # no more than the count shown
+    (Progress(1000, 1000, 0, "m", "z"), 2000, 500, 0),      # done: changed all it counted
+    (Progress(1000, 10, 0, "z", "z"), 2000, 500, 0),        # done: passed its snapshot's last id
+    (Progress(0, 0, 0, "", ""), 2000, 500, 0)])             # matched nothing
+def test_the_batch_planner(progress, rate, most, size):
+    assert batch_size(progress, rate, most) == size
+
+
+def test_percent_counts_skipped_tasks_as_passed():
+    assert percent(Progress(200, 50, 50, "m", "z")) == 50 and percent(Progress(0, 0, 0, "", "")) == 100
+
+
+def test_the_pace_holds_a_job_to_its_rate_on_a_fake_clock():
+    pace = Pacer(100, now=0.0)
+    assert pace.wait(100, 0.0) == 0.0          # a second's burst at once
+    assert pace.wait(50, 0.0) == pytest.approx(0.5)
+    assert pace.wait(50, 0.5) == pytest.approx(0.5)    # the debt carries over
+    assert pace.wait(10, 5.0) == 0.0           # idle time refills up to one second's worth only
+    assert pace.wait(100, 5.0) == pytest.approx(0.1)
+
+
+def test_over_ten_simulated_seconds_the_pace_is_the_rate():
+    pace, now, done = Pacer(250, now=0.0), 0.0, 0
+    while now < 10.0:
+        now += pace.wait(40, now)
+        done += 40
+    assert 250 * 10 <= done <= 250 * 11 + 40
+
+
+# ---- the runner, on fakes ------------------------------------------------------------------------
+
+def _job(action=Action.RESCHEDULE, total=25) -> Job:
+    spec = Spec(action, TaskFilter(topic="orders", status=action.acts_on), "why", 100_000, shift_ms=1000)
+    return Job("j1", spec, "admin", 0, State.RUNNING, Progress(total, 0, 0, "", "t99"), "n1", 0, None, None)
+
+
+class FakeJobs:
+    def __init__(self, job: Job | None):
+        self.job, self.released, self.failed = job, [], []
+
+    def take(self, node, now_ms, lease_ms):
+        job, self.job = self.job, None
+        return job
+
+    def release(self, job_id, node):
+        self.released.append(job_id)
+
+    def fail(self, job_id, node, error, now_ms):
+        self.failed.append(error)
+
+
+class FakeBatches:
+    """Tasks t00..t24; batches of the runner's size, each moving its tasks by a second."""
+    def __init__(self, lose_after: int | None = None, block: threading.Event | None = None):
+        self.calls: list[tuple[str, int]] = []
+        self.lose_after, self.block = lose_after, block
+
+    def __call__(self, job, node, size, now_ms, lease_ms):
+        self.calls.append((job.progress.cursor, size))
+        if self.block is not None:
+            self.block.wait(5)
+        if self.lose_after is not None and len(self.calls) > self.lose_after:
+            return BatchResult(ours=False)
+        start = 0 if not job.progress.cursor else int(job.progress.cursor[1:]) + 1
+        ids = [f"t{i:02d}" for i in range(start, min(25, start + size))]
+        return BatchResult(True, tuple(ids), tuple(Moved(t, 3, 1000) for t in ids), ids[-1],
+                           State.DONE if start + size >= 25 else State.RUNNING)
+
+
+class FakePlacing:
+    def __init__(self):
+        self.forgot, self.offered = [], []
+
+    def forget(self, task_id):
+        self.forgot.append(task_id)
+
+    def offer(self, entries):
+        self.offered += list(entries)
+
+
+class FakeClock:
+    def now_ms(self):
+        return 0
+
+
+def _runner(jobs, batches, placing, batch=10):
+    return BulkRunner(jobs, batches, placing, FakeClock(), RunnerSettings("n1", batch, 2000))
+
+
+def _until(predicate, timeout=5.0):
+    done = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        done.wait(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_the_runner_follows_a_job_from_cursor_to_cursor_and_tells_memory():
+    jobs, batches, placing = FakeJobs(_job()), FakeBatches(), FakePlacing()
+    runner = _runner(jobs, batches, placing)
+    runner.start()
+    try:
+        _until(lambda: len(batches.calls) == 3 and runner.running is None)
+    finally:
+        runner.stop()
+    assert batches.calls == [("", 10), ("t09", 10), ("t19", 5)]     # the last one only what it may still change
+    assert placing.forgot == [f"t{i:02d}" for i in range(25)]
+    assert [(e.task_id, e.shard_id, e.due_ms, e.topic) for e in placing.offered] == [
+        (f"t{i:02d}", 3, 1000, "orders") for i in range(25)]
+    assert jobs.released == []          # done: nothing to hand back
+
+
+def test_a_redrive_offers_memory_its_tasks_and_forgets_none():
+    jobs, batches, placing = FakeJobs(_job(Action.REDRIVE)), FakeBatches(), FakePlacing()
+    runner = _runner(jobs, batches, placing)
+    runner.start()
+    try:
+        _until(lambda: len(batches.calls) == 3)
+    finally:
+        runner.stop()
+    assert placing.forgot == [] and len(placing.offered) == 25
+
+
+def test_a_job_lost_to_a_stop_or_another_node_is_dropped_at_its_next_batch():
+    jobs, batches, placing = FakeJobs(_job()), FakeBatches(lose_after=1), FakePlacing()
+    runner = _runner(jobs, batches, placing)
+    runner.start()
+    try:
+        _until(lambda: len(batches.calls) == 2 and runner.running is None)
+    finally:
+        runner.stop()
+    assert len(placing.forgot) == 10 and jobs.released == []
+
+
+def test_a_stopping_runner_hands_its_job_back():
+    block = threading.Event()
+    jobs, batches, placing = FakeJobs(_job()), FakeBatches(block=block), FakePlacing()
+    runner = _runner(jobs, batches, placing)
+    runner.start()
+    _until(lambda: len(batches.calls) == 1)
+    stopper = threading.Thread(target=runner.stop)
+    stopper.start()
+    _until(runner._stop.is_set)
+    block.set()             # the batch under way ends; the runner stops before the next one
+    stopper.join(5)
+    assert len(batches.calls) == 1 and jobs.released == ["j1"]
+
+
+def test_a_fault_ends_the_job_failed():
+    def broken(*args):
+        raise ValueError("bad row")
+    jobs = FakeJobs(_job())
+    runner = _runner(jobs, broken, FakePlacing())
+    runner.start()
+    try:
+        _until(lambda: jobs.failed)
+    finally:
+        runner.stop()
+    assert jobs.failed == ["ValueError: bad row"]
+
+
+def test_progress_is_a_value():
+    p = Progress(10, 1, 0, "a", "z")
+    assert dataclasses.replace(p, changed=10).remaining == 0

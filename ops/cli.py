@@ -205,6 +205,7 @@ def _register_subcommands() -> None:
     from delayq.ops.retention import retention
     from delayq.ops.services import services
     from delayq.ops import keys  # noqa: F401 - adds the by-key commands to `delayq tasks`
+    from delayq.ops import bulk  # noqa: F401 - adds `delayq tasks bulk`
     from delayq.ops.tasks import purge_cmd, tasks
     from delayq.ops.tenants import tenants
     from delayq.ops.topics import topics

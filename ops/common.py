@@ -48,8 +48,8 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
     """Run fn; turn delayq's and Thrift's errors into one clear line and the exit code."""
     try:
         return fn()
-    except (ConfigError, ttypes.InvalidService, ttypes.InvalidTask, ttypes.UnknownTopic) as e:
-        if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask)):
+    except (ConfigError, ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest, ttypes.UnknownTopic) as e:
+        if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest)):
             message = f"{e.field}: {e.reason}"
         elif isinstance(e, ttypes.UnknownTopic):
             message = f"unknown topic {e.topic!r}: register its service first (delayq services add)"

@@ -1,0 +1,243 @@
+"""Bulk jobs on two real nodes (ZooKeeper, MySQL as the nodes' own account): a dry run's count is
+what the job changes, and a cancel by tag reaches every shard; a job whose node is SIGKILLed is
+finished by the other node with every task moved exactly once; a batch run again from an old
+cursor, or by a node that lost the job, changes nothing; a stop leaves a definite count; a
+redrive; bad requests are declared errors naming the field; the command's dry run and refusal."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+import sqlalchemy
+
+from delayq import config, db as dbm, tables
+from delayq.bulk import Action, Spec, State
+from delayq.client import CallbackService, TaskSpec
+from delayq.client.gen.delayq_thrift import ttypes
+from delayq.lifecycle import Status
+from delayq.store.bulkbatch import run_batch
+from delayq.store.bulkjobs import BulkJobs
+from delayq.store.maintenance import TaskFilter
+from delayq.testing.cluster import fresh_database, now_ms
+from conftest import NodeFactory, per_node, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+HOUR = 3_600_000
+CANCEL, RESCHEDULE, REDRIVE = ttypes.BulkAction.CANCEL, ttypes.BulkAction.RESCHEDULE, ttypes.BulkAction.REDRIVE
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with fresh_database(8) as db:
+        factory = NodeFactory(db, tmp_path_factory.mktemp("bulk"))
+        nodes = [factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_SESSION_TIMEOUT_MS="3000", DELAYQ_BULK_LEASE_MS="2000")
+                 for _ in range(2)]
+        try:
+            wait_until(lambda: sorted(per_node(nodes[0]).values()) == [4, 4], 15, 0.1, what="a balanced cluster")
+            yield db, nodes
+        finally:
+            factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def engine(cluster):
+    e = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": cluster[0].url}).mysql)
+    yield e
+    e.dispose()
+
+
+def _live(cluster):
+    """A node still running (the take-over test kills one)."""
+    return next(n for n in cluster[1] if n.alive())
+
+
+def _topic(node) -> str:
+    name = f"b.{uuid.uuid4().hex[:10]}"
+    with node.client() as c:
+        c.registerService(CallbackService(topic=name, ttrMs=0))
+    return name
+
+
+def _submit(node, topic: str, n: int, base_ms: int, **spec) -> list[str]:
+    """n tasks due base_ms + i (an hour or more ahead: none fires during a test)."""
+    ids: list[str] = []
+    with node.client() as c:
+        for start in range(0, n, 500):
+            ids += [r.taskId for r in c.submitBatch([TaskSpec(topic=topic, dueAtMs=base_ms + i, **spec)
+                                                     for i in range(start, min(n, start + 500))])]
+    return ids
+
+
+def _rows(engine, sql: str, **params) -> list:
+    with engine.connect() as conn:
+        return list(conn.execute(sqlalchemy.text(sql), params))
+
+
+def _request(action, topic: str, reason: str = "test", **kw) -> ttypes.BulkRequest:
+    f = {k: kw.pop(k) for k in ("tag", "keyPrefix", "dueFromMs", "dueBeforeMs") if k in kw}
+    return ttypes.BulkRequest(action=action, filter=ttypes.TaskFilter(topic=topic, **f), reason=reason, **kw)
+
+
+def _ended(node, job_id: str, timeout: float) -> ttypes.BulkJob:
+    def look():
+        with node.client() as c:
+            job = c.bulkGet(job_id)
+        return job.state != ttypes.BulkState.RUNNING and job
+    return wait_until(look, timeout, 0.1, what=f"bulk job {job_id} to end")
+
+
+def test_a_dry_run_counts_what_a_cancel_by_tag_changes_across_shards(cluster, engine):
+    _, (n1, n2) = cluster
+    topic = _topic(n1)
+    base = now_ms() + HOUR
+    eu = set(_submit(n1, topic, 300, base, tags=["eu", "vip"]))
+    us = set(_submit(n2, topic, 100, base, tags=["us"]))
+    with n2.client() as c:
+        request = _request(CANCEL, topic, "tenant eu closed", tag="eu", opsPerSecond=5000)
+        count = c.bulkCount(request)
+        request.maxTasks = count
+        job = c.bulkStart(request)
+    assert count == job.total == 300
+    done = _ended(n1, job.jobId, 20)
+    assert (done.state, done.changed, done.skipped) == (ttypes.BulkState.DONE, 300, 0)
+    cancelled = _rows(engine, "SELECT task_id, shard_id, message FROM job_delay_task_backlog WHERE topic = :t "
+                              "AND status = :s", t=topic, s=int(Status.CANCELLED))
+    assert {r.task_id for r in cancelled} == eu
+    assert len({r.shard_id for r in cancelled}) == 8           # every shard, whichever node owns it
+    assert all(r.message == f"cancelled by bulk job {job.jobId}: tenant eu closed" for r in cancelled)
+    assert {r.task_id for r in _rows(engine, "SELECT task_id FROM job_delay_task WHERE topic = :t", t=topic)} == us
+    audit = _rows(engine, "SELECT actor, target, outcome FROM job_audit WHERE action = 'bulkStart' AND target LIKE :t",
+                  t=f"% topic={topic} %")
+    assert audit == [("test-admin", f"cancel topic={topic} tag=eu reason=tenant eu closed",
+                      f"job {job.jobId} RUNNING 0/300")]
+
+
+def test_a_job_whose_node_is_killed_is_finished_by_the_other_with_each_task_moved_once(cluster, engine):
+    _, (n1, n2) = cluster
+    topic = _topic(n1)
+    base = now_ms() + HOUR
+    ids = _submit(n1, topic, 600, base)
+    with n1.client() as c:
+        job = c.bulkStart(_request(RESCHEDULE, topic, "push back an hour", shiftMs=HOUR, opsPerSecond=150))
+
+    def half_way():
+        with n1.client() as c:
+            j = c.bulkGet(job.jobId)
+        return j.changed >= 100 and j.runningOn and j
+    running = wait_until(half_way, 15, 0.05, what="the job under way")
+    victim, survivor = (n1, n2) if running.runningOn == n1.node_id else (n2, n1)
+    victim.kill()
+    done = _ended(survivor, job.jobId, 30)
+    assert (done.state, done.changed) == (ttypes.BulkState.DONE, 600)
+    due = dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic))
+    # Each task moved exactly once: none twice (a batch re-run), none left behind.
+    assert due == {task_id: base + i + HOUR for i, task_id in enumerate(ids)}
+
+
+@pytest.fixture
+def bare():
+    """A database no node runs: the test runs the batches itself."""
+    with fresh_database(8) as db:
+        e = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": db.url}).mysql)
+        yield e
+        e.dispose()
+
+
+def test_a_batch_run_again_or_by_a_node_that_lost_the_job_changes_nothing(bare):
+    engine, topic, now = bare, "b.t", now_ms()
+    with engine.begin() as conn:
+        conn.execute(tables.task.insert(), [dict(
+            task_id=f"{now:011x}{i:016x}", topic=topic, shard_id=i % 8, due_ms=now + HOUR, status=int(Status.DELAY),
+            attempt=0, payload=b"", spec_hash=b"0" * 16, max_retries=0, ttr_ms=1000, created_ms=now - 1,
+            updated_ms=now) for i in range(30)])
+    jobs = BulkJobs(engine)
+    spec = Spec(Action.RESCHEDULE, TaskFilter(topic=topic, status=Status.DELAY), "r", 1000, shift_ms=1000)
+    created = jobs.create(spec, "test", now)
+    job = jobs.take("a", now, HOUR)
+    assert job is not None and job.job_id == created.job_id and job.progress.total == 30
+    first = run_batch(engine, job, "a", 10, now, HOUR)
+    assert first.ours and len(first.changed) == 10
+    again = run_batch(engine, job, "a", 10, now, HOUR)          # the same batch, from the same old cursor
+    assert not again.ours and again.changed == ()
+    # Another node takes the job over (the lease lapsed); the first one's next batch changes nothing.
+    taken = jobs.take("b", now + 2 * HOUR, HOUR)
+    assert taken is not None and taken.progress.cursor == first.cursor
+    moved_on = dataclasses.replace(job, progress=dataclasses.replace(job.progress, cursor=first.cursor))
+    assert not run_batch(engine, moved_on, "a", 10, now, HOUR).ours
+    while (r := run_batch(engine, taken, "b", 7, now, HOUR)).state is State.RUNNING:
+        taken = dataclasses.replace(taken, progress=dataclasses.replace(taken.progress, cursor=r.cursor))
+    assert jobs.get(job.job_id).progress.changed == 30
+    assert _rows(engine, "SELECT DISTINCT due_ms FROM job_delay_task WHERE topic = :t", t=topic) == [(now + HOUR + 1000,)]
+
+
+def test_a_stopped_job_leaves_a_definite_count(cluster, engine):
+    node = _live(cluster)
+    topic = _topic(node)
+    _submit(node, topic, 400, now_ms() + HOUR)
+    with node.client() as c:
+        job = c.bulkStart(_request(CANCEL, topic, "wrong filter", opsPerSecond=40))
+        wait_until(lambda: c.bulkGet(job.jobId).changed >= 40, 15, 0.05, what="the job under way")
+        stopped = c.bulkStop(job.jobId)
+        assert stopped.state == ttypes.BulkState.STOPPED and 40 <= stopped.changed < 400
+        assert c.bulkGet(job.jobId).changed == stopped.changed
+        assert c.bulkStop(job.jobId).changed == stopped.changed      # stopping again changes nothing
+    gone = _rows(engine, "SELECT COUNT(*) FROM job_delay_task_backlog WHERE topic = :t", t=topic)[0][0]
+    live = _rows(engine, "SELECT COUNT(*) FROM job_delay_task WHERE topic = :t", t=topic)[0][0]
+    assert (gone, live) == (stopped.changed, 400 - stopped.changed)
+
+
+def test_a_redrive_sends_failed_tasks_again(cluster, engine):
+    node = _live(cluster)
+    topic = _topic(node)
+    ids = _submit(node, topic, 20, now_ms() + HOUR)
+    with engine.begin() as conn:        # as if each had failed its last attempt
+        conn.execute(sqlalchemy.text(
+            "INSERT INTO job_delay_task_backlog (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
+            "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter) SELECT task_id, topic, shard_id, "
+            "due_ms, :f, 1, payload, spec_hash, max_retries, ttr_ms, created_ms, :now, 'failed', 0 "
+            "FROM job_delay_task WHERE topic = :t"), dict(f=int(Status.FAILED), now=now_ms(), t=topic))
+        conn.execute(sqlalchemy.text("DELETE FROM job_delay_task WHERE topic = :t"), dict(t=topic))
+    with node.client() as c:
+        assert c.bulkCount(_request(REDRIVE, topic)) == 20
+        job = c.bulkStart(_request(REDRIVE, topic, "consumer fixed"))
+    assert _ended(node, job.jobId, 20).changed == 20
+    live = dict(_rows(engine, "SELECT task_id, max_retries FROM job_delay_task WHERE topic = :t", t=topic))
+    assert set(live) == set(ids)
+
+
+@pytest.mark.parametrize("request_, field", [
+    (dict(reason=""), "reason"), (dict(reason="x" * 256), "reason"), (dict(opsPerSecond=0), "opsPerSecond"),
+    (dict(opsPerSecond=100_001), "opsPerSecond"), (dict(action=RESCHEDULE), "shiftMs"),
+    (dict(action=RESCHEDULE, shiftMs=1, dueAtMs=1), "shiftMs"), (dict(shiftMs=1000), "shiftMs"),
+    (dict(tag="a,b"), "filter.tag"), (dict(keyPrefix="k" * 256), "filter.keyPrefix"), (dict(action=9), "action")])
+def test_bad_requests_are_declared_errors_naming_the_field(cluster, request_, field):
+    node = _live(cluster)
+    kw = {"reason": "r", "action": CANCEL, **request_}
+    with node.client() as c:
+        with pytest.raises(ttypes.InvalidRequest) as e:
+            c.bulkStart(_request(kw.pop("action"), "b.topic", **kw))
+    assert e.value.field == field
+
+
+def test_the_command_counts_first_and_refuses_to_start_without_yes(cluster):
+    node = _live(cluster)
+    topic = _topic(node)
+    _submit(node, topic, 5, now_ms() + HOUR)
+
+    def delayq(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "delayq", "tasks", "bulk", "cancel", topic, "--reason", "r",
+                               "--endpoint", node.endpoint, "--json", *args], env=node.env, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    dry = delayq("--dry-run")
+    assert (dry.returncode, json.loads(dry.stdout)) == (0, {"count": 5})
+    refused = delayq()
+    assert refused.returncode == 2 and "5 tasks match: add --yes" in json.loads(refused.stdout)["error"]
+    done = delayq("--yes")
+    assert done.returncode == 0, done.stderr
+    assert {k: json.loads(done.stdout)[k] for k in ("state", "changed", "total")} == {
+        "state": "DONE", "changed": 5, "total": 5}

@@ -49,6 +49,7 @@ from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.keycalls import KeyCalls
 from delayq.nodes.front.inboxes import CallPool
+from delayq.nodes.front.connection import ConnectionLimits
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.service import Service
 from delayq.nodes.front.newtasks import NewTasks, SubmitRules
@@ -227,11 +228,8 @@ class NodeRuntime:
         self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
-                                   s.node.host, s.node.port, max_connections=s.limits.thrift_workers,
-                                   max_frame=s.limits.max_frame_bytes, idle_timeout=s.limits.idle_timeout_ms / 1000.0,
-                                   frame_timeout=s.limits.frame_timeout_ms / 1000.0,
-                                   first_frame_timeout=s.limits.first_frame_timeout_ms / 1000.0,
-                                   closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
+                                   s.node.host, s.node.port, ConnectionLimits.of(s.limits),
+                                   max_connections=s.limits.thrift_workers, closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
         self.metrics.gauges(self.probes.gauges, self.probes.counters)

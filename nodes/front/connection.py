@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol, cast
 
+from delayq.config import LimitSettings
 from delayq.nodes.front.caller import Caller
 
 HEADER = struct.Struct("!i")
@@ -52,6 +53,11 @@ class ConnectionLimits:
     frame_timeout: float            # a frame must arrive whole this long after its first byte
     first_frame_timeout: float      # a new connection must start its first frame this soon
     max_waiting: int = 16           # pipelined requests held per connection; more stay in the socket
+
+    @classmethod
+    def of(cls, s: LimitSettings) -> ConnectionLimits:
+        return cls(max_frame=s.max_frame_bytes, idle_timeout=s.idle_timeout_ms / 1000.0,
+                   frame_timeout=s.frame_timeout_ms / 1000.0, first_frame_timeout=s.first_frame_timeout_ms / 1000.0)
 
 
 class Call:

@@ -64,17 +64,16 @@ _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 
 
 class ThriftServer:
-    def __init__(self, inboxes: Mapping[str, Inbox], default: Inbox, host: str, port: int, *, max_connections: int,
-                 max_frame: int, idle_timeout: float, frame_timeout: float, first_frame_timeout: float,
-                 max_waiting: int = 16, closed: Callable[[str], None] = lambda reason: None,
+    def __init__(self, inboxes: Mapping[str, Inbox], default: Inbox, host: str, port: int, limits: ConnectionLimits,
+                 *, max_connections: int, closed: Callable[[str], None] = lambda reason: None,
                  tls: ssl.SSLContext | None = None):
         self._inboxes = {name.encode(): inbox for name, inbox in inboxes.items()}
         self._default = default
         self._host, self._port = host, port
-        self._limits = ConnectionLimits(max_frame, idle_timeout, frame_timeout, first_frame_timeout, max_waiting)
+        self._limits = limits
         self._closed = closed
         self._tls = tls
-        self._sweep_every = min(0.25, idle_timeout / 4, frame_timeout / 4, first_frame_timeout / 4)
+        self._sweep_every = min(0.25, limits.idle_timeout / 4, limits.frame_timeout / 4, limits.first_frame_timeout / 4)
         self._sel = selectors.DefaultSelector()
         self._conns = OpenConnections(self._sel, max_connections, closed)
         self._listener: socket.socket | None = None

@@ -17,6 +17,7 @@ from thrift.transport import TTransport
 from delayq.client import connect
 from delayq.client.security import ClientSecurity
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.nodes.front.connection import ConnectionLimits
 from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.submits import SubmitBatcher
@@ -78,10 +79,12 @@ class Front:
                                      monotonic=handler.monotonic)
         self.calls = CallPool(DelayScheduler.Processor(handler), PROTOCOL, threads=2)
         self.closed: list[str] = []
+        tls, max_connections = limits.pop("tls", None), limits.pop("max_connections", 8)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
-                                   "127.0.0.1", 0, closed=self.closed.append,
-                                   **{"max_connections": 8, "max_frame": 1 << 20, "idle_timeout": 30.0,
-                                      "frame_timeout": 10.0, "first_frame_timeout": 10.0, **limits})
+                                   "127.0.0.1", 0, ConnectionLimits(**{"max_frame": 1 << 20, "idle_timeout": 30.0,
+                                                                       "frame_timeout": 10.0,
+                                                                       "first_frame_timeout": 10.0, **limits}),
+                                   max_connections=max_connections, closed=self.closed.append, tls=tls)
 
     def __enter__(self):
         self.submits.start()

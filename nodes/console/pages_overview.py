@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from delayq import errors
+from delayq.access.grants import Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console import history
 from delayq.nodes.console.app import Console, Ctx, Response, describe
@@ -25,6 +26,7 @@ class NodeRow:
     master: bool
     drained: bool
     pinned: list[int]
+    clock_ms: int | None            # its clock minus MySQL's at its last check
     ready: bool | None              # None: its HTTP port did not answer
     problem: str | None             # what /readyz says is failing, or why there is no answer
 
@@ -46,7 +48,6 @@ def merged_history(c: Console) -> tuple[history.Merged, int, int]:
 def visible(ctx: Ctx):
     """The topics whose figures this client may see: all for admin (as listServices), else those it
     may read."""
-    from delayq.access.grants import Permission
     return (lambda topic: True) if ctx.admin else (lambda topic: ctx.client.allows(Permission.READ, topic))
 
 
@@ -76,6 +77,7 @@ def nodes(c: Console, ctx: Ctx) -> tuple[ttypes.ClusterInfo | None, list[NodeRow
                    else answer.error if answer is not None else "no HTTP address published")
         rows.append(NodeRow(n.nodeId, n.endpoint, ep, n.shardCount or 0, n.queueSize or 0, bool(n.master),
                             n.nodeId in drained, sorted(s for s, owner in pinned.items() if owner == n.nodeId),
+                            n.clockOffsetMs,
                             None if answer is None or answer.status is None else answer.status == 200, problem))
     return info, rows, None
 

@@ -9,6 +9,7 @@ the client may read, as `get` would let it read each task.
 """
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from delayq.access.grants import Permission
@@ -165,7 +166,6 @@ def dead_discard(c: Console, ctx: Ctx) -> Response:
 
 
 def _qs(**values) -> str:
-    import urllib.parse
     return urllib.parse.urlencode({k: v for k, v in values.items() if v not in (None, "")})
 
 

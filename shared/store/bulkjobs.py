@@ -111,15 +111,16 @@ class BulkJobs:
     def take(self, node: str, now_ms: int, lease_ms: int) -> Job | None:
         """A RUNNING job nobody holds (or whose holder's lease lapsed), now this node's."""
         lapsed = or_(JOB.c.lease_owner.is_(None), JOB.c.lease_until_ms < now_ms)
+        taken = None
         with unavailable_on_failure(), self._engine.begin() as conn:
             ids = [r.job_id for r in conn.execute(select(JOB.c.job_id).where(JOB.c.state == State.RUNNING.value, lapsed)
                                                   .order_by(JOB.c.job_id).limit(5))]
-            for job_id in ids:
+            for job_id in ids:      # the oldest first; another node may take one between the read and the UPDATE
                 if conn.execute(update(JOB).where(JOB.c.job_id == job_id, JOB.c.state == State.RUNNING.value, lapsed)
                                 .values(lease_owner=node, lease_until_ms=now_ms + lease_ms)).rowcount:
-                    conn.commit()
-                    return self.get(job_id)
-        return None
+                    taken = job_id
+                    break
+        return None if taken is None else self.get(taken)
 
     def release(self, job_id: str, node: str) -> None:
         """This node stops running the job (it stops): another takes it at once."""

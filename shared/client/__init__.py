@@ -6,11 +6,12 @@
 `delayq.client` itself needs only the `thrift` package. The IDL is `delayq.thrift` beside this
 file; `gen/` is its generated Python code (never edited by hand).
 """
-from delayq.client.gen.delayq_thrift.ttypes import (CallbackService, CancelResult, KeyConflict,  # noqa: F401
-                                                    KeyedResult, ReportOutcome, ResultStatus, SubmitOutcome,
-                                                    TaskFilter, TaskSpec, TaskStatus)
+from delayq.client.gen.delayq_thrift.ttypes import (BulkAction, BulkRequest, BulkState,  # noqa: F401
+                                                    CallbackService, CancelResult, KeyConflict, KeyedResult,
+                                                    ReportOutcome, ResultStatus, SubmitOutcome, TaskFilter, TaskSpec,
+                                                    TaskStatus)
 from delayq.client.scheduler import DelayqClient, closed_by_peer, connect, discover, parse_endpoint  # noqa: F401
 
-__all__ = ["CallbackService", "CancelResult", "DelayqClient", "KeyConflict", "KeyedResult", "ReportOutcome",
+__all__ = ["BulkAction", "BulkRequest", "BulkState", "CallbackService", "CancelResult", "DelayqClient", "KeyConflict", "KeyedResult", "ReportOutcome",
            "ResultStatus", "SubmitOutcome", "TaskFilter", "TaskSpec", "TaskStatus", "closed_by_peer", "connect",
            "discover", "parse_endpoint"]

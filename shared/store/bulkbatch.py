@@ -9,7 +9,7 @@
 4. the change (cancel: to the backlog; reschedule: the new due time; redrive: back to DELAY);
 5. the job row: the cursor past the last id read, the counts, the lease renewed, DONE at the end.
 
-Every task is changed once: a batch's changes and its cursor commit together, and a batch run
+Every task is changed once (docs/ARCHITECTURE.md, invariant 10): a batch's changes and its cursor commit together, and a batch run
 again from an old cursor (a node that lost the job without knowing) finds the cursor moved and
 changes nothing. Only the rows changed are locked, each for the batch's few milliseconds: a
 dispatch that wants one waits no longer than for a single cancel.

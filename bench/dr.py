@@ -14,7 +14,8 @@ Reported (one JSON line):
                          (kill_to_promoted_s, promoted_to_node_ready_s);
   not_fired              acknowledged tasks the replica has that never arrived (must be 0);
   fired_again            tasks that arrived twice: fired on the primary site, the FINISHED not replicated;
-  early                  deliveries before their due time (must be 0).
+  early                  deliveries before their due time (must be 0);
+  lag_max_transactions   the most transactions the replica lacked in any 100 ms sample before the kill.
 """
 from __future__ import annotations
 
@@ -93,6 +94,37 @@ class Producer:
             client.close()
 
 
+class LagSampler:
+    """Every 100 ms until the primary is gone: how many transactions the replica lacks (the sequence
+    numbers of the primary's and the replica's last GTID, one domain and server)."""
+
+    def __init__(self, primary_url: str, replica_url: str):
+        self._engines = engine_of(primary_url), engine_of(replica_url)
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dr-lag", daemon=True)
+        self._thread.start()
+
+    def _seq(self, engine, variable: str) -> int:
+        with engine.connect() as conn:
+            pos = conn.exec_driver_sql(f"SELECT @@{variable}").scalar() or "0-0-0"
+        return max(int(p.split("-")[2]) for p in pos.split(","))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self.samples.append(self._seq(self._engines[0], "gtid_binlog_pos")
+                                    - self._seq(self._engines[1], "gtid_slave_pos"))
+            except Exception:  # noqa: BLE001 - the primary was killed: sampling ends
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for e in self._engines:
+            e.dispose()
+
+
 def on_replica(replica_url: str, ids: list[str]) -> set[str]:
     engine = engine_of(replica_url)
     found: set[str] = set()
@@ -134,8 +166,10 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     try:
         producer = Producer(topic, rate, seconds, node)
         feeding = threading.Thread(target=producer.run, name="dr-producer")
+        lag = LagSampler(primary, replica)
         feeding.start()
         time.sleep(kill_after_s)
+        lag.stop()
         killed = now_ms()
         node.kill()                 # the whole site: its node, then its database
         dr("kill-primary")
@@ -178,6 +212,8 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
         "not_fired": len(kept - set(seen)),
         "fired_again": sum(1 for n in seen.values() if n > 1),
         "early": sum(1 for r in records if r.recv_us / 1000 < r.due_ms),
+        "lag_max_transactions": max(lag.samples, default=None),
+        "lag_samples": len(lag.samples),
         "submit_p50_ms": round(lat[len(lat) // 2], 2) if lat else None,
         "submit_p99_ms": round(lat[int(len(lat) * 0.99)], 2) if lat else None,
     })

@@ -16,7 +16,7 @@ import time
 import uuid
 
 from delayq import config, db as dbm, schema
-from delayq.retention import DAY_MS, day_of
+from delayq.retention import DAY_MS, day_name, day_of
 from delayq.store.retention import RetentionStore
 from delayq.testing.services import MYSQL_SERVER
 
@@ -51,6 +51,33 @@ def fill(engine, table: str, rows: int, at_ms: int, deadline: float) -> int:
                                  f"FROM bench_seed WHERE n < {take}")
         made += take
     return made
+
+
+# delayq's statements on the two tables (delayq.store.*, delayq.nodes.console.reads), by role.
+HOT = {
+    "submit/get/cancel: a task by id": f"SELECT task_id, spec_hash FROM {BACKLOG} WHERE task_id IN ('tA', 'tB')",
+    "get: a task's attempts": f"SELECT * FROM {EXECLOG} WHERE task_id = 'tA' ORDER BY attempt",
+    "result: one attempt": f"SELECT dispatched_ms FROM {EXECLOG} WHERE task_id = 'tA' AND attempt = 1",
+    "result: an attempt's row": f"UPDATE {EXECLOG} SET result = 'SUCCESS' WHERE task_id = 'tA' AND attempt = 1",
+    "dead letters owed": f"SELECT task_id FROM {BACKLOG} WHERE dead_letter = 1 AND shard_id IN (1, 2) LIMIT 100",
+    "console: newest archived of a topic": f"SELECT task_id FROM {BACKLOG} FORCE INDEX (idx_finished) WHERE topic = "
+                                           "'bench' AND status = 4 ORDER BY finished_ms DESC, task_id DESC LIMIT 51",
+    "retention: topics": f"SELECT DISTINCT topic FROM {BACKLOG} FORCE INDEX (idx_topic_finished)",
+    "retention: expired of a topic": f"SELECT task_id, finished_ms FROM {BACKLOG} FORCE INDEX (idx_topic_finished) "
+                                     "WHERE topic = 'short' AND finished_ms < 5 AND dead_letter = 0 "
+                                     "ORDER BY finished_ms LIMIT 1000",
+}
+
+
+def plans(engine) -> dict[str, str]:
+    """EXPLAIN of each statement in HOT: type, key, rows, partitions."""
+    out = {}
+    with engine.connect() as conn:
+        for what, sql in HOT.items():
+            rows = conn.exec_driver_sql(f"EXPLAIN PARTITIONS {sql}").mappings().all()
+            out[what] = "; ".join(f"{r['type']} {r['key']} rows~{r['rows']} partitions {r['partitions']}"
+                                  f"{' (' + r['Extra'] + ')' if r['Extra'] else ''}" for r in rows)
+    return out
 
 
 def main() -> None:
@@ -91,9 +118,17 @@ def main() -> None:
             out["day_partition_bytes"] = int(conn.exec_driver_sql(
                 "SELECT DATA_LENGTH + INDEX_LENGTH FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
                 "AND TABLE_NAME = %s ORDER BY PARTITION_ORDINAL_POSITION LIMIT 1", (BACKLOG,)).scalar())
+        out["plans"] = plans(engine)
         started = time.monotonic()
         deleted = sum(t for t, _ in store.delete_expired("short", tomorrow + 1, 1000, 10_000))
         out["delete_by_key"] = {"rows": deleted, "s": round(time.monotonic() - started, 2)}
+        # The same DDL on an empty partition (a day ahead), right before: what the statement costs on
+        # this machine at this moment whatever the rows (metadata files written and synced).
+        with engine.connect() as conn:
+            for table in (EXECLOG, BACKLOG):
+                started = time.monotonic()
+                conn.exec_driver_sql(f"ALTER TABLE {table} DROP PARTITION {day_name(day_of(now) + 2)}")
+                out.setdefault("empty_drop_ms", {})[table] = round((time.monotonic() - started) * 1000, 1)
         report = store.prune(7, now + 8 * DAY_MS, 2, 1000)
         out["dropped"] = report.dropped
         out["drop_ms"] = report.drop_ms

@@ -90,7 +90,7 @@ def test_the_migration_partitions_a_database_that_has_rows():
                 f"INSERT INTO {EXECLOG} (task_id, attempt, node_id, dispatched_ms, result, result_ms) VALUES "
                 "('a', 1, 'n', %s, 'SUCCESS', %s), ('a', 2, 'n', NULL, 'UNRECORDED', %s), ('c', 1, 'n', NULL, NULL, NULL)",
                 (old, old + 5, old + 10))
-        assert schema.migrate(engine) == [10]
+        assert schema.migrate(engine)[0] == 10          # and any later one
         with engine.connect() as conn:
             assert sorted(conn.exec_driver_sql(f"SELECT task_id FROM {BACKLOG}").scalars()) == ["a", "b"]
             assert sorted(conn.exec_driver_sql(f"SELECT task_id, attempt, due_ms FROM {EXECLOG}").all()) == [

@@ -138,9 +138,9 @@ class Console:
         self.env.filters.update(thousands=view.thousands, duration=view.duration, late=view.late, utc=view.utc,
                                 iso=view.iso, relative=lambda ms: view.relative(ms, self.clock.now_ms()))
         # The pages import this module (Console, Ctx): their routes are gathered once it is loaded.
-        from delayq.nodes.console import pages_admin, pages_overview, pages_tasks, pages_topics
+        from delayq.nodes.console import pages_admin, pages_bulk, pages_overview, pages_tasks, pages_topics
         self.routes: dict[tuple[str, str], Handler] = {}
-        for module in (pages_overview, pages_topics, pages_tasks, pages_admin):
+        for module in (pages_overview, pages_topics, pages_tasks, pages_bulk, pages_admin):
             self.routes.update(module.ROUTES)
 
     def start(self) -> None:

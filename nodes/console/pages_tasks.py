@@ -16,7 +16,7 @@ from delayq.access.grants import Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import LIVE, Status
 from delayq.nodes.console import view
-from delayq.nodes.console.app import ActionRefused, Console, Ctx, Response, describe
+from delayq.nodes.console.app import DECLARED, ActionRefused, Console, Ctx, Response, describe
 from delayq.nodes.console.pages_overview import visible
 from delayq.nodes.console.reads import DEAD_CAP, Search
 from delayq.nodes.validation import check_task_id
@@ -38,10 +38,13 @@ def tasks(c: Console, ctx: Ctx) -> Response:
     task_id = (q.get("id") or "").strip()
     if task_id:
         return c.redirect("/ui/task?" + _qs(id=task_id))
+    if q.get("key"):
+        return by_key(c, ctx)
     topic = (q.get("topic") or "").strip()
     state = q.get("state") or "DELAY"
     values: dict[str, Any] = dict(topic=topic, state=state, since=q.get("since") or "", until=q.get("until") or "",
-                  states=[s.name for s in Status], page=None, problem=None, next_url=None)
+                                  states=[s.name for s in Status], page=None, problem=None, next_url=None,
+                                  key="", found=None, bulk=None, archived=False)
     if not topic:
         return c.page(ctx, "tasks.html", **values)
     try:
@@ -64,7 +67,27 @@ def tasks(c: Console, ctx: Ctx) -> Response:
     if page.next_key:
         next_url = "/ui/tasks?" + _qs(topic=topic, state=state, since=q.get("since"), until=q.get("until"),
                                       after=page.next_key)
-    return c.page(ctx, "tasks.html", **{**values, "page": page, "next_url": next_url, "archived": status not in LIVE})
+    bulk = None       # act on every match: a cancel or reschedule of waiting tasks, a redrive of failed ones
+    if status is Status.DELAY or (status is Status.FAILED and since is None and until is None):
+        bulk = {a: "/ui/bulk/new?" + _qs(action=a, topic=topic, since=q.get("since"), until=q.get("until"))
+                for a in (("cancel", "reschedule") if status is Status.DELAY else ("redrive",))}
+    return c.page(ctx, "tasks.html", **{**values, "page": page, "next_url": next_url, "archived": status not in LIVE,
+                                        "bulk": bulk if page.rows else None})
+
+
+def by_key(c: Console, ctx: Ctx) -> Response:
+    """The `findByKey` call: a topic's tasks of one business key, live and ended, newest first."""
+    q = ctx.req.query
+    topic, key = (q.get("topic") or "").strip(), q.get("key") or ""
+    values: dict[str, Any] = dict(topic=topic, key=key, state="", since="", until="", states=[s.name for s in Status],
+                                  page=None, problem=None, next_url=None, found=None, bulk=None, archived=False)
+    try:
+        found = c.service.findByKey(topic, key, q.get("token") or None)
+    except DECLARED as e:
+        return c.page(ctx, "tasks.html", **{**values, "problem": describe(e)}, status=400)
+    next_url = "/ui/tasks?" + _qs(topic=topic, key=key, token=found.nextPageToken) if found.nextPageToken else None
+    return c.page(ctx, "tasks.html", **{**values, "found": found, "next_url": next_url,
+                                        "status_name": lambda n: Status(n).name})
 
 
 def task(c: Console, ctx: Ctx) -> Response:

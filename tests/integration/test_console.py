@@ -291,3 +291,29 @@ def test_an_escaped_search_and_the_pages_answer(cluster, browser):
     page.goto(base(nodes[0]) + "/ui/overview")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
     page.context.close()
+
+
+def test_find_by_key_then_cancel_every_match_through_a_bulk_job(cluster, browser):
+    db, nodes, _ = cluster
+    with nodes[0].client() as c:
+        c.registerService(ttypes.CallbackService(topic="console.bulk", ttrMs=0))
+        ids = [c.submit(ttypes.TaskSpec(topic="console.bulk", delayMs=600_000, payload=b"{}", key=f"order-{i % 2}",
+                                        tags=["eu"])).taskId for i in range(4)]
+    page = login(browser, nodes[1], security.admin_token())
+    page.goto(base(nodes[1]) + "/ui/tasks?" + urllib.parse.urlencode({"topic": "console.bulk", "key": "order-1"}))
+    assert page.locator("table.tasks tbody tr").count() == 2
+    page.click(f"text={ids[1]}")
+    assert page.text_content("#task-key") == "order-1"
+    page.goto(base(nodes[1]) + "/ui/tasks?" + urllib.parse.urlencode({"topic": "console.bulk", "state": "DELAY"}))
+    page.click("#bulk-cancel")
+    assert page.text_content("#bulk-count") == "4"
+    page.fill("input[name=reason]", "orders withdrawn")
+    page.click("#bulk-start")
+    page.wait_for_url("**/ui/bulk/job?id=*")
+    wait_until(lambda: all(status_of(nodes[0], i) == ttypes.TaskStatus.CANCELLED for i in ids), 30, 0.2,
+               what="the bulk job to cancel every match")
+    page.reload()
+    assert page.text_content("#bulk-changed") == "4"
+    page.goto(base(nodes[1]) + "/ui/bulk")
+    assert "orders withdrawn" in page.text_content("table")
+    page.context.close()

@@ -28,6 +28,7 @@ from delayq.bulk import Action, Pacer, State, batch_size
 from delayq.clock import Clock
 from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
+from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
 from delayq.store.bulkbatch import BatchResult
 from delayq.store.bulkjobs import BulkJobs, Job
@@ -55,10 +56,11 @@ Batches = Callable[[Job, str, int, int, int], BatchResult]      # (job, node, si
 class BulkRunner(NodeThread):
     name = "bulk-jobs"
 
-    def __init__(self, jobs: BulkJobs, batches: Batches, placing: Placing, clock: Clock, settings: RunnerSettings,
-                 monotonic: Callable[[], float] = time.monotonic):
+    def __init__(self, jobs: BulkJobs, batches: Batches, placing: Placing, clock: Clock, metrics: Metrics,
+                 settings: RunnerSettings, monotonic: Callable[[], float] = time.monotonic):
         super().__init__()
         self._jobs, self._batches, self._placing, self._clock = jobs, batches, placing, clock
+        self._metrics = metrics
         self._s, self._monotonic = settings, monotonic
         self.running: str | None = None      # the job id this node runs now
 
@@ -114,9 +116,13 @@ class BulkRunner(NodeThread):
             log.warning("bulk job %s: could not hand it back (%s); its lease lapses", job.job_id, e)
 
     def _follow(self, job: Job, result: BatchResult) -> None:
-        """Memory after a batch's commit."""
-        if job.spec.action is not Action.REDRIVE:
+        """Memory and the metrics after a batch's commit."""
+        topic, action = job.spec.filter.topic or "", job.spec.action
+        if action is not Action.REDRIVE:
             for task_id in result.changed:
                 self._placing.forget(task_id)
-        topic = job.spec.filter.topic or ""
+        if result.changed:
+            self._metrics.bulk_tasks.labels(action.value).inc(len(result.changed))
+            if action is Action.CANCEL:
+                self._metrics.cancelled.labels(topic).inc(len(result.changed))
         self._placing.offer(Entry(m.task_id, m.shard_id, m.due_ms, topic=topic) for m in result.moved)

@@ -58,6 +58,9 @@ class Metrics:
         self.dead_letters = Counter("delayq_dead_letter_publishes_total",
                                     "Dead letters published, by outcome (confirmed, unroutable, failed, not_sent).",
                                     ["outcome"], registry=r)
+        self.bulk_tasks = Counter("delayq_bulk_tasks_total",
+                                  "Tasks changed by the bulk jobs this node ran, by action (cancel, reschedule, "
+                                  "redrive).", ["action"], registry=r)
         self.deadline_timeouts = Counter("delayq_deadline_timeouts_total",
                                          "Attempts timed out by the dispatching node at their deadline.", registry=r)
         self.results_parked = Counter("delayq_results_parked_total",

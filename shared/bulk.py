@@ -16,7 +16,6 @@ Thrift calls (delayq.nodes.front.bulkcalls) check a request into a `Spec` with `
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 
 from delayq import errors
@@ -128,6 +127,3 @@ class Pacer:
         self._tokens -= n
         return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
 
-
-def percent(p: Progress) -> int:
-    return 100 if p.total == 0 else min(100, math.floor(100 * (p.changed + p.skipped) / p.total))

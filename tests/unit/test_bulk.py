@@ -9,9 +9,10 @@ import threading
 import pytest
 
 from delayq import errors
-from delayq.bulk import Action, Pacer, Progress, Spec, State, batch_size, check, percent
+from delayq.bulk import Action, Pacer, Progress, Spec, State, batch_size, check
 from delayq.lifecycle import Status
 from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
+from delayq.nodes.metrics import Metrics
 from delayq.store.bulkbatch import BatchResult, Moved
 from delayq.store.bulkjobs import Job
 from delayq.store.maintenance import TaskFilter
@@ -61,10 +62,6 @@ def test_a_bad_request_names_its_field(kw, field):
     (Progress(0, 0, 0, "", ""), 2000, 500, 0)])             # matched nothing
 def test_the_batch_planner(progress, rate, most, size):
     assert batch_size(progress, rate, most) == size
-
-
-def test_percent_counts_skipped_tasks_as_passed():
-    assert percent(Progress(200, 50, 50, "m", "z")) == 50 and percent(Progress(0, 0, 0, "", "")) == 100
 
 
 def test_the_pace_holds_a_job_to_its_rate_on_a_fake_clock():
@@ -140,8 +137,8 @@ class FakeClock:
         return 0
 
 
-def _runner(jobs, batches, placing, batch=10):
-    return BulkRunner(jobs, batches, placing, FakeClock(), RunnerSettings("n1", batch, 2000))
+def _runner(jobs, batches, placing, batch=10, metrics=None):
+    return BulkRunner(jobs, batches, placing, FakeClock(), metrics or Metrics(), RunnerSettings("n1", batch, 2000))
 
 
 def _until(predicate, timeout=5.0):
@@ -154,8 +151,8 @@ def _until(predicate, timeout=5.0):
 
 
 def test_the_runner_follows_a_job_from_cursor_to_cursor_and_tells_memory():
-    jobs, batches, placing = FakeJobs(_job()), FakeBatches(), FakePlacing()
-    runner = _runner(jobs, batches, placing)
+    jobs, batches, placing, metrics = FakeJobs(_job()), FakeBatches(), FakePlacing(), Metrics()
+    runner = _runner(jobs, batches, placing, metrics=metrics)
     runner.start()
     try:
         _until(lambda: len(batches.calls) == 3 and runner.running is None)
@@ -166,6 +163,7 @@ def test_the_runner_follows_a_job_from_cursor_to_cursor_and_tells_memory():
     assert [(e.task_id, e.shard_id, e.due_ms, e.topic) for e in placing.offered] == [
         (f"t{i:02d}", 3, 1000, "orders") for i in range(25)]
     assert jobs.released == []          # done: nothing to hand back
+    assert metrics.registry.get_sample_value("delayq_bulk_tasks_total", {"action": "reschedule"}) == 25
 
 
 def test_a_redrive_offers_memory_its_tasks_and_forgets_none():

@@ -53,8 +53,13 @@ def main() -> int:
                     for i in range(150)]
             for i in range(20):
                 c.submit(ttypes.TaskSpec(topic="billing.retry", delayMs=rnd.randrange(0, 5_000), payload=b"\x00\x01binary"))
-            waiting = c.submit(ttypes.TaskSpec(topic="orders.cancel", delayMs=1_800_000,
+            waiting = c.submit(ttypes.TaskSpec(topic="orders.cancel", delayMs=1_800_000, key="order-42", tags=["eu", "web"],
                                                payload=b'{"order": 42, "customer": "c-7", "items": [1, 2, 3]}')).taskId
+            c.submit(ttypes.TaskSpec(topic="orders.cancel", delayMs=3_600_000, key="order-42", payload=b'{"order": 42}'))
+            job = c.bulkStart(ttypes.BulkRequest(action=ttypes.BulkAction.RESCHEDULE, reason="campaign moved by an hour",
+                                                 filter=ttypes.TaskFilter(topic="push.morning", status=0,
+                                                                          dueBeforeMs=int(time.time() * 1000) + 86_400_000),
+                                                 shiftMs=3_600_000, opsPerSecond=20)).jobId
         wait_for(lambda: all(_fired(nodes[0], t) for t in soon[-5:]), 60, 0.5, "the soon tasks to fire")
         time.sleep(21)          # two history slots closed (the charts need points to draw)
         amqp.close()
@@ -73,6 +78,9 @@ def main() -> int:
             shots = [("overview", "/ui/overview"), ("topics", "/ui/topics"), ("topic", "/ui/topic?name=orders.cancel"),
                      ("load-day", "/ui/load?horizon=day"), ("load-week", "/ui/load?horizon=week"),
                      ("tasks", "/ui/tasks?topic=orders.cancel&state=DELAY"), ("task", f"/ui/task?id={soon[0]}"),
+                     ("tasks-key", "/ui/tasks?topic=orders.cancel&key=order-42"),
+                     ("bulk-new", "/ui/bulk/new?action=cancel&topic=push.morning"),
+                     ("bulk-job", f"/ui/bulk/job?id={job}"), ("bulk", "/ui/bulk"),
                      ("task-waiting", f"/ui/task?id={waiting}"), ("dead", "/ui/dead"), ("access", "/ui/access"),
                      ("cluster", "/ui/cluster")]
             for name, path in shots:

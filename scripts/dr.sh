@@ -14,7 +14,8 @@
 # Env: DELAYQ_DR_DIR (var/dr), DELAYQ_DR_PRIMARY_PORT (3321), DELAYQ_DR_REPLICA_PORT (3322),
 #      DELAYQ_DR_SEMI_SYNC=1 (semi-synchronous replication: a commit waits for the replica's receipt).
 # The servers run a copy of mariadbd named mariadbd-dr, so that scripts/services.sh, which looks
-# for the machine's server by its name and executable, never takes one of them for it.
+# for the machine's server by its name and executable, never takes one of them for it. They run as
+# root with an empty root password on loopback: a drill on a test machine, not a deployment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,7 +94,7 @@ follow() {  # the replica follows the primary from the start of its GTID history
 up() {
     command -v mariadb-install-db >/dev/null || die "MariaDB is not installed (scripts/services.sh installs it)"
     mkdir -p "$DIR/bin"
-    [ -x "$BIN" ] || cp /usr/sbin/mariadbd "$BIN"
+    cmp -s /usr/sbin/mariadbd "$BIN" || cp /usr/sbin/mariadbd "$BIN"      # again after an upgrade of MariaDB
     start primary "$PRIMARY_PORT" 1
     start replica "$REPLICA_PORT" 2
     follow

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy.exc
+
 from delayq.clock import Clock
 from delayq.config import RetentionSettings
 from delayq.errors import Unavailable
@@ -48,6 +50,12 @@ class Pruner(NodeThread):
             return None
         except (LookupError, ValueError) as e:
             log.error("retention pass impossible: %s", e)       # a table not partitioned as delayq makes it
+            return None
+        except sqlalchemy.exc.SQLAlchemyError as e:
+            # A named lock holds on one server only: on Galera, nodes writing to two members may both
+            # run a pass, and the second's DDL finds the partition gone or made. The next pass replans.
+            log.warning("retention pass stopped by MySQL, tried again in %d s: %s", s.interval_ms // 1000,
+                        getattr(e, "orig", e))
             return None
         if not report.skipped and (report.dropped or report.deleted_tasks):
             log.info("retention pass: dropped %s, deleted %d archived tasks and %d attempts of topics kept "

@@ -1,6 +1,7 @@
 """Bulk jobs on two real nodes (ZooKeeper, MySQL as the nodes' own account): a dry run's count is
 what the job changes, and a cancel by tag reaches every shard; a job whose node is SIGKILLed is
-finished by the other node with every task moved exactly once; a batch run again from an old
+finished by the other node with every task moved exactly once; a reschedule racing the dispatch
+moves each task or lets it fire, never both, and counts which; a batch run again from an old
 cursor, or by a node that lost the job, changes nothing; a stop leaves a definite count; a
 redrive; bad requests are declared errors naming the field; the command's dry run and refusal."""
 from __future__ import annotations
@@ -23,7 +24,7 @@ from delayq.store.bulkbatch import run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
-from conftest import NodeFactory, per_node, wait_until
+from conftest import Collector, NodeFactory, per_node, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -115,6 +116,31 @@ def test_a_dry_run_counts_what_a_cancel_by_tag_changes_across_shards(cluster, en
                   t=f"% topic={topic} %")
     assert audit == [("test-admin", f"cancel topic={topic} tag=eu reason=tenant eu closed",
                       f"job {job.jobId} RUNNING 0/300")]
+
+
+def test_a_reschedule_racing_the_dispatch_moves_each_task_or_lets_it_fire_never_both(cluster, engine):
+    """Tasks in the nodes' memory, due while the job runs: each one the job moved does not fire at
+    its old time, each one it passed over fired, and the job's count says which is which."""
+    _, (n1, n2) = cluster
+    topic = _topic(n1)
+    collector = Collector("delayq", topic)
+    try:
+        # Due over 1.8 s; the job's second batch of 150 (in task id order, not due order) runs a
+        # second after its first, as tasks of it are being claimed.
+        base = now_ms() + 300
+        with n1.client() as c:
+            ids = [r.taskId for r in c.submitBatch([TaskSpec(topic=topic, dueAtMs=base + 6 * i) for i in range(300)])]
+            job = c.bulkStart(_request(RESCHEDULE, topic, "race", shiftMs=HOUR, opsPerSecond=150))
+            sentinel = c.submit(TaskSpec(topic=topic, dueAtMs=base + 4000)).taskId
+        wait_until(lambda: sentinel in collector.task_ids(), 20, what="the sentinel task")
+        fired = set(collector.task_ids()) - {sentinel}
+    finally:
+        collector.close()
+    done = _ended(n1, job.jobId, 10)
+    moved = {t for t, due in _rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic)
+             if due >= base + HOUR}
+    assert moved | fired == set(ids) and not moved & fired
+    assert (done.changed, done.skipped) == (len(moved), len(fired))
 
 
 def test_a_job_whose_node_is_killed_is_finished_by_the_other_with_each_task_moved_once(cluster, engine):

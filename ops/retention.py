@@ -108,6 +108,11 @@ def prune(config_file: str | None, as_json: bool) -> None:
     elif report.skipped:
         click.echo("skipped: a node is running a retention pass")
     else:
-        click.echo(f"added {report.added or 'no partition'}; dropped {report.dropped or 'no partition'} "
-                   f"(ms: {report.drop_ms or 0}); deleted {report.deleted_tasks} archived tasks and "
-                   f"{report.deleted_attempts} attempts of topics kept for less")
+        for table in PARTITIONED:
+            added, dropped = report.added.get(table, []), report.dropped.get(table, [])
+            click.echo(f"{table}: added {', '.join(added) or 'no partition'}; dropped "
+                       + (f"{', '.join(dropped)} in {report.drop_ms[table]:.0f} ms" if dropped else "no partition"))
+        if report.kept_for_dead_letters:
+            click.echo(f"kept past retention, owing dead letters: {', '.join(report.kept_for_dead_letters)}")
+        click.echo(f"deleted {report.deleted_tasks} archived tasks and {report.deleted_attempts} attempts of topics "
+                   "kept for less than the longest retention")

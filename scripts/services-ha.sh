@@ -17,7 +17,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 HA_DIR="${DELAYQ_HA_DIR:-$ROOT/var/ha}"
 WAIT_SECONDS="${DELAYQ_SERVICE_TIMEOUT:-120}"
-CGROUP_ROOT=/sys/fs/cgroup/unified/delayq-ha
+# cgroup v2: the whole hierarchy (systemd's unified layout), or its part beside v1's (hybrid).
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then CGROUP_ROOT=/sys/fs/cgroup/delayq-ha
+else CGROUP_ROOT=/sys/fs/cgroup/unified/delayq-ha; fi
 MEMBERS=(1 2 3)
 
 ZK_CLIENT=(0 2281 2282 2283); ZK_PEER=(0 2381 2382 2383); ZK_ELECT=(0 2481 2482 2483)
@@ -43,7 +45,7 @@ pid_of() { cat "$1" 2>/dev/null || true; }
 # in_cgroup NAME CMD...: run CMD (exec) inside the cgroup delayq-ha/NAME, when cgroup v2 is there.
 in_cgroup() {
     local name="$1"; shift
-    if [ -d /sys/fs/cgroup/unified ] && mkdir -p "$CGROUP_ROOT/$name" 2>/dev/null; then
+    if [ -d "$(dirname "$CGROUP_ROOT")" ] && mkdir -p "$CGROUP_ROOT/$name" 2>/dev/null; then
         echo $$ >"$CGROUP_ROOT/$name/cgroup.procs" 2>/dev/null || true
     fi
     exec "$@"
@@ -70,6 +72,7 @@ need_packages() {
     [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server mariadb-client)
     [ -f /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
     command -v rsync >/dev/null || missing+=(rsync)
+    command -v iptables >/dev/null || missing+=(iptables)     # the fault tests' partitions
     if [ ${#missing[@]} -gt 0 ]; then delayq_apt_install "${missing[@]}" || die "could not install ${missing[*]}"; fi
     # The package's own services are not ours to run: a fresh install may have started them.
 }

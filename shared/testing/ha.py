@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
+# cgroup v2: the whole hierarchy (systemd's unified layout), or its part beside v1's (hybrid).
+CGROUP_ROOT = Path("/sys/fs/cgroup") if Path("/sys/fs/cgroup/cgroup.controllers").exists() \
+    else Path("/sys/fs/cgroup/unified")
 CGROUP_PARENT = "delayq-ha"
 CHAIN = "DELAYQ-HA"
 

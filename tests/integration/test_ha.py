@@ -219,7 +219,7 @@ def load(topo) -> Iterator[Load]:
 @pytest.fixture
 def cuts(load) -> Iterator[Cuts]:
     if not ha.cgroups_available():
-        pytest.skip("partitions need cgroup v2 (/sys/fs/cgroup/unified) and iptables")
+        pytest.skip("partitions need cgroup v2 (the members started in cgroups of their own) and iptables")
     with Cuts() as c:
         yield c
 

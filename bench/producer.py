@@ -6,7 +6,8 @@
 --count N submits N tasks as fast as it can (`submit` when --batch is 1, else `submitBatch`);
 --rate R --duration S paces the calls so that R tasks/s go out for S seconds. Each task is due after a
 delay uniform in [--delay-min, --delay-max] ms, or at --due-at (epoch ms). It waits until --start-at
-(epoch ms) so that several producers start together, writes "<task id> <due ms>" per accepted task
+(epoch ms) so that several producers start together, gives each task a key and two tags with
+--keyed, writes "<task id> <due ms>" per accepted task
 to --out, and prints one JSON summary line. With --stop-file PATH a paced load ends early once that
 file exists (a scenario whose faults take an unknown time ends the load a set time after them).
 Calls go round-robin over the endpoints; a call that fails on one is tried on the next (with
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--id-prefix", default="")
     p.add_argument("--server-ids", action="store_true", help="let the node choose task ids")
     p.add_argument("--stop-file", help="end the load once this file exists")
+    p.add_argument("--keyed", action="store_true", help="each task with a key of its own and two tags")
     a = p.parse_args(argv)
     logging.getLogger("thrift").setLevel(logging.CRITICAL)   # a dead node is expected in failover
 
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         specs = []
         for k in range(i, i + n):
             spec = TaskSpec(topic=a.topic, payload=payload, taskId=None if a.server_ids else f"{prefix}-{k}")
+            if a.keyed:
+                spec.key, spec.tags = f"{prefix}-{k}", [f"tenant-{k % 8}", "bench"]
             if a.due_at:
                 spec.dueAtMs = a.due_at
             else:

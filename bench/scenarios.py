@@ -11,6 +11,7 @@ import uuid
 from bench import limits as lim
 from bench.cpu import cpu_note, cpu_window, service_pids
 from bench.failover import failover
+from bench.bulk import bulk
 from bench.keys import keys
 from bench.isolation import guarded, limit, noisy
 from bench.faults import FAULTS, faults
@@ -44,6 +45,8 @@ PARAMS: dict[str, dict] = {
                "rolling_duration": 300},
     "keys": {"pending": 10_000_000, "submit_tasks": 100_000, "batch": 1000, "rounds": 2, "lookups": 2000,
              "racers": 1000, "threads": 50},
+    "bulk": {"tasks": 1_000_000, "ops": 100_000, "rate": 1000, "duration": 90, "delay_min": 1000, "delay_max": 5000,
+             "batch": 10, "lead_s": 10, "job_timeout_s": 600},
 }
 BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
@@ -63,6 +66,8 @@ SMOKE: dict[str, dict] = {
                "kill_restart_s": 2, "rolling_duration": 120},
     "keys": {"pending": 5_000, "submit_tasks": 2_000, "batch": 100, "rounds": 1, "lookups": 100, "racers": 100,
              "threads": 10},
+    "bulk": {"tasks": 5_000, "rate": 200, "duration": 5, "delay_min": 500, "delay_max": 2000, "lead_s": 1,
+             "job_timeout_s": 60},
 }
 COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
           "calls", "batches", "submit_tasks", "lookups", "archived"}
@@ -70,7 +75,7 @@ ORDER = ["limits", "submit", "security", "steady", "burst", "noisy", "limit", "g
          "failover"]
 # Only when asked for: faults stops shared services; keys, bulk and console first fill tables of
 # millions of rows (minutes each at full size), so they are run on their own (bench/README.md).
-OPTIONAL = ["faults", "keys"]
+OPTIONAL = ["faults", "keys", "bulk"]
 
 
 def limits(run: Run, p: dict) -> list[dict]:
@@ -177,4 +182,4 @@ def burst(run: Run, p: dict) -> list[dict]:
 
 SCENARIOS = {"limits": limits, "submit": submit, "security": security, "steady": steady, "burst": burst,
              "noisy": noisy, "limit": limit, "guarded": guarded, "scale": scale, "restart": restart,
-             "failover": failover, "faults": faults, "keys": keys}
+             "failover": failover, "faults": faults, "keys": keys, "bulk": bulk}

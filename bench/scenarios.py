@@ -12,6 +12,7 @@ from bench import limits as lim
 from bench.cpu import cpu_note, cpu_window, service_pids
 from bench.failover import failover
 from bench.bulk import bulk
+from bench.console import console
 from bench.keys import keys
 from bench.isolation import guarded, limit, noisy
 from bench.faults import FAULTS, faults
@@ -47,6 +48,8 @@ PARAMS: dict[str, dict] = {
              "racers": 1000, "threads": 50},
     "bulk": {"tasks": 1_000_000, "ops": 100_000, "rate": 1000, "duration": 90, "delay_min": 1000, "delay_max": 5000,
              "batch": 10, "lead_s": 10, "job_timeout_s": 600},
+    "console": {"pending": 10_000_000, "archived": 10_000_000, "requests": 300, "consoles": 5, "rate": 1000,
+                "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10},
 }
 BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
@@ -68,14 +71,16 @@ SMOKE: dict[str, dict] = {
              "threads": 10},
     "bulk": {"tasks": 5_000, "rate": 200, "duration": 5, "delay_min": 500, "delay_max": 2000, "lead_s": 1,
              "job_timeout_s": 60},
+    "console": {"pending": 5_000, "archived": 5_000, "requests": 20, "rate": 200, "duration": 3, "delay_min": 500,
+                "delay_max": 2000},
 }
 COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
-          "calls", "batches", "submit_tasks", "lookups", "archived"}
+          "calls", "batches", "submit_tasks", "lookups", "archived", "requests"}
 ORDER = ["limits", "submit", "security", "steady", "burst", "noisy", "limit", "guarded", "scale", "restart",
          "failover"]
 # Only when asked for: faults stops shared services; keys, bulk and console first fill tables of
 # millions of rows (minutes each at full size), so they are run on their own (bench/README.md).
-OPTIONAL = ["faults", "keys", "bulk"]
+OPTIONAL = ["faults", "keys", "bulk", "console"]
 
 
 def limits(run: Run, p: dict) -> list[dict]:
@@ -182,4 +187,5 @@ def burst(run: Run, p: dict) -> list[dict]:
 
 SCENARIOS = {"limits": limits, "submit": submit, "security": security, "steady": steady, "burst": burst,
              "noisy": noisy, "limit": limit, "guarded": guarded, "scale": scale, "restart": restart,
-             "failover": failover, "faults": faults, "keys": keys, "bulk": bulk}
+             "failover": failover, "faults": faults, "keys": keys, "bulk": bulk,
+             "console": console}

@@ -69,10 +69,10 @@ SMOKE: dict[str, dict] = {
                "kill_restart_s": 2, "rolling_duration": 120},
     "keys": {"pending": 5_000, "submit_tasks": 2_000, "batch": 100, "rounds": 1, "lookups": 100, "racers": 100,
              "threads": 10},
-    "bulk": {"tasks": 5_000, "rate": 200, "duration": 5, "delay_min": 500, "delay_max": 2000, "lead_s": 1,
+    "bulk": {"tasks": 5_000, "rate": 200, "duration": 3, "delay_min": 500, "delay_max": 1500, "lead_s": 1,
              "job_timeout_s": 60},
-    "console": {"pending": 5_000, "archived": 5_000, "requests": 20, "rate": 200, "duration": 3, "delay_min": 500,
-                "delay_max": 2000},
+    "console": {"pending": 5_000, "archived": 5_000, "requests": 20, "rate": 200, "duration": 2, "delay_min": 500,
+                "delay_max": 1500},
 }
 COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
           "calls", "batches", "submit_tasks", "lookups", "archived", "requests"}

@@ -31,6 +31,11 @@ RabbitMQ consumer in separate processes:
               SIGKILL, under 200 tasks/s on 3 nodes: the lateness of tasks due during or after each
               fault from its recovery point, how soon tasks are on time again, lost, repeats
               (--set faults.faults=rolling_term,rolling_kill: some of them)
+    keys      only with --scenario keys (it fills 10M rows first): submits with a key and tags against
+              without, findByKey and cancelByKey p99 with 10M pending, 1,000 REPLACE submits of one key
+    bulk      only with --scenario bulk: a bulk cancel by tag of 1M tasks under the steady load
+    console   only with --scenario console (10M pending + 10M archived): the console's list, search and
+              task page times, and the steady load's p99 with 5 consoles open against none
 
 It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine
 from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, Conflict, StoreUnavailable
+from delayq.failover import NOT_PRIMARY
 from delayq.store.keyed import RUNS, Again, write_keyed
 from delayq.store.pipeline import Pipelined
 from delayq.store.sqltext import by_statement_size, chunks, insert_tasks, literal_ids
@@ -147,7 +148,7 @@ class TaskWriter:
                 wire.send("COMMIT")
                 wire.wait()
                 ended = True
-            except Exception:
+            except Exception as e:
                 try:
                     wire.wait()
                 except Exception:  # noqa: BLE001 - the statement's own failure, raised below either way
@@ -155,7 +156,9 @@ class TaskWriter:
                 try:
                     wire.send("ROLLBACK")
                     wire.wait()
-                    ended = True
+                    # A Galera member cut from its cluster answers, but refuses every write: these
+                    # statements bypass the engine's failover hook, so the connection is dropped here.
+                    ended = getattr(e, "args", (None,))[:1] != (NOT_PRIMARY,)
                 except Exception:  # noqa: BLE001 - the connection is broken: the server ends the transaction
                     pass
                 raise

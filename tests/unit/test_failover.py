@@ -6,7 +6,7 @@ import pytest
 from delayq import config
 from delayq.addresses import Address, parse_addresses
 from delayq.errors import ConfigError
-from delayq.failover import Members
+from delayq.failover import Members, not_ready
 from delayq.nodes.amqp.params import amqp_parameters
 
 A, B, C = Address("db1", 3306), Address("db2", 3307), Address("db3", 3306)
@@ -82,3 +82,50 @@ def test_amqp_hosts_keep_the_urls_user_vhost_and_tls():
     assert all(p.socket_timeout == 4.0 and p.connection_attempts == 1 for p in params)
     one = amqp_parameters("amqp://guest:guest@127.0.0.1:5672/%2F", 5000)
     assert [(p.host, p.port) for p in one] == [("127.0.0.1", 5672)]
+
+
+class FakeCursor:
+    def __init__(self, conn: "FakeConn"):
+        self.conn = conn
+        self.row: tuple | None = None
+
+    def __enter__(self) -> "FakeCursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def execute(self, sql: str) -> None:
+        self.conn.statements.append(sql)
+        self.row = self.conn.status if "wsrep_ready" in sql else (1,)
+
+    def fetchone(self) -> tuple | None:
+        return self.row
+
+
+class FakeConn:
+    """A DB-API connection answering SHOW STATUS LIKE 'wsrep_ready' with `status`."""
+
+    def __init__(self, status: tuple | None):
+        self.status = status
+        self.statements: list[str] = []
+
+    def cursor(self) -> FakeCursor:
+        return FakeCursor(self)
+
+
+def test_a_plain_mysql_is_always_ready():
+    conn = FakeConn(None)
+    assert not_ready(conn) is None
+    assert conn.statements == ["SHOW STATUS LIKE 'wsrep_ready'"]
+
+
+def test_a_galera_member_outside_the_primary_component_is_not_used():
+    assert "primary component" in (not_ready(FakeConn(("wsrep_ready", "OFF"))) or "")
+
+
+def test_a_synced_galera_member_is_used_after_catching_up_with_the_cluster():
+    conn = FakeConn(("wsrep_ready", "ON"))
+    assert not_ready(conn) is None
+    assert conn.statements[1:] == ["SET SESSION wsrep_sync_wait = 1", "SELECT 1",
+                                   "SET SESSION wsrep_sync_wait = DEFAULT"]

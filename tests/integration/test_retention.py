@@ -206,7 +206,9 @@ def test_a_claim_does_not_wait_while_a_partition_is_dropped(db):
         claim = tasks.claim([Entry("claimed", 0, now - 10)], "n1", {0: 7}, now)
         took = time.monotonic() - started
         assert [c.task_id for c in claim.claimed] == ["claimed"]
-        assert took < 1.0, f"the claim took {took:.2f} s"
+        # Blocked, it would wait for as long as the blocker holds (lock_wait_timeout is a day): the
+        # bound only leaves room for a loaded machine.
+        assert took < 3.0, f"the claim took {took:.2f} s"
         assert waiting(), "the DDL stopped waiting before the claim was done: the test proved nothing"
     finally:
         blocker.rollback()
@@ -240,7 +242,7 @@ def test_the_history_queries_use_an_index(db):
 def test_a_node_makes_the_days_ahead_with_its_own_account(db, node_factory, database):
     node_factory()
     ahead = day_name(day_of(now_ms()) + 2)      # DELAYQ_RETENTION_AHEAD_DAYS
-    wait_until(lambda: ahead in names(db, BACKLOG) and ahead in names(db, EXECLOG), 20,
+    wait_until(lambda: ahead in names(db, BACKLOG) and ahead in names(db, EXECLOG), 40,
                what="the node's first retention pass")
     # The nodes' account may drop partitions too.
     report = RetentionStore(engine_of(database.node_url)).prune(7, now_ms() + 30 * DAY_MS, 1, 100)

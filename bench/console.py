@@ -6,7 +6,8 @@ at a time on a connection already open (so the figure is the node's time, not a 
 
     list         /ui/tasks of the waiting tasks, from a keyset anywhere in the topic
     search       /ui/tasks of the archived tasks (FINISHED or FAILED) from a keyset anywhere in
-                 them, and of the waiting ones within a due range
+                 them, of a business key (waiting or archived), and of the waiting tasks within
+                 a due range, a third each
     task page    /ui/task of a random task, waiting or archived (the `get` call and its attempts)
 
 reporting p95 (and p50, max) of each. Then the steady load runs twice, first with no console open,
@@ -114,10 +115,14 @@ def console(run: Run, p: dict) -> list[dict]:
             return "/ui/tasks?" + urllib.parse.urlencode({"topic": topic, "state": "DELAY", "after": f"{due}:{tid}"})
 
         def search() -> str:
-            if rng.random() < 0.5:
+            kind = rng.randrange(3)
+            if kind == 0:
                 at, tid = ended(rng.randrange(a))
                 state = "FAILED" if rng.random() < 0.5 else "FINISHED"
                 return "/ui/tasks?" + urllib.parse.urlencode({"topic": topic, "state": state, "after": f"{at}:{tid}"})
+            if kind == 1:         # by business key (findByKey): a waiting task's or an archived one's
+                key = fill.key_of("k", rng.randrange(n)) if rng.random() < 0.5 else fill.key_of("a", rng.randrange(a))
+                return "/ui/tasks?" + urllib.parse.urlencode({"topic": topic, "key": key})
             since, _ = live(rng.randrange(n))
             return "/ui/tasks?" + urllib.parse.urlencode({"topic": topic, "state": "DELAY", "since": since,
                                                           "until": since + 3_600_000})

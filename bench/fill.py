@@ -74,13 +74,14 @@ def pending(engine, topic: str, rows: int, shards: int, due_from_ms: int, due_sp
 
 
 def archived(engine, topic: str, rows: int, shards: int, finished_from_ms: int, finished_span_ms: int, *,
-             prefix: str = "ak", now_ms: int, max_s: float = 3600) -> tuple[int, float]:
-    """Ended tasks of topic in the backlog: FINISHED, one in ten FAILED (with a message), finished
+             prefix: str = "ak", key_prefix: str = "a", now_ms: int, max_s: float = 3600) -> tuple[int, float]:
+    """Ended tasks of topic in the backlog, keys key_of(key_prefix, n): FINISHED, one in ten FAILED
+    (with a message), finished
     evenly over finished_span_ms from finished_from_ms (keep it within today: the backlog's
     partitions are by day)."""
     step = max(1, finished_span_ms // max(1, rows))
     values = (f"CONCAT('{prefix}', LPAD($n, 10, '0')), '{topic}', MOD($n, {shards}), {finished_from_ms} + $n * {step}, "
               f"IF(MOD($n, 10) = 0, 4, 3), 1, X'7061796c6f6164', X'{spec_hash(topic)}', 3, 0, {now_ms}, "
               f"{finished_from_ms} + $n * {step}, IF(MOD($n, 10) = 0, CONCAT('order ', $n, ' not found'), NULL), 0, "
-              f"CONCAT('a', LPAD($n, 10, '0')), 'bench'")
+              f"CONCAT('{key_prefix}', LPAD($n, 10, '0')), 'bench'")
     return fill(engine, "job_delay_task_backlog", BACKLOG_COLUMNS, values, rows, max_s)

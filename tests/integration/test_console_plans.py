@@ -9,6 +9,7 @@ from sqlalchemy import event, text
 from delayq import config, tables
 from delayq.lifecycle import Status
 from delayq.nodes.console.reads import ConsoleReads, Search, console_engine
+from delayq.store.bykey import KeyRequests
 from delayq.store.requests import TaskRequests
 from delayq.testing.cluster import fresh_database
 
@@ -29,7 +30,7 @@ def db():
         done = [{"task_id": f"done-{i:06d}", "topic": TOPICS[i % 7 == 0], "shard_id": i % 4, "due_ms": NOW - 10_000,
                  "status": 4 if i % 10 == 0 else 3, "attempt": 1, "payload": b"p", "spec_hash": b"0" * 16,
                  "max_retries": 3, "ttr_ms": 0, "created_ms": NOW, "finished_ms": NOW - i * 1000, "dead_letter": 0,
-                 "message": None} for i in range(ROWS)]
+                 "message": None, "task_key": f"k{i}".encode()} for i in range(ROWS)]
         attempts = [{"task_id": f"done-{i:06d}", "attempt": 1, "due_ms": NOW - 10_000, "node_id": "n1",
                      "dispatched_ms": NOW - 10_000, "result": "SUCCESS", "result_ms": NOW - i * 1000}
                     for i in range(ROWS)]
@@ -86,6 +87,11 @@ def test_searches_read_their_indexes(db):
         deep = (NOW - 2000 * 1000, "done-002000")
         assert plans(db, lambda: reads.search(Search("big", status), deep)) == \
             {"job_delay_task_backlog": {"idx_finished"}}, status
+    # By business key (the findByKey call), live and ended, and from a page's position.
+    keyed = KeyRequests(db[0])
+    for before in (None, (NOW, "live-000007")):
+        assert plans(db, lambda: keyed.find("other", b"k7", before, 100)) == \
+            {"job_delay_task": {"idx_topic_key"}, "job_delay_task_backlog": {"idx_topic_key"}}
 
 
 def test_a_task_page_reads_primary_keys_only(db):

@@ -39,6 +39,7 @@ from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.flow import Flow, follow
+from delayq.nodes.memory.keyholds import KeyHolds
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front.bulkcalls import BulkCalls
@@ -128,6 +129,7 @@ class NodeRuntime:
         self.handover = hints.Handover(clock, s.scheduling.window_ms)
         self.queue = DelayQueue(clock, cap=s.scheduling.memory_cap, gate=self.flow, handover=self.handover.give,
                                 shards=())
+        self.keyholds = KeyHolds(self.queue, clock)    # KEEP_IF_ACTIVE tasks waiting for their key
         amqp = amqp_parameters(s.amqp.url, s.amqp.timeout_ms, s.amqp.ca_file, s.amqp.hosts)
         # Which exchanges may be published to, checked on connections of its own.
         self.exchanges = ExchangeGuard(amqp, recheck_s=s.amqp.exchange_recheck_ms / 1000.0, known=lambda: {s.amqp.exchange} | {
@@ -141,7 +143,8 @@ class NodeRuntime:
                                         self.metrics, clock)
         # A task that ended FAILED wakes the dead-letterer; an attempt that ended frees its topic's slot.
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
-                                     on_failed=self.deadletters.wake, on_ended=self.flow.released)
+                                     on_failed=self.deadletters.wake, on_ended=self.flow.released,
+                                     on_key_freed=self.keyholds.freed)
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  RecordSettings.of(s.scheduling))
         # ZooKeeper's parts (or a standalone node's), before what watches the session.
@@ -172,7 +175,7 @@ class NodeRuntime:
                              limited=self.flow.limited)
         # Two lanes (delayq.nodes.dispatch.lanes), sharing all but their publisher.
         claims = Claims(self.store, self.ownership, Unsettled(self.store, clock))
-        memory = Memory(self.queue, self.flow, rescan=self.loader.rescan)
+        memory = Memory(self.queue, self.flow, rescan=self.loader.rescan, keys=self.keyholds)
         publishing = Publishing(self.publisher, self.services, self.exchanges, default_exchange=s.amqp.exchange)
         outcomes = Outcomes(self.recorder, self.results, self.deadlines)
         dispatch = DispatchSettings.of(s.scheduling)

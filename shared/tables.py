@@ -1,7 +1,7 @@
 """SQLAlchemy Core views of the tables in sql/ (the SQL files are the truth; a test checks they agree)."""
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, Integer, LargeBinary, MetaData, SmallInteger, String, Table
+from sqlalchemy import BigInteger, Column, Computed, Float, Integer, LargeBinary, MetaData, SmallInteger, String, Table
 
 metadata = MetaData()
 
@@ -51,6 +51,10 @@ task = Table(
     Column("held_key", LargeBinary(255)),
     Column("key_since_ms", BigInteger),
     Column("cancel_ms", BigInteger),            # a cancel asked while an attempt ran (sql/009)
+    Column("key_mode", SmallInteger),           # the dedup mode of a task holding its key (sql/012)
+    # KEEP_IF_ACTIVE's key while an attempt is in flight; unique per topic (sql/012)
+    Column("flight_key", LargeBinary(255),
+           Computed("IF(key_mode = 4 AND status IN (1, 2), task_key, NULL)", persisted=True)),
 )
 
 execlog = Table(

@@ -42,6 +42,7 @@ from delayq.nodes.dispatch.decide import decide
 from delayq.nodes.dispatch.lease import MOVED, ClaimLease
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.delayqueue import PROMPT, Entry
+from delayq.nodes.memory.keyholds import KeyHolds
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
 from delayq.store.values import Claim
@@ -62,6 +63,7 @@ class Dispatcher(NodeThread):
         self.name = f"{self._lane}-lane"
         self._store, self._ownership, self._unsettled = claims.store, claims.ownership, claims.unsettled
         self._queue, self._flow, self._rescan = memory.queue, memory.flow, memory.rescan
+        self._keys = memory.keys or KeyHolds(memory.queue, clock)
         self._publisher, self._services, self._guard = publishing.outbox, publishing.services, publishing.guard
         self._default_exchange = publishing.default_exchange
         self._recorder, self._results, self._deadlines = outcomes.recorder, outcomes.results, outcomes.deadlines
@@ -149,6 +151,8 @@ class Dispatcher(NodeThread):
         self._deadlines.add((now + c.ttr_ms, c.task_id, c.attempt) for c in claim.claimed if c.ttr_ms > 0)
         if claim.rooms:
             self._kept_to_caps(claim)
+        if claim.waits:
+            self._keys.hold(claim.waits)
         # Taken from memory but not ours to claim: their shard's owner takes them (a hint).
         lost = set(claim.fenced) | {e.shard_id for e in due if e.shard_id not in lease.fence}
         if lost:

@@ -26,6 +26,7 @@ from delayq.nodes.dispatch.ports import (ClaimStore, DeadlineBook, ExchangeVerdi
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.memory.delayqueue import BULK, DelayQueue
 from delayq.nodes.memory.flow import Flow
+from delayq.nodes.memory.keyholds import KeyHolds
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Memory:
     # A claim was fenced on some shard: if the shard is ours again at a newer epoch than we knew,
     # its tasks are in MySQL only, and the loader reads the window again.
     rescan: Callable[[], None] = _nothing
+    # Where the KEEP_IF_ACTIVE tasks a claim left waiting for their key go (one of the
+    # dispatcher's own when not given).
+    keys: KeyHolds | None = None
 
 
 @dataclass(frozen=True)

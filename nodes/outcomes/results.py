@@ -19,11 +19,13 @@ from delayq.store.values import Transition
 class ResultApplier:
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
                  clock: Clock, metrics: Metrics, on_failed: Callable[[], None] = lambda: None,
-                 on_ended: Callable[[str], None] = lambda topic: None):
+                 on_ended: Callable[[str], None] = lambda topic: None,
+                 on_key_freed: Callable[[str, bytes], None] = lambda topic, key: None):
         """on_ended(topic): an attempt of the topic ended (retry, finished, failed): a slot of its
-        maxInFlight is free."""
+        maxInFlight is free. on_key_freed(topic, key): the attempt of a KEEP_IF_ACTIVE key in
+        flight ended: the key's waiting task may be claimed."""
         self._store, self._queue, self._ownership = store, queue, ownership
-        self._on_ended = on_ended
+        self._on_ended, self._on_key_freed = on_ended, on_key_freed
         self._metrics = metrics
         self._services, self._clock, self._on_failed = services, clock, on_failed
 
@@ -42,6 +44,8 @@ class ResultApplier:
             return t
         if t.status is not Status.RUNNING:
             self.ended(t.topic)
+        if t.freed_key is not None:
+            self._on_key_freed(t.topic, t.freed_key)
         if t.status is Status.DELAY and t.due_ms is not None:
             self._metrics.retried.labels(t.topic).inc()
             self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)])

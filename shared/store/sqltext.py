@@ -51,9 +51,9 @@ def literal_ids(task_ids: Iterable[str]) -> str:
 # status, attempt, deadline_ms and node_id take the schema's defaults: DELAY, attempt 0, NULL, NULL
 # (sql/001_initial.sql).
 _INSERT_TASKS = (f"INSERT INTO {tables.task.name} (task_id, topic, shard_id, due_ms, payload, spec_hash, max_retries, ttr_ms, "
-                "created_ms, updated_ms, task_key, tags, traceparent, held_key, key_since_ms) VALUES ")
+                "created_ms, updated_ms, task_key, tags, traceparent, held_key, key_since_ms, key_mode) VALUES ")
 _TRACEPARENT = re.compile(r"[0-9a-f-]{55}")
-_NO_KEY = "NULL,NULL,NULL,NULL,NULL"      # task_key, tags, traceparent, held_key, key_since_ms
+_NO_KEY = "NULL,NULL,NULL,NULL,NULL,NULL"     # task_key, tags, traceparent, held_key, key_since_ms, key_mode
 
 
 def literal_bytes(value: bytes | None) -> str:
@@ -79,9 +79,10 @@ def insert_tasks(rows: Sequence[NewTask], holds: Mapping[str, int] | None = None
         if not _PLAIN.fullmatch(t.topic):
             raise ValueError(f"topic {t.topic!r} holds characters not allowed")
         since = holds.get(t.task_id) if holds else None
-        keyed = _NO_KEY if t.key is None and t.tags is None and t.traceparent is None else "%s,%s,%s,%s,%s" % (
+        keyed = _NO_KEY if t.key is None and t.tags is None and t.traceparent is None else "%s,%s,%s,%s,%s,%s" % (
             literal_bytes(t.key), literal_bytes(t.tags), literal_traceparent(t.traceparent),
-            "NULL" if since is None else literal_bytes(t.key), "NULL" if since is None else "%d" % since)
+            "NULL" if since is None else literal_bytes(t.key), "NULL" if since is None else "%d" % since,
+            "NULL" if since is None else "%d" % t.mode.value)
         values.append("(%s,'%s',%d,%d,X'%s',X'%s',%d,%d,%d,%d,%s)" % (
             literal_id(t.task_id), t.topic, t.shard_id, t.due_ms, t.payload.hex(), t.spec_hash.hex(), t.max_retries,
             t.ttr_ms, t.created_ms, t.created_ms, keyed))

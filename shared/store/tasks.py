@@ -29,10 +29,10 @@ from delayq import tables
 from delayq.db import unavailable_on_failure
 from delayq.errors import NotFound
 from delayq.lifecycle import FINAL, Decision, Result, RetryPolicy, Status, on_result
-from delayq.store import inflight
+from delayq.store import inflight, oneflight
 from delayq.store.backlog import move_to_backlog
 from delayq.store.sqltext import CONFIRMED, UPSERT_DISPATCHED, literal_bytes, literal_id, literal_ids, marks
-from delayq.store.values import Claim, Claimed, Entry, Transition
+from delayq.store.values import Claim, Claimed, Entry, KeyWait, Transition
 
 log = logging.getLogger(__name__)
 TASK, EXECLOG, BACKLOG, SHARD = tables.task, tables.execlog, tables.backlog, tables.shard
@@ -42,6 +42,8 @@ TASK, EXECLOG, BACKLOG, SHARD = tables.task, tables.execlog, tables.backlog, tab
 # out by itself: its publisher and recorder settle every one of them.
 UNCONFIRMED_GRACE_MS = 2_000
 UNRECORDED = "UNRECORDED"         # execlog result: claimed, timed out, no publish ever recorded
+_SET_READY = ("status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s, "
+              "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s)")
 
 
 class TaskStore:
@@ -116,7 +118,7 @@ class TaskStore:
             # next-key locks over whole shards and block submits into them.
             rows = [r for r in conn.exec_driver_sql(
                 f"SELECT task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries, task_key, tags, "
-                "traceparent "
+                "traceparent, key_mode "
                 f"FROM {TASK.name} FORCE INDEX (PRIMARY) WHERE task_id IN ({literal_ids(wanted)}) AND status = %s "
                 f"AND shard_id IN ({marks(len(held))}) FOR UPDATE",
                 (int(Status.DELAY), *held))
@@ -124,16 +126,24 @@ class TaskStore:
                 if r[3] <= wanted[r[0]].due_ms]
             if not rows:
                 return Claim([], fenced, deferred, rooms)
-            conn.exec_driver_sql(
-                f"UPDATE {TASK.name} SET status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s, "
-                "deadline_ms = %s + IF(ttr_ms > 0, ttr_ms, %s) "
-                f"WHERE task_id IN ({literal_ids(r[0] for r in rows)}) AND status = %s",
-                (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS, int(Status.DELAY)))
+            params = (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS)
+            plain = [r for r in rows if r[11] != oneflight.KEEP_IF_ACTIVE]
+            if plain:
+                conn.exec_driver_sql(f"UPDATE {TASK.name} SET {_SET_READY} "
+                                     f"WHERE task_id IN ({literal_ids(r[0] for r in plain)}) AND status = %s",
+                                     (*params, int(Status.DELAY)))
+            waits: list[KeyWait] = []
+            if len(plain) < len(rows):
+                keeping = [r for r in rows if r[11] == oneflight.KEEP_IF_ACTIVE]
+                won = oneflight.claim_keeping_one(conn, TASK.name, [(r[0], r[1], bytes(r[8])) for r in keeping],
+                                                  _SET_READY, params)
+                waits = [KeyWait(wanted[r[0]], r[1], bytes(r[8])) for r in keeping if r[0] not in won]
+                rows = plain + [r for r in keeping if r[0] in won]
         return Claim([Claimed(task_id, topic, shard_id, due_ms, attempt + 1, bytes(payload), ttr_ms, max_retries,
                               None if key is None else bytes(key), None if tags is None else bytes(tags), traceparent)
-                      for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries, key, tags, traceparent
+                      for task_id, topic, shard_id, due_ms, attempt, payload, ttr_ms, max_retries, key, tags, traceparent, _
                       in rows],
-                     fenced, deferred, rooms)
+                     fenced, deferred, rooms, waits)
 
     def unclaim(self, task_ids: Sequence[str], owner: str, claimed_ms: int, now_ms: int) -> int:
         """Undo a claim whose answer was lost (delayq.nodes.dispatch.unsettled): READY -> DELAY with the
@@ -210,7 +220,8 @@ class TaskStore:
         message = message[:1024] if message else None
         with unavailable_on_failure(), self._engine.begin() as conn:
             row = conn.execute(select(TASK.c.status, TASK.c.attempt, TASK.c.topic, TASK.c.shard_id, TASK.c.max_retries,
-                                      TASK.c.node_id, TASK.c.due_ms, TASK.c.deadline_ms, TASK.c.cancel_ms)
+                                      TASK.c.node_id, TASK.c.due_ms, TASK.c.deadline_ms, TASK.c.cancel_ms,
+                                      TASK.c.flight_key)
                                .where(TASK.c.task_id == task_id).with_for_update()).first()
             if row is None:
                 final = conn.execute(select(BACKLOG.c.status).where(BACKLOG.c.task_id == task_id)).first()
@@ -233,7 +244,9 @@ class TaskStore:
                 self._log_result(conn, task_id, attempt, row.due_ms, result, message, now_ms, node_id, row.node_id)
             shard = row.shard_id if retry_shard is None or decision.status is not Status.DELAY else retry_shard
             self._apply(conn, task_id, attempt, status, decision, now_ms, message, shard)
-            return Transition(True, decision.status, shard, decision.due_ms, row.topic)
+            # An attempt of a KEEP_IF_ACTIVE key that ends frees the key for its waiting task.
+            freed = None if row.flight_key is None or decision.status is Status.RUNNING else bytes(row.flight_key)
+            return Transition(True, decision.status, shard, decision.due_ms, row.topic, freed)
 
     @staticmethod
     def _log_result(conn: Connection, task_id: str, attempt: int, due_ms: int, result: Result, message: str | None,

@@ -91,14 +91,23 @@ class Claimed:
     traceparent: str | None = None
 
 
+class KeyWait(NamedTuple):
+    """A KEEP_IF_ACTIVE task a claim left DELAY: an attempt of its (topic, key) is in flight."""
+    entry: Entry
+    topic: str
+    key: bytes
+
+
 class Claim(NamedTuple):
-    """What a claim won (`claimed`), the shards it found no longer ours (`fenced`), and for topics
+    """What a claim won (`claimed`), the shards it found no longer ours (`fenced`), for topics
     with a maxInFlight the tasks it left DELAY to keep to it (`deferred`) and each one's room
-    (delayq.store.inflight.Room: in flight before, slots left)."""
+    (delayq.store.inflight.Room: in flight before, slots left), and the KEEP_IF_ACTIVE tasks it
+    left DELAY because their key has an attempt in flight (`waits`, delayq.store.oneflight)."""
     claimed: list[Claimed]
     fenced: list[int]
     deferred: Sequence[Entry] = ()
     rooms: Mapping[str, tuple[int, int]] = MappingProxyType({})
+    waits: Sequence[KeyWait] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,7 @@ class Transition:
     shard_id: int = -1
     due_ms: int | None = None
     topic: str = ""
+    freed_key: bytes | None = None      # the KEEP_IF_ACTIVE key whose attempt in flight ended
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
 
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
 epoch, attempt + 1, and of a capped topic's earliest tasks up to its room, counted in the claim as
-delayq.store.inflight does; a release conditional on READY and the attempt; every published
+delayq.store.inflight does; no second attempt of a KEEP_IF_ACTIVE key in flight, the task left
+DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional on READY and the attempt; every published
 message one outcome, to its batch's handler) and nothing more. The integration tests prove the same paths on
 the real MySQL and RabbitMQ.
 """
@@ -24,7 +25,7 @@ from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
-from delayq.store.values import Claim, Claimed, Entry
+from delayq.store.values import Claim, Claimed, Entry, KeyWait
 
 
 class ManualClock:
@@ -54,6 +55,14 @@ class Row:
     ttr_ms: int = 3000
     payload: bytes = b""
     dispatched: dict[int, int] = field(default_factory=dict)     # attempt -> dispatched ms (execlog)
+    key: bytes | None = None
+    keep_one: bool = False            # submitted under KEEP_IF_ACTIVE: one attempt of its key in flight
+
+    @property
+    def flight_key(self) -> tuple[str, bytes] | None:
+        """job_delay_task's computed (topic, flight_key) under its unique key (sql/012)."""
+        in_flight = self.status in (Status.READY, Status.RUNNING)
+        return (self.topic, self.key) if self.keep_one and in_flight and self.key is not None else None
 
 
 class ClaimTable:
@@ -63,8 +72,9 @@ class ClaimTable:
         self.down = False                     # every call fails as with MySQL away
         self.lose_next_answer = False         # the next claim commits, then its answer is lost
 
-    def add(self, task_id: str, shard_id: int, due_ms: int, topic: str = "t", ttr_ms: int = 3000) -> Entry:
-        self.rows[task_id] = Row(task_id, topic, shard_id, due_ms, ttr_ms=ttr_ms)
+    def add(self, task_id: str, shard_id: int, due_ms: int, topic: str = "t", ttr_ms: int = 3000,
+            key: bytes | None = None, keep_one: bool = False) -> Entry:
+        self.rows[task_id] = Row(task_id, topic, shard_id, due_ms, ttr_ms=ttr_ms, key=key, keep_one=keep_one)
         return Entry(task_id, shard_id, due_ms, topic=topic)
 
     def _check(self) -> None:
@@ -80,18 +90,23 @@ class ClaimTable:
         rooms: dict[str, tuple[int, int]] = {}
         if caps and held:
             entries, deferred, rooms = self._trim([e for e in entries if e.shard_id in held], caps)
-        out = []
+        out, waits = [], []
+        flying = {r.flight_key for r in self.rows.values()} - {None}
         for e in entries:
             r = self.rows.get(e.task_id)
             if r is None or r.shard_id not in held or r.status is not Status.DELAY or r.due_ms > e.due_ms:
                 continue
+            if r.keep_one and r.key is not None and (r.topic, r.key) in flying:
+                waits.append(KeyWait(e, r.topic, r.key))
+                continue
             r.status, r.attempt, r.owner, r.claimed_ms = Status.READY, r.attempt + 1, owner, now_ms
             r.deadline_ms = now_ms + r.ttr_ms
-            out.append(Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt, r.payload, r.ttr_ms, 3))
+            flying.add(r.flight_key)
+            out.append(Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt, r.payload, r.ttr_ms, 3, r.key))
         if self.lose_next_answer:
             self.lose_next_answer = False
             raise StoreUnavailable("MySQL unavailable: (2013, 'Lost connection to MySQL server during query')")
-        return Claim(out, sorted(asked - held), deferred, rooms)
+        return Claim(out, sorted(asked - held), deferred, rooms, waits)
 
     def _trim(self, entries: list[Entry], caps: Mapping[str, int]
               ) -> tuple[list[Entry], list[Entry], dict[str, tuple[int, int]]]:

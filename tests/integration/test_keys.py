@@ -259,3 +259,33 @@ def test_the_command_line_submits_finds_and_cancels_by_key(node, topic):
     assert _cli(node, "tasks", "cancel-key", topic, "cli-1").returncode == 1       # no live task any more
     bad = _cli(node, "tasks", "submit", topic, "--delay", "1h", "--key", "k" * 256)
     assert bad.returncode == 2 and "key:" in bad.stderr
+
+
+def test_keep_if_active_dispatches_the_waiting_task_only_once_the_running_one_reports_and_then_at_once(node):
+    """KEEP_IF_ACTIVE: at most one waiting and one in flight. The first task's handler is slow (its
+    result comes later); the second, due meanwhile, is not dispatched until that result, and then
+    without waiting for a recheck."""
+    topic = f"k.{uuid.uuid4().hex[:8]}"
+    keep = ttypes.KeyConflict.KEEP_IF_ACTIVE
+    with node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=30_000))
+    collector = Collector("delayq", topic)
+    try:
+        with node.client() as c:
+            first = c.submit(TaskSpec(topic=topic, delayMs=50, key="doc-7", onKeyConflict=keep))
+            collector.wait_for(1, 10)
+            second = c.submit(TaskSpec(topic=topic, delayMs=0, key="doc-7", onKeyConflict=keep))
+            third = c.submit(TaskSpec(topic=topic, delayMs=0, key="doc-7", onKeyConflict=keep))
+            assert (second.outcome, third.outcome, third.taskId) == (C, D, second.taskId)
+            # Three of the node's 500 ms rechecks pass before the sentinel fires.
+            early = _after_a_sentinel(c, topic, collector, now_ms() + 1_600)
+            assert [m.headers["x-delayq-task-id"] for m in early] == [first.taskId]
+            assert c.get(second.taskId).status == ttypes.TaskStatus.DELAY
+            reported = now_ms()
+            assert c.reportResult(first.taskId, 1, ttypes.ResultStatus.SUCCESS, None) == ttypes.ReportOutcome.APPLIED
+            wait_until(lambda: second.taskId in collector.task_ids(), 10, what="the waiting task")
+        arrived = next(m.at_ms for m in collector.snapshot() if m.headers["x-delayq-task-id"] == second.taskId)
+    finally:
+        collector.close()
+    # Heard of by the node that applied the result: well before the next recheck would find it.
+    assert arrived - reported < 450, arrived - reported

@@ -16,6 +16,7 @@ from delayq.nodes.outcomes.deadlines import Deadlines as RealDeadlines
 from delayq.nodes.outcomes.expiry import Expiry
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.memory.flow import Flow
+from delayq.nodes.memory.keyholds import RECHECK_MS, KeyHolds
 from delayq.nodes.dispatch.dispatcher import Dispatcher
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.metrics import Metrics
@@ -39,17 +40,20 @@ class Results:
     """The ResultApplier as the core calls it: results applied (a retry back into memory, due at
     once), slots freed."""
 
-    def __init__(self, table: ClaimTable, memory: DelayQueue, flow: Flow | None) -> None:
-        self.table, self.memory, self.flow, self.applied = table, memory, flow, []
+    def __init__(self, table: ClaimTable, memory: DelayQueue, flow: Flow | None, keys: KeyHolds) -> None:
+        self.table, self.memory, self.flow, self.keys, self.applied = table, memory, flow, keys, []
 
     def apply(self, task_id: str, attempt: int, result: Result, message: str | None) -> Transition:
         self.applied.append((task_id, attempt, result))
         status = {Result.MISFIRED: Status.FAILED, Result.SUCCESS: Status.FINISHED}.get(result, Status.DELAY)
         row = self.table.rows[task_id]
+        freed = row.flight_key
         row.status = status
         if status is Status.DELAY:
             self.memory.offer_written([Entry(task_id, row.shard_id, row.due_ms, topic=row.topic)])
         self.ended(row.topic)
+        if freed is not None:
+            self.keys.freed(*freed)
         return Transition(True, status)
 
     def ended(self, topic: str) -> None:
@@ -86,7 +90,8 @@ class Core:
         if self.flow is not None and controls is not None:
             self.flow.apply(controls)
         self.memory.set_horizon(self.clock.now + 60_000)
-        self.results = Results(self.table, self.memory, self.flow)
+        self.keys = KeyHolds(self.memory, self.clock)
+        self.results = Results(self.table, self.memory, self.flow, self.keys)
         self.deadlines = Deadlines()
         if deadlines:
             grace = OutageGrace(self.clock, 15_000)
@@ -96,13 +101,14 @@ class Core:
         self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
                                  RecordSettings(publish_retry_ms=RETRY_MS))
         self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock)),
-                                     Memory(self.memory, self.flow),
+                                     Memory(self.memory, self.flow, keys=self.keys),
                                      Publishing(self.outbox, Services(*services), self.exchanges, "delayq"),
                                      Outcomes(self.recorder, self.results, self.deadlines), metrics, self.clock,
                                      DispatchSettings(batch=100))
 
-    def submit(self, task_id: str, shard: int = 1, in_ms: int = 0, topic: str = "t") -> Entry:
-        e = self.table.add(task_id, shard, self.clock.now + in_ms, topic)
+    def submit(self, task_id: str, shard: int = 1, in_ms: int = 0, topic: str = "t", key: bytes | None = None,
+               keep_one: bool = False) -> Entry:
+        e = self.table.add(task_id, shard, self.clock.now + in_ms, topic, key=key, keep_one=keep_one)
         self.memory.offer_written([e])
         return e
 
@@ -406,3 +412,72 @@ def test_an_attempt_a_dead_node_dispatched_is_timed_out_by_the_shards_new_owner_
     core.clock.now += 15_000                          # the grace after the outage is over
     expiry.scanned({1, 2}, core.clock.now)
     assert core.results.applied == [("orphan", 1, Result.TIMEOUT)]
+
+
+# ---- KEEP_IF_ACTIVE: one attempt of a key in flight ------------------------------------------------
+
+
+def test_a_keep_if_active_task_waits_while_its_key_is_in_flight_and_fires_the_moment_a_result_ends_it():
+    core = Core()
+    core.submit("a", key=b"k", keep_one=True)
+    core.fire()
+    core.submit("b", key=b"k", keep_one=True)
+    core.fire()
+    core.clock.now += RECHECK_MS // 2
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+    assert (core.row("b").status, core.row("b").attempt) == (Status.DELAY, 0)
+    core.results.apply("a", 1, Result.SUCCESS, None)
+    core.fire()                                       # no time passed: the end itself let it go
+    assert core.outbox.message_ids == ["a:1", "b:1"]
+
+
+def test_a_waiting_task_whose_key_ended_on_another_node_is_tried_again_after_the_recheck():
+    core = Core()
+    core.submit("a", key=b"k", keep_one=True)
+    core.fire()
+    core.submit("b", key=b"k", keep_one=True)
+    core.fire()
+    core.row("a").status = Status.FINISHED            # a result another node applied: not heard of here
+    core.clock.now += RECHECK_MS - 1
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+    core.clock.now += 1
+    core.fire()
+    assert core.outbox.message_ids == ["a:1", "b:1"]
+
+
+def test_a_retry_of_the_attempt_in_flight_frees_the_key_for_the_waiting_task():
+    core = Core()
+    core.submit("a", key=b"k", keep_one=True)
+    core.fire()
+    core.submit("b", key=b"k", keep_one=True)
+    core.fire()
+    core.results.apply("a", 1, Result.RETRY, None)    # back to DELAY, due at once: a and b both waiting
+    core.fire()
+    assert len(core.outbox.message_ids) == 2          # one of the two, never both
+    assert sorted(r.status for r in core.table.rows.values()) == [Status.DELAY, Status.READY]
+
+
+def test_two_tasks_of_a_key_due_in_one_batch_fire_one_at_a_time():
+    core = Core()
+    core.submit("a", key=b"k", keep_one=True)
+    core.submit("b", key=b"k", keep_one=True)
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+    core.results.apply("a", 1, Result.SUCCESS, None)
+    core.fire()
+    assert core.outbox.message_ids == ["a:1", "b:1"]
+
+
+def test_other_keys_unkeyed_tasks_and_tasks_of_other_modes_are_not_held_by_a_key_in_flight():
+    core = Core()
+    core.submit("a", key=b"k", keep_one=True)
+    core.fire()
+    core.submit("b", key=b"k2", keep_one=True)
+    core.submit("c")
+    core.submit("d", key=b"k")                        # the same key, submitted under another mode
+    core.submit("e", key=b"k", topic="other", keep_one=True)
+    core.fire()
+    assert sorted(core.outbox.message_ids) == ["a:1", "b:1", "c:1", "d:1", "e:1"]
+    assert core.keys.held == 0

@@ -6,7 +6,7 @@ import pytest
 from pymysql.converters import escape_item
 
 from delayq.store.sqltext import insert_tasks, literal_id, literal_ids
-from delayq.store.values import NewTask
+from delayq.store.values import KeyMode, NewTask
 
 IDS = ["0190abcdef0123456789abcd", "order-42", "a.b:c_d-e", "X"]
 
@@ -43,7 +43,7 @@ def test_an_insert_writes_every_value_as_pymysql_would_mean_it():
     # bytes as hex literals: the same bytes PyMySQL sends as an escaped _binary string
     expected = ",".join([_escaped("t-1"), _escaped("order.cancel"), "7", "1795000000000",
                          "X'" + task.payload.hex() + "'", "X'" + task.spec_hash.hex() + "'", "3", "500",
-                         "1794000000000", "1794000000000", "NULL", "NULL", "NULL", "NULL", "NULL"])
+                         "1794000000000", "1794000000000", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL"])
     assert values == f"({expected})"
     assert bytes.fromhex(task.payload.hex()) == task.payload
 
@@ -54,7 +54,9 @@ def test_a_keyed_insert_writes_the_key_tags_and_trace_context_and_the_hold():
                    traceparent=tp)
     values = insert_tasks([task], {"t-2": 3})
     tail = values[values.index("500,4,4,") + len("500,4,4,"):]
-    assert tail == f"X'{task.key.hex()}',X'{b'a,b'.hex()}','{tp}',X'{task.key.hex()}',3)"
-    assert insert_tasks([task]).endswith(f"'{tp}',NULL,NULL)")
+    assert tail == f"X'{task.key.hex()}',X'{b'a,b'.hex()}','{tp}',X'{task.key.hex()}',3,0)"
+    assert insert_tasks([task]).endswith(f"'{tp}',NULL,NULL,NULL)")
+    # The mode is stored for the task that holds its key: KEEP_IF_ACTIVE's rule reads it.
+    assert insert_tasks([task._replace(mode=KeyMode.KEEP_IF_ACTIVE)], {"t-2": 3}).endswith(",3,4)")
     with pytest.raises(ValueError):
         insert_tasks([task._replace(traceparent="00-x'")])

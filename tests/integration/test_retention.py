@@ -218,7 +218,8 @@ def test_a_claim_does_not_wait_while_a_partition_is_dropped(db):
 
 
 def test_the_history_queries_use_an_index(db):
-    """Every statement of delayq's on the two tables, as EXPLAIN shows it: an index, never a scan."""
+    """Every statement of delayq's on the two tables, as EXPLAIN shows it: an index, never a scan,
+    and pages read in the index's order rather than sorted."""
     with db.begin() as conn:
         archive(conn, "orders", now_ms())
     plans = {
@@ -226,6 +227,12 @@ def test_the_history_queries_use_an_index(db):
         "attempts of a task": f"SELECT * FROM {EXECLOG} WHERE task_id = 'a' ORDER BY attempt",
         "one attempt": f"SELECT dispatched_ms FROM {EXECLOG} WHERE task_id = 'a' AND attempt = 1",
         "dead letters": f"SELECT task_id FROM {BACKLOG} WHERE dead_letter = 1 AND shard_id IN (1, 2) LIMIT 100",
+        "a key's tasks, newest first": f"SELECT task_id FROM {BACKLOG} WHERE topic = 'x' AND task_key = 'k' "
+                                       "ORDER BY created_ms DESC, task_id DESC LIMIT 10",
+        "a topic's tasks by due time": f"SELECT task_id FROM {BACKLOG} WHERE topic = 'x' AND due_ms >= 5 "
+                                       "ORDER BY due_ms, task_id LIMIT 10",
+        "newest finished of a topic (console)": f"SELECT task_id FROM {BACKLOG} FORCE INDEX (idx_finished) WHERE "
+                                                "topic = 'x' AND status = 4 ORDER BY finished_ms DESC, task_id DESC LIMIT 51",
         "topics": f"SELECT DISTINCT topic FROM {BACKLOG} FORCE INDEX (idx_topic_finished)",
         "expired of a topic": f"SELECT task_id, finished_ms FROM {BACKLOG} FORCE INDEX (idx_topic_finished) "
                               "WHERE topic = 'x' AND finished_ms < 5 AND dead_letter = 0 ORDER BY finished_ms LIMIT 10",
@@ -234,6 +241,7 @@ def test_the_history_queries_use_an_index(db):
         for what, sql in plans.items():
             rows = conn.exec_driver_sql(f"EXPLAIN {sql}").mappings().all()
             assert all(r["key"] for r in rows), f"{what}: {[dict(r) for r in rows]}"
+            assert not any("filesort" in (r["Extra"] or "") for r in rows), f"{what} sorts: {[dict(r) for r in rows]}"
 
 
 # ---- nodes, their account, the command -----------------------------------------------------------

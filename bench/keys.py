@@ -16,6 +16,7 @@ import time
 import uuid
 
 from bench import fill
+from bench.cpu import cpu_note, cpu_window, service_pids
 from bench.machine import bench_cluster
 from bench.measure import Run, pct
 from bench.producer import run_producers
@@ -50,14 +51,22 @@ def keys(run: Run, p: dict) -> list[dict]:
 
 
 def _submits(run: Run, p: dict, node, topic: str) -> list[dict]:
-    """Rounds alternating without, with, with, without, ... keys: tasks/s of each side."""
+    """Rounds alternating without, with, with, without, ... keys: tasks/s of each side, and the CPU
+    each side cost per task (node, client, MariaDB) from the instant the client started calling."""
     done = {False: [0, 0.0], True: [0, 0.0]}        # keyed -> [tasks, seconds]
+    cpu: dict[bool, dict[str, float]] = {False: {}, True: {}}
+    machine = {False: (0.0, 0.0, 0.0), True: (0.0, 0.0, 0.0)}
     per = max(1, p["submit_tasks"] // (2 * p["rounds"]))
     for r in range(2 * p["rounds"]):
         keyed = (r % 4) in (1, 2)
-        summaries, tasks = run_producers(1, {"endpoints": node.endpoint, "topic": topic, "count": per,
-                                             "batch": p["batch"], "keyed": keyed, "delay_min": DAY_MS,
-                                             "delay_max": 2 * DAY_MS}, run.workdir, start_delay_s=0.5)
+        with cpu_window({"node": node.pid, **service_pids("MariaDB")}, 0.5) as window:
+            summaries, tasks = run_producers(1, {"endpoints": node.endpoint, "topic": topic, "count": per,
+                                                 "batch": p["batch"], "keyed": keyed, "delay_min": DAY_MS,
+                                                 "delay_max": 2 * DAY_MS}, run.workdir, start_delay_s=0.5)
+        _, used, machine[keyed] = window.read()
+        used["client"] = sum(x.get("cpu_s", 0.0) for x in summaries)
+        for name, seconds in used.items():
+            cpu[keyed][name] = cpu[keyed].get(name, 0.0) + seconds
         s = summaries[0]
         done[keyed][0] += len(tasks)
         done[keyed][1] += (s["end_ms"] - s["start_ms"]) / 1000
@@ -65,10 +74,15 @@ def _submits(run: Run, p: dict, node, topic: str) -> list[dict]:
     keyed_rate = done[True][0] / max(done[True][1], 0.001)
     how = f"submitBatch of {p['batch']}, one client, {p['rounds'] * 2} rounds alternating, {per:,} tasks a round"
     mysql = run.limits.get("mysql")
-    return [run.fig("keys", "submit_without_key", plain, "tasks/s", limit=mysql, note=how),
-            run.fig("keys", "submit_with_key_and_tags", keyed_rate, "tasks/s", limit=mysql,
-                    note="a key of its own and two tags per task; " + how),
-            run.fig("keys", "submit_with_key_vs_without", keyed_rate / plain if plain else None, "ratio", ">= 0.9")]
+    out = [run.fig("keys", "submit_without_key", plain, "tasks/s", limit=mysql, note=how),
+           run.fig("keys", "submit_with_key_and_tags", keyed_rate, "tasks/s", limit=mysql,
+                   note="a key of its own and two tags per task; " + how),
+           run.fig("keys", "submit_with_key_vs_without", keyed_rate / plain if plain else None, "ratio", ">= 0.9")]
+    for keyed, label in ((False, "without_key"), (True, "with_key_and_tags")):
+        n = max(1, done[keyed][0])
+        out.append(run.fig("keys", f"submit_{label}_node_cpu", 1e6 * cpu[keyed].get("node", 0.0) / n, "us/task",
+                           note=cpu_note(cpu[keyed], machine[keyed], per=n) + " (machine: the last round's)"))
+    return out
 
 
 def _lookups(run: Run, p: dict, node, topic: str, n: int) -> list[dict]:

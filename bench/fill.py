@@ -20,10 +20,10 @@ BACKLOG_COLUMNS = ("task_id, topic, shard_id, due_ms, status, attempt, payload, 
                    "created_ms, finished_ms, message, dead_letter, task_key, tags")
 
 
-def _seed(conn, rows: int) -> int:
-    """bench_seed holding 0 .. size-1, size the power of two at or above min(rows, 2^20)."""
+def _seed(conn, rows: int, seed_max: int) -> int:
+    """bench_seed holding 0 .. size-1, size the power of two at or above min(rows, seed_max)."""
     size = 1
-    while size < min(rows, SEED_MAX):
+    while size < min(rows, seed_max):
         size *= 2
     conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS bench_seed (n INT NOT NULL PRIMARY KEY) ENGINE=InnoDB")
     have = conn.exec_driver_sql("SELECT COUNT(*) FROM bench_seed").scalar() or 0
@@ -36,12 +36,13 @@ def _seed(conn, rows: int) -> int:
     return have
 
 
-def fill(engine, table: str, columns: str, values: str, rows: int, max_s: float = 3600) -> tuple[int, float]:
+def fill(engine, table: str, columns: str, values: str, rows: int, max_s: float = 3600,
+         seed_max: int = SEED_MAX) -> tuple[int, float]:
     """`rows` rows into table; `values` are SQL expressions of $n (the row's number, from 0).
     Returns (rows made, seconds); fewer rows when max_s ran out."""
     started = time.monotonic()
     with engine.begin() as conn:
-        seed = _seed(conn, rows)
+        seed = _seed(conn, rows, seed_max)
     made = 0
     while made < rows and time.monotonic() - started < max_s:
         take = min(seed, rows - made)

@@ -139,8 +139,9 @@ def on_replica(replica_url: str, ids: list[str]) -> set[str]:
     return found
 
 
-def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: float = 8, semi_sync: bool = False,
-          ports=(3321, 3322)) -> dict:
+def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: float = 8, semi_sync: bool = False) -> dict:
+    # scripts/dr.sh's ports (the test suite gives free ones, so that two suites on a machine can drill).
+    ports = (int(os.environ.get("DELAYQ_DR_PRIMARY_PORT", "3321")), int(os.environ.get("DELAYQ_DR_REPLICA_PORT", "3322")))
     security.install()
     logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)    # the site is down: said once
     dr("reset")

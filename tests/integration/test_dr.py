@@ -18,14 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from delayq.testing.ports import free_port
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_drill_promotes_the_replica_and_fires_again():
+def test_the_drill_promotes_the_replica_and_fires_again(tmp_path):
+    # Ports and data of its own: another suite on this machine may be drilling too.
+    env = {**os.environ, "PYTHON": sys.executable, "DELAYQ_DR_DIR": str(tmp_path / "dr"),
+           "DELAYQ_DR_PRIMARY_PORT": str(free_port()), "DELAYQ_DR_REPLICA_PORT": str(free_port())}
     proc = subprocess.Popen([str(ROOT / "scripts" / "dr.sh"), "drill", "--rate", "40", "--seconds", "10",
-                             "--kill-after-s", "4"], cwd=ROOT, env={**os.environ, "PYTHON": sys.executable},
+                             "--kill-after-s", "4"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=100)
@@ -41,6 +46,6 @@ def test_the_drill_promotes_the_replica_and_fires_again():
     assert out["not_fired"] == 0, out
     assert out["early"] == 0, out
     assert 0 <= out["rpo_lost_acknowledged"] < out["acknowledged"], out
-    status = subprocess.run([str(ROOT / "scripts" / "dr.sh"), "status"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=30)
+    status = subprocess.run([str(ROOT / "scripts" / "dr.sh"), "status"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=30)
     assert "primary: down" in status.stdout and "replica: down" in status.stdout, status.stdout

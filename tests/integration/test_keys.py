@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
@@ -18,6 +19,9 @@ import sqlalchemy
 from delayq import config, db as dbm
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.store.sqltext import insert_tasks
+from delayq.store.tasks import TaskStore
+from delayq.store.values import Claim, Entry, KeyMode, NewTask
 from delayq.testing.cluster import now_ms
 from conftest import Collector, wait_until
 
@@ -289,3 +293,33 @@ def test_keep_if_active_dispatches_the_waiting_task_only_once_the_running_one_re
         collector.close()
     # Heard of by the node that applied the result: well before the next recheck would find it.
     assert arrived - reported < 450, arrived - reported
+
+
+def test_two_claims_of_one_keep_if_active_key_at_once_put_one_attempt_in_flight(node, engine):
+    """The rule holds across nodes: two claims, each of one waiting task of the key (a task
+    waiting for its retry and the key's holder), racing on their own connections, as two nodes'
+    claims would. Due in an hour, so the node's own window leaves them alone."""
+    topic = f"k.{uuid.uuid4().hex[:8]}"
+    with engine.connect() as conn:
+        (a_shard, owner, a_epoch), (b_shard, _, b_epoch) = conn.exec_driver_sql(
+            "SELECT shard_id, owner, epoch FROM job_shard ORDER BY shard_id LIMIT 2").all()
+    store, due = TaskStore(engine), now_ms() + 3_600_000
+    for round_ in range(10):
+        key = f"race-{round_}".encode()
+        tasks = [NewTask(f"{topic}-{round_}-{i}", topic, shard, due, b"", bytes(16), 3, 600_000, now_ms(),
+                         key=key, mode=KeyMode.KEEP_IF_ACTIVE) for i, shard in enumerate((a_shard, b_shard))]
+        with engine.begin() as conn:
+            conn.exec_driver_sql(insert_tasks(tasks[:1], {tasks[0].task_id: 0}))
+            conn.exec_driver_sql(insert_tasks(tasks[1:]))
+            conn.exec_driver_sql(f"UPDATE job_delay_task SET key_mode = 4 WHERE task_id = '{tasks[1].task_id}'")
+        start = threading.Barrier(2)
+
+        def claim(t: NewTask, epoch: int) -> Claim:
+            start.wait(5)
+            return store.claim([Entry(t.task_id, t.shard_id, due, topic=topic)], owner, {t.shard_id: epoch}, now_ms())
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            claims = list(pool.map(claim, tasks, (a_epoch, b_epoch)))
+        assert sorted(len(c.claimed) for c in claims) == [0, 1], claims
+        assert [w.key for c in claims for w in c.waits] == [key]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM job_delay_task WHERE topic = %s", (topic,))

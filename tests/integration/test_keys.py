@@ -3,15 +3,19 @@ message, the execlog and the backlog; each dedup mode under 50 concurrent submit
 through two nodes leaves what it promises; a REPLACE, a cancelByKey or a rescheduleByKey racing
 the dispatch answers what happened (a replaced or cancelled task never fires, a rescheduled one
 never at its old time); findByKey and listTasks page through live and ended tasks; bad input is
-a declared InvalidTask naming the field."""
+a declared InvalidTask naming the field. KEEP_IF_ACTIVE keeps one attempt of a key in flight, also
+against two claims racing; keys, tags and holds survive a reshard, a retry after it and the
+backlog."""
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import subprocess
 import sys
 import threading
 import uuid
+import zlib
 
 import pytest
 import sqlalchemy
@@ -23,7 +27,7 @@ from delayq.store.sqltext import insert_tasks
 from delayq.store.tasks import TaskStore
 from delayq.store.values import Claim, Entry, KeyMode, NewTask
 from delayq.testing.cluster import now_ms
-from conftest import Collector, wait_until
+from conftest import Collector, wait_until, zk_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -323,3 +327,73 @@ def test_two_claims_of_one_keep_if_active_key_at_once_put_one_attempt_in_flight(
         assert [w.key for c in claims for w in c.waits] == [key]
     with engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM job_delay_task WHERE topic = %s", (topic,))
+
+
+def _ids_moving_to(prefix: str, n: int, shards: range, count: int) -> list[str]:
+    """Task ids whose CRC32 % count is one of `shards`: those a reshard to `count` moves there."""
+    ids = (f"{prefix}-{i}" for i in itertools.count())
+    return list(itertools.islice((i for i in ids if zlib.crc32(i.encode()) % count in shards), n))
+
+
+@pytest.mark.timeout(150)
+def test_keys_and_tags_survive_a_reshard_a_retry_after_it_and_the_backlog(tmp_path):
+    """A one-node cluster grows from 4 shards to 8. Tasks that move (ids chosen so: due in ten
+    minutes, and one in flight) keep their key, tags and hold on the key; the one in flight is
+    retried after the move with its key and tags on the message, its KEEP_IF_ACTIVE key still keeps
+    the waiting task back, and it ends in the backlog with them."""
+    keep, reject = ttypes.KeyConflict.KEEP_IF_ACTIVE, ttypes.KeyConflict.REJECT
+    far_ids = _ids_moving_to("far", 6, range(4, 8), 8)
+    doc_id, = _ids_moving_to("doc", 1, range(4, 8), 8)
+    topic = f"k.{uuid.uuid4().hex[:8]}"
+    with zk_cluster(tmp_path, 4, 1) as (db, (n1,)):
+        engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": db.url}).mysql)
+        with n1.client() as c:
+            c.registerService(CallbackService(topic=topic, ttrMs=30_000, backoff="fixed", retryBackoffMs=100))
+        collector = Collector("delayq", topic)
+        try:
+            with n1.client() as c:
+                for i, task_id in enumerate(far_ids):
+                    c.submit(TaskSpec(topic=topic, taskId=task_id, delayMs=600_000, key=f"far-{i}",
+                                      tags=["eu", f"t{i}"], onKeyConflict=keep))
+                c.submit(TaskSpec(topic=topic, taskId=doc_id, delayMs=0, key="doc", tags=["x"], traceparent=TP,
+                                  onKeyConflict=keep))
+                collector.wait_for(1, 10)
+                waiting = c.submit(TaskSpec(topic=topic, delayMs=0, key="doc", onKeyConflict=keep)).taskId
+                before = {t: c.get(t).shardId for t in [*far_ids, doc_id]}
+                assert max(before.values()) < 4
+                assert c.reshard(8).started
+
+                def finished() -> bool:
+                    s = c.reshard(8)
+                    assert s.error is None, s.error
+                    return not s.running
+                wait_until(finished, 60, 0.2, what="the reshard to finish")
+                for i, task_id in enumerate(far_ids):
+                    info = c.get(task_id)
+                    assert info.shardId >= 4 and (info.key, info.tags) == (f"far-{i}", ["eu", f"t{i}"])
+                    assert [t.taskId for t in c.findByKey(topic, f"far-{i}", None).tasks] == [task_id]
+                    again = c.submit(TaskSpec(topic=topic, delayMs=1000, key=f"far-{i}", onKeyConflict=reject))
+                    assert (again.outcome, again.taskId) == (D, task_id)       # the moved task still holds it
+                moved = c.get(doc_id)
+                assert (moved.status, moved.key, moved.tags) == (ttypes.TaskStatus.READY, "doc", ["x"])
+                assert moved.shardId >= 4                                  # moved while in flight
+                assert c.get(waiting).status == ttypes.TaskStatus.DELAY
+                c.reportResult(doc_id, 1, ttypes.ResultStatus.RETRY, "after the move")
+                # The retry frees the key: the waiting task goes, and then the retry waits for it.
+                wait_until(lambda: waiting in collector.task_ids(), 10, what="the waiting task")
+                ended = now_ms()
+                c.reportResult(waiting, 1, ttypes.ResultStatus.SUCCESS, None)
+                retried = wait_until(lambda: [m for m in collector.snapshot()
+                                              if m.headers["x-delayq-task-id"] == doc_id][1:], 10, what="the retry")
+                c.reportResult(doc_id, 2, ttypes.ResultStatus.SUCCESS, None)
+                wait_until(lambda: c.get(doc_id).status == ttypes.TaskStatus.FINISHED, 10, what="doc finished")
+        finally:
+            collector.close()
+        m = retried[0]
+        assert m.at_ms >= ended                  # the retry waited for the attempt in flight of its key
+        assert [v.decode() if isinstance(v, bytes) else str(v) for v in (
+            m.headers["x-delayq-attempt"], m.headers["x-delayq-key"], m.headers["x-delayq-tags"],
+            m.headers["traceparent"])] == ["2", "doc", "x", TP]
+        assert _rows(engine, "SELECT task_key, tags, traceparent FROM job_delay_task_backlog WHERE task_id = :t",
+                     t=doc_id) == [(b"doc", b"x", TP)]
+        engine.dispose()

@@ -307,6 +307,11 @@ ha_stop() {
         stop_pid "rabbitmq $i" "$HA_DIR/rabbit$i/pid"
     done
     for i in "${MEMBERS[@]}"; do stop_pid "zookeeper $i" "$HA_DIR/zk$i/pid"; done
+    # The members' cgroups, and those the fault tests made for their nodes, once empty.
+    if [ -d "$CGROUP_ROOT" ]; then
+        find "$CGROUP_ROOT" -mindepth 1 -maxdepth 1 -type d -exec rmdir {} \; 2>/dev/null || true
+        rmdir "$CGROUP_ROOT" 2>/dev/null || true
+    fi
 }
 
 ha_status() {

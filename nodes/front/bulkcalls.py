@@ -40,40 +40,42 @@ class BulkCalls:
         self._default_rate, self._max_horizon_ms = default_rate, max_horizon_ms
         self._started = started         # wakes this node's runner
 
+    # Each call learns who calls first: a caller without an identity is told that, whatever it sent.
+
     @declared
     def bulkCount(self, request: ttypes.BulkRequest) -> int:
-        spec = self._spec(request)
+        spec = self._spec(self._access.client(current()), request)
         return self._jobs.count(spec, self._clock.now_ms())[0]
 
     @declared
     def bulkStart(self, request: ttypes.BulkRequest) -> ttypes.BulkJob:
-        spec = self._spec(request)
         client = self._access.client(current())
-        job = self._jobs.create(spec, client.name, self._clock.now_ms())
+        job = self._jobs.create(self._spec(client, request), client.name, self._clock.now_ms())
         self._started()
         return as_thrift(job)
 
     @declared
     def bulkGet(self, jobId: str) -> ttypes.BulkJob:
-        return as_thrift(self._visible(jobId))
+        return as_thrift(self._visible(self._access.client(current()), jobId))
 
     @declared
     def bulkList(self, limit: int | None) -> list[ttypes.BulkJob]:
+        client = self._access.client(current())
         if limit is not None and not 1 <= limit <= bulk.MAX_JOBS_LISTED:
             raise errors.InvalidRequest("limit", f"must be between 1 and {bulk.MAX_JOBS_LISTED}, got {limit}")
-        client = self._access.client(current())
         jobs = self._jobs.list(limit or bulk.MAX_JOBS_LISTED)
         return [as_thrift(j) for j in jobs if _reads(client, j.spec.filter.topic or "")]
 
     @declared
     def bulkStop(self, jobId: str) -> ttypes.BulkJob:
-        job = self._visible(jobId)
-        self._may_change(self._access.client(current()), job.spec.action, job.spec.filter.topic or "")
+        client = self._access.client(current())
+        job = self._visible(client, jobId)
+        self._may_change(client, job.spec.action, job.spec.filter.topic or "")
         stopped = self._jobs.stop(job.job_id, self._clock.now_ms())
         assert stopped is not None          # a job row is never deleted
         return as_thrift(stopped)
 
-    def _spec(self, r: ttypes.BulkRequest | None) -> bulk.Spec:
+    def _spec(self, client: Client, r: ttypes.BulkRequest | None) -> bulk.Spec:
         if r is None:
             raise errors.InvalidRequest("request", "is required")
         action = _ACTIONS.get(r.action)
@@ -84,7 +86,7 @@ class BulkCalls:
         except errors.InvalidTask as e:
             field = "tag" if e.field == "tags" else e.field     # the filter's field, not a task's
             raise errors.InvalidRequest(f"filter.{field}", e.reason) from None
-        self._may_change(self._access.client(current()), action, f.topic or "")
+        self._may_change(client, action, f.topic or "")
         return bulk.check(action, f, r.reason, r.opsPerSecond, self._default_rate, shift_ms=r.shiftMs,
                           due_at_ms=r.dueAtMs, max_tasks=r.maxTasks, max_horizon_ms=self._max_horizon_ms)
 
@@ -95,12 +97,12 @@ class BulkCalls:
             self._access.require(current(), Permission.ADMIN)
         self._access.topics(self._access.require(current(), Permission.CANCEL), Permission.CANCEL, [topic])
 
-    def _visible(self, job_id: str | None) -> Job:
+    def _visible(self, client: Client, job_id: str | None) -> Job:
         if not job_id or len(job_id) > MAX_JOB_ID:
             raise errors.InvalidRequest("jobId", f"is required (at most {MAX_JOB_ID} characters)")
         job = self._jobs.get(job_id)
         # A job of a topic the client may not read is answered as no job, like a hidden task.
-        if job is None or not _reads(self._access.client(current()), job.spec.filter.topic or ""):
+        if job is None or not _reads(client, job.spec.filter.topic or ""):
             raise errors.InvalidRequest("jobId", f"no bulk job {job_id!r}")
         return job
 

@@ -1,6 +1,6 @@
 """Bulk jobs' pure parts: a request's checks (each naming its field), the batch planner, the pace on
-a fake clock; and the runner on fakes: it follows a job batch by batch, tells memory, drops a job
-it lost, and hands its job back when it stops."""
+a fake clock; the runner on fakes: it follows a job batch by batch, tells memory, drops a job it
+lost, and hands its job back when it stops; and the calls' permissions on fakes."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +9,15 @@ import threading
 import pytest
 
 from delayq import errors
+from delayq.access.grants import Client, Permission
 from delayq.bulk import Action, Pacer, Progress, Spec, State, batch_size, check
+from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import Status
 from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.bulkcalls import BulkCalls
+from delayq.nodes.front.caller import Caller, serving
+from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
 from delayq.store.bulkbatch import BatchResult, Moved
 from delayq.store.bulkjobs import Job
@@ -218,3 +224,88 @@ def test_a_fault_ends_the_job_failed():
 def test_progress_is_a_value():
     p = Progress(10, 1, 0, "a", "z")
     assert dataclasses.replace(p, changed=10).remaining == 0
+
+
+# ---- BulkCalls: who may do what ------------------------------------------------------------------
+
+class _Clients:
+    def __init__(self, *clients):
+        self.clients = {c.name: c for c in clients}
+
+    def load(self):
+        return "1", self.clients
+
+
+class FakeStore:
+    """BulkJobs in memory: jobs by id, each created RUNNING with the count asked for."""
+    def __init__(self):
+        self.jobs: dict[str, Job] = {}
+
+    def count(self, spec, now_ms):
+        return 7, "t7"
+
+    def create(self, spec, actor, now_ms):
+        job = Job(f"j{len(self.jobs)}", spec, actor, now_ms, State.RUNNING, Progress(7, 0, 0, "", "t7"), None, 0,
+                  None, None)
+        self.jobs[job.job_id] = job
+        return job
+
+    def get(self, job_id):
+        return self.jobs.get(job_id)
+
+    def list(self, limit):
+        return list(self.jobs.values())[:limit]
+
+    def stop(self, job_id, now_ms):
+        self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state=State.STOPPED)
+        return self.jobs[job_id]
+
+
+def _bulk_calls(*clients: Client):
+    access = Access(_Clients(*clients), Metrics(), enabled=True)  # type: ignore[arg-type]
+    access.load()
+    started: list[int] = []
+    calls = BulkCalls(FakeStore(), access, CallAnswers(Metrics()), FakeClock(), default_rate=2000,  # type: ignore[arg-type]
+                      max_horizon_ms=86_400_000, started=lambda: started.append(1))
+    return calls, started
+
+
+def _as(name: str | None) -> None:
+    caller = Caller(("127.0.0.1", 1))
+    caller.name, caller.credential = name, "digest"
+    serving(caller)
+
+
+def _req(action=ttypes.BulkAction.CANCEL, topic="a.t") -> ttypes.BulkRequest:
+    return ttypes.BulkRequest(action=action, filter=ttypes.TaskFilter(topic=topic), reason="why", shiftMs=None)
+
+
+def test_bulk_jobs_take_the_single_calls_grants_and_redrive_is_admins():
+    ops = Client("ops", "digest", grants=frozenset({(Permission.CANCEL, "a.*"), (Permission.READ, "a.*")}))
+    reader = Client("reader", "digest", grants=frozenset({(Permission.READ, "a.*")}))
+    admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
+    calls, started = _bulk_calls(ops, reader, admin)
+    _as("ops")
+    assert calls.bulkCount(_req()) == 7
+    job = calls.bulkStart(_req())
+    assert (job.createdBy, job.total, started) == ("ops", 7, [1])
+    for request, refused in ((_req(topic="b.t"), ("cancel", "b.t")), (_req(ttypes.BulkAction.REDRIVE), ("admin", ""))):
+        with pytest.raises(ttypes.Forbidden) as e:
+            calls.bulkStart(request)
+        assert (e.value.permission, e.value.topic) == refused
+    _as("reader")
+    assert calls.bulkGet(job.jobId).jobId == job.jobId and [j.jobId for j in calls.bulkList(None)] == [job.jobId]
+    with pytest.raises(ttypes.Forbidden):
+        calls.bulkStop(job.jobId)
+    _as("root")
+    hidden = calls.bulkStart(_req(ttypes.BulkAction.REDRIVE, "b.t"))
+    assert calls.bulkStop(job.jobId).state == ttypes.BulkState.STOPPED
+    _as("reader")
+    with pytest.raises(ttypes.InvalidRequest) as e:      # a job of a topic it may not read: no such job
+        calls.bulkGet(hidden.jobId)
+    assert e.value.field == "jobId" and [j.jobId for j in calls.bulkList(None)] == [job.jobId]
+    _as(None)                                            # no identity: told so, whatever it sent
+    for call in (lambda: calls.bulkCount(None), lambda: calls.bulkGet(""), lambda: calls.bulkList(0),
+                 lambda: calls.bulkStop("x")):
+        with pytest.raises(ttypes.Unauthenticated):
+            call()

@@ -3,7 +3,8 @@
 A claim leaves such a task DELAY (delayq.store.oneflight) and the dispatcher hands it here
 (`hold`): it goes back into the DelayQueue to be handed out again RECHECK_MS later, and is noted
 under its (topic, key). When an attempt of the key ends on this node (a result applied here, a
-time-out: delayq.nodes.outcomes.results), `freed` puts the noted tasks back at their due time, so
+time-out, the confirm that finishes a fire-and-forget attempt: delayq.nodes.outcomes.results),
+`freed` puts the noted tasks back at their due time, so
 the next claim takes them at once. An end that another node applied is not heard of here: the
 recheck is what finds it, RECHECK_MS later at most.
 

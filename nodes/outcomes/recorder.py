@@ -151,7 +151,8 @@ class Recorder(NodeThread):
             confirmed = [(s.attempt.task, s.attempt.sent_ms) for s in by[CONFIRMED]]
             for c in self._store.record_dispatched(confirmed, self._ownership.node_id):
                 self._metrics.finished.labels(c.topic).inc()
-                self._results.ended(c.topic)      # no result expected: a slot of its maxInFlight is free
+                # No result expected: a slot of its maxInFlight, and its key, are free.
+                self._results.ended(c.topic, c.key)
         failed = by.get(NOT_SENT, []) + by.get(FAILED, [])
         if failed:
             now = self._clock.now_ms()

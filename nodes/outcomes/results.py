@@ -29,9 +29,13 @@ class ResultApplier:
         self._metrics = metrics
         self._services, self._clock, self._on_failed = services, clock, on_failed
 
-    def ended(self, topic: str) -> None:
-        """An attempt of the topic ended here (a result, a time-out, a confirm that finishes it)."""
+    def ended(self, topic: str, key: bytes | None = None) -> None:
+        """An attempt of the topic ended here (a result, a time-out, a confirm that finishes it).
+        With its key: a task of the key held back for it may go (none is held for a key whose
+        tasks are not KEEP_IF_ACTIVE, so telling of any key is harmless)."""
         self._on_ended(topic)
+        if key is not None:
+            self._on_key_freed(topic, key)
 
     def apply(self, task_id: str, attempt: int, result: Result, message: str | None,
               move_retry: bool = False) -> Transition:
@@ -43,9 +47,7 @@ class ResultApplier:
         if not t.applied:
             return t
         if t.status is not Status.RUNNING:
-            self.ended(t.topic)
-        if t.freed_key is not None:
-            self._on_key_freed(t.topic, t.freed_key)
+            self.ended(t.topic, t.freed_key)
         if t.status is Status.DELAY and t.due_ms is not None:
             self._metrics.retried.labels(t.topic).inc()
             self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)])

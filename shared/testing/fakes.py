@@ -166,10 +166,16 @@ class ClaimTable:
 
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:
         self._check()
+        done = []
         for c, at in confirmed:
-            if c.task_id in self.rows:
-                self.rows[c.task_id].dispatched[c.attempt] = at
-        return []
+            r = self.rows.get(c.task_id)
+            if r is not None:
+                r.dispatched[c.attempt] = at
+                # An attempt that expects no result (ttr 0) finishes at the broker's confirm.
+                if c.ttr_ms == 0 and r.status is Status.READY and r.attempt == c.attempt:
+                    r.status = Status.FINISHED
+                    done.append(c)
+        return done
 
 
 @dataclass

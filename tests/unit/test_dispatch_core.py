@@ -51,14 +51,14 @@ class Results:
         row.status = status
         if status is Status.DELAY:
             self.memory.offer_written([Entry(task_id, row.shard_id, row.due_ms, topic=row.topic)])
-        self.ended(row.topic)
-        if freed is not None:
-            self.keys.freed(*freed)
+        self.ended(row.topic, None if freed is None else freed[1])
         return Transition(True, status)
 
-    def ended(self, topic: str) -> None:
+    def ended(self, topic: str, key: bytes | None = None) -> None:
         if self.flow is not None:
             self.flow.released(topic)
+        if key is not None:
+            self.keys.freed(topic, key)
 
 
 class Deadlines:
@@ -481,3 +481,16 @@ def test_other_keys_unkeyed_tasks_and_tasks_of_other_modes_are_not_held_by_a_key
     core.fire()
     assert sorted(core.outbox.message_ids) == ["a:1", "b:1", "c:1", "d:1", "e:1"]
     assert core.keys.held == 0
+
+
+def test_a_fire_and_forget_attempt_frees_its_key_at_the_broker_s_confirm():
+    core = Core()
+    core.memory.offer_written([core.table.add("a", 1, core.clock.now, key=b"k", keep_one=True, ttr_ms=0)])
+    core.fire()
+    core.submit("b", key=b"k", keep_one=True)
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]
+    core.outbox.answer(CONFIRMED)
+    core.recorder.record_waiting()                    # the confirm finishes a: nothing else will
+    core.fire()                                       # no time passed
+    assert core.row("a").status is Status.FINISHED and core.outbox.message_ids == ["b:1"]

@@ -18,11 +18,8 @@ from delayq.access.tls import server_context
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
 from delayq.config import Settings, check_node
-from delayq.coordination import ZkSession
 from delayq.db import make_engine, members_of, wait_until_answered
 from delayq.errors import Unavailable
-from delayq.master.election import Election
-from delayq.master.rebalancer import Rebalancer
 from delayq.master.reshard import ReshardJob, Resharder
 from delayq.nodes.dispatch import lanes as dispatchlanes
 from delayq.nodes.memory import hints
@@ -78,8 +75,7 @@ from delayq.nodes.threads import Part
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import Limits
 from delayq.nodes.cluster.watch import ServicesWatch, Watch
-from delayq.nodes.zk.follower import AssignmentFollower
-from delayq.nodes.zk.membership import Membership
+from delayq.nodes.zk.parts import ZkParts
 from delayq.store.audit import AuditLog
 from delayq.store import bulkbatch
 from delayq.store.bulkjobs import BulkJobs
@@ -94,7 +90,6 @@ from delayq.store.requests import TaskRequests
 from delayq.store.retention import RetentionStore
 from delayq.store.tasks import TaskStore
 from delayq.store import versions
-from delayq.zkpaths import ZkPaths
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +143,10 @@ class NodeRuntime:
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  RecordSettings.of(s.scheduling))
         # ZooKeeper's parts (or a standalone node's), before what watches the session.
-        self.zk: ZkSession | None = None
-        self.standalone: Standalone | None = None
-        if s.zk.enabled:
-            self._build_cluster(s)
-        else:
-            self.standalone = Standalone(self.epochs, self.ownership, s.node.node_id)
+        self.cluster = zkp = ZkParts(s, self.ownership, self.epochs, clock, self.metrics, self.probes.stats) \
+            if s.zk.enabled else None
+        self.zk = None if zkp is None else zkp.session
+        self.standalone = None if self.cluster else Standalone(self.epochs, self.ownership, s.node.node_id)
         # No time-out while delayq's own dependencies are down, nor for a grace after.
         zk = self.zk
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
@@ -190,7 +183,7 @@ class NodeRuntime:
         follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,
                spreader(self.engine, self.queue, self.ownership))
         self.quotas = quotas.build(self.engine, self.metrics, clock, self.services_watch,
-                                   live=(lambda: 1) if self.zk is None else lambda: self.membership.live)
+                                   live=(lambda: 1) if zkp is None else lambda: zkp.membership.live)
         self.access = Access(ClientStore(self.engine), self.metrics, enabled=not sec.insecure)
         self.watches = [Watch(self.polls, versions.CLIENTS, "clients", self.access.seen, poll_ms=sec.clients_poll_ms),
                         Watch(self.polls, versions.SERVICES, "services", self.services_watch.seen,
@@ -215,12 +208,12 @@ class NodeRuntime:
         protocol = TBinaryProtocol.TBinaryProtocolAcceleratedFactory(
             string_length_limit=s.limits.max_frame_bytes, container_length_limit=s.limits.max_batch)
         self.submits = SubmitBatcher(self.submit_path.submit_many, protocol, max_batch=s.limits.max_batch)
+        reshards = None if zkp is None else ReshardJob(lambda stop: Resharder(
+            self.engine, zkp.session.call, zkp.paths, clock, window_ms=s.scheduling.window_ms,
+            scan_ms=s.scheduling.scan_interval_ms, stop=stop))
         self.admin = AdminCalls(self.access, answers, clock, self.engine, ClientStore(self.engine),
-                                cluster_info=self.probes.cluster_info, zk=self.zk and self.zk.call,
-                                paths=self.zk and self.paths, reshards=self.zk and ReshardJob(
-                                    lambda stop: Resharder(self.engine, self.zk.call, self.paths, clock,
-                                                           window_ms=s.scheduling.window_ms,
-                                                           scan_ms=s.scheduling.scan_interval_ms, stop=stop)))
+                                cluster_info=self.probes.cluster_info, zk=None if zkp is None else zkp.session.call,
+                                paths=None if zkp is None else zkp.paths, reshards=reshards)
         # Bulk jobs: any node runs any job (delayq.nodes.bulkrunner); one started here wakes ours.
         jobs = BulkJobs(self.engine)
         self.bulk_jobs = BulkRunner(jobs, functools.partial(bulkbatch.run_batch, self.engine), placing, clock,
@@ -255,33 +248,14 @@ class NodeRuntime:
             tenants=TenantStore(self.console_engine, self.clock), cookie=f"delayq_console_{self.http.port}",
             tls=self.http.tls, plaintext=s.http.console_plaintext)
 
-    def _build_cluster(self, s: Settings) -> None:
-        """ZooKeeper mode: membership, the assignment follower, and the master role (election and
-        rebalancer), all on one ZooKeeper session. Subscription order matters: the member name
-        exists before the follower and the election use it."""
-        self.paths = ZkPaths(s.node.cluster)
-        self.zk = ZkSession(s.zk)
-        endpoint = f"{s.node.advertise_host}:{s.node.port}"
-        self.membership = Membership(self.zk, self.paths, s.node.node_id, endpoint, self.probes.stats)
-        self.follower = AssignmentFollower(self.zk, self.paths, self.ownership, lambda: self.membership.member,
-                                           self.epochs.shard_ids)
-        self.rebalancer = Rebalancer(self.zk, self.paths, self.epochs, self.clock, lambda: self.membership.member)
-        self.election = Election(self.zk, self.paths, lambda: self.membership.member, self.rebalancer.set_leader)
-        self.zk.subscribe(self._count_zk_trouble)
-
-    def _count_zk_trouble(self, state: str, _session: int | None) -> None:
-        if state != "connected":
-            self.metrics.errors.labels("zookeeper").inc()
-
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:
             log.warning("DELAYQ_INSECURE is set: the Thrift port is plaintext and every call runs without a "
                         "client identity, allowed everything. For development only.")
         self.http.start()
         wait_until_answered(self._mysql_ready, wait_s)
-        if self.zk is not None:
-            self.rebalancer.start()
-            self.zk.start(timeout=min(wait_s, 15.0))
+        if self.cluster is not None:
+            self.cluster.start(timeout=min(wait_s, 15.0))
         try:
             self.clockcheck.check_now()     # before the first task is due by this clock
         except Unavailable as e:
@@ -314,9 +288,8 @@ class NodeRuntime:
             door.stop()
         if self.admin.reshards is not None:
             self.admin.reshards.stop()
-        if self.zk is not None:
-            self.rebalancer.stop()
-            self.zk.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
             # The session is closed: the shards are the other nodes' from now on. What memory
             # holds of them, and every claim not yet published, goes to them (hints).
             self.ownership.set({}, self.ownership.all_shards())

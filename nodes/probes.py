@@ -25,7 +25,9 @@ class Probes:
 
     def epoch(self) -> int:
         n = self._node
-        return n.standalone.epoch if n.standalone is not None else n.follower.epoch
+        if n.cluster is None:
+            return n.standalone.epoch if n.standalone is not None else 0
+        return n.cluster.follower.epoch
 
     def stats(self) -> dict:
         """This node's figures as it publishes them to ZooKeeper."""
@@ -41,9 +43,9 @@ class Probes:
     def http_endpoints(self) -> dict[str, str]:
         """Every node's HTTP port (node id -> host:port), as the members published them."""
         n = self._node
-        if n.zk is None:
+        if n.cluster is None:
             return {n.settings.node.node_id: self.http_endpoint()}
-        view = read_view(n.zk, n.paths)
+        view = read_view(n.cluster.session, n.cluster.paths)
         return {node_of(m): data["http"] for m, data in view.members.items() if data.get("http")}
 
     def gauges(self) -> dict[str, float]:
@@ -52,10 +54,11 @@ class Probes:
              "unconfirmed_publishes": n.publisher.in_flight + n.dispatcher.publisher.in_flight,
              "recorder_backlog": n.recorder.backlog,
              "assignment_epoch": self.epoch()}
-        if n.zk is None:
+        if n.cluster is None:
             g.update(is_master=1, zookeeper_connected=0)
         else:
-            g.update(is_master=int(n.election.leader), zookeeper_connected=int(n.zk.state == "connected"))
+            g.update(is_master=int(n.cluster.election.leader),
+                     zookeeper_connected=int(n.cluster.session.state == "connected"))
         try:
             in_flight, overdue = n.store.in_flight(n.ownership.shards(), n.clock.now_ms())
             g.update(in_flight_attempts=in_flight, overdue_attempts=overdue)
@@ -79,9 +82,10 @@ class Probes:
     def ready(self) -> dict[str, str | None]:
         n = self._node
         checks: dict[str, str | None] = {}
-        if n.zk is not None:
-            checks["zookeeper"] = None if n.zk.state == "connected" else f"session {n.zk.state}"
-            checks["assignment"] = None if n.follower.epoch > 0 else "no assignment received yet"
+        if n.cluster is not None:
+            state = n.cluster.session.state
+            checks["zookeeper"] = None if state == "connected" else f"session {state}"
+            checks["assignment"] = None if n.cluster.follower.epoch > 0 else "no assignment received yet"
         else:
             checks["assignment"] = None if n.ownership.shards() else "no shards"
         try:
@@ -108,6 +112,6 @@ class Probes:
             view = n.standalone.view(f"{s.node.advertise_host}:{n.server.port}")
             me = n.standalone.member
         else:
-            assert n.zk is not None       # a node runs standalone or in a cluster with ZooKeeper
-            view, me = read_view(n.zk, n.paths), n.membership.member
+            assert n.cluster is not None  # a node runs standalone or in a cluster with ZooKeeper
+            view, me = read_view(n.cluster.session, n.cluster.paths), n.cluster.membership.member
         return cluster_info(s.node.cluster, view, me, self.stats(), len(n.ownership.all_shards()))

@@ -229,7 +229,7 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
     runtime.start()
     try:
         wait_until(lambda: balanced(n1, {"n1", "inproc"}), 15, 0.05, what="the in-process node to get shards")
-        old_member = runtime.membership.member
+        old_member = runtime.cluster.membership.member
         lost_seen = threading.Event()
         runtime.zk.subscribe(lambda state, _sid: state == "lost" and lost_seen.set())
 
@@ -241,13 +241,13 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
         twin.close()
 
         assert lost_seen.wait(SESSION_MS / 1000 + 10), "the node never saw its session expire"
-        wait_until(lambda: runtime.membership.member not in (None, old_member), 15, 0.05,
+        wait_until(lambda: runtime.cluster.membership.member not in (None, old_member), 15, 0.05,
                    what="the node to register with a new session")
         ci = wait_until(lambda: balanced(n1, {"n1", "inproc"}), 15, 0.05, what="the cluster to rebalance")
         mine = {s for s, n in ci.assignment.items() if n == "inproc"}
         owner, fence = wait_until(lambda: set(runtime.ownership.fence()[1]) == mine and runtime.ownership.fence(),
                                   10, 0.05, what="the node to hold its new shards")
-        assert owner == runtime.membership.member != old_member
+        assert owner == runtime.cluster.membership.member != old_member
 
         # And it dispatches again, as its new self.
         topic = f"t.{uuid.uuid4().hex[:10]}"

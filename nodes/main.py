@@ -55,10 +55,7 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
-from delayq.nodes.console.app import Console
-from delayq.nodes.console.history import HistoryThread
-from delayq.nodes.console.peers import Peers
-from delayq.nodes.console.reads import ConsoleReads, console_engine
+from delayq.nodes.console.assembly import ConsolePart
 from delayq.nodes.http import HealthServer
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
@@ -66,7 +63,7 @@ from delayq.nodes.outcomes.outages import OutageGrace
 from delayq.nodes.probes import Probes
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
-from delayq.nodes.outcomes.results import ResultApplier
+from delayq.nodes.outcomes.results import Followers, ResultApplier
 from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.cluster.skew import ReferenceClock
 from delayq.nodes.memory.spread import spreader
@@ -84,8 +81,8 @@ from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore
 from delayq.store.deadletters import DeadLetterRows
 from delayq.store.epochs import ShardEpochs
+from delayq.store.overdue import OverdueRows
 from delayq.store.submits import TaskWriter
-from delayq.store.tenants import TenantStore
 from delayq.store.requests import TaskRequests
 from delayq.store.retention import RetentionStore
 from delayq.store.tasks import TaskStore
@@ -115,6 +112,7 @@ class NodeRuntime:
         # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True, members=members)
         self.store = TaskStore(self.engine)
+        self.overdue = OverdueRows(self.engine)
         self.requests = TaskRequests(self.engine)
         self.epochs = ShardEpochs(self.engine, clock)
         self.services = ServiceRegistry(self.engine, clock)
@@ -138,8 +136,8 @@ class NodeRuntime:
                                         self.metrics, clock)
         # A task that ended FAILED wakes the dead-letterer; an attempt that ended frees its topic's slot.
         self.results = ResultApplier(self.store, self.queue, self.ownership, self.services, clock, self.metrics,
-                                     on_failed=self.deadletters.wake, on_ended=self.flow.released,
-                                     on_key_freed=self.keyholds.freed)
+                                     Followers(failed=self.deadletters.wake, ended=self.flow.released,
+                                               key_freed=self.keyholds.freed))
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  RecordSettings.of(s.scheduling))
         # ZooKeeper's parts (or a standalone node's), before what watches the session.
@@ -161,10 +159,10 @@ class NodeRuntime:
             db.on_unreachable(engine, lambda: self.grace.observe("mysql", False))
         self.hints = hints.HintReader(self.polls, self.queue, self.ownership, self.handover,
                                       poll_ms=s.scheduling.hint_poll_ms)
-        self.deadlines = Deadlines(self.store, self.results, self.metrics, clock, self.grace)
+        self.deadlines = Deadlines(self.overdue, self.results, self.metrics, clock, self.grace)
         self.pruner = Pruner(RetentionStore(self.engine), s.retention, clock)
         self.loader = Loader(self.store, self.queue, self.ownership, clock, ScanSettings.of(s.scheduling),
-                             watcher=Expiry(self.store, self.results, self.ownership, self.grace),
+                             watcher=Expiry(self.overdue, self.results, self.ownership, self.grace),
                              limited=self.flow.limited)
         # Two lanes (delayq.nodes.dispatch.lanes), sharing all but their publisher.
         claims = Claims(self.store, self.ownership, Unsettled(self.store, clock))
@@ -233,20 +231,9 @@ class NodeRuntime:
         self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
                                  self.probes.detail, tls=None if sec.insecure else server_context(
                                      sec.tls_cert_file, sec.tls_key_file))
-        self.console: Console | None = None
-        if s.http.console:
-            self._build_console(s)
-
-    def _build_console(self, s: Settings) -> None:
-        """The web console: reads on an engine of its own, actions through the Thrift service."""
-        self.console_engine = console_engine(s.mysql)
-        self.console = self.http.console = Console(
-            service=self.service, access=self.access, reads=ConsoleReads(self.console_engine),
-            history=HistoryThread(self.metrics, self.clock), peers=Peers(),
-            http_endpoints=self.probes.http_endpoints, clock=self.clock, cluster=s.node.cluster,
-            node_id=s.node.node_id, audit=AuditLog(self.console_engine),
-            tenants=TenantStore(self.console_engine, self.clock), cookie=f"delayq_console_{self.http.port}",
-            tls=self.http.tls, plaintext=s.http.console_plaintext)
+        # The web console (nodes/console): reads on an engine of its own, actions through the service.
+        self.console = ConsolePart(s, self.service, self.access, self.metrics, clock, self.http,
+                                   self.probes.http_endpoints) if s.http.console else None
 
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:
@@ -308,5 +295,4 @@ class NodeRuntime:
         self.http.stop()
         if self.console is not None:
             self.console.stop()
-            self.console_engine.dispose()
         log.info("node %s stopped", self.settings.node.node_id)

@@ -60,8 +60,8 @@ class Probes:
             g.update(is_master=int(n.cluster.election.leader),
                      zookeeper_connected=int(n.cluster.session.state == "connected"))
         try:
-            in_flight, overdue = n.store.in_flight(n.ownership.shards(), n.clock.now_ms())
-            g.update(in_flight_attempts=in_flight, overdue_attempts=overdue)
+            f = n.overdue.in_flight(n.ownership.shards(), n.clock.now_ms())
+            g.update(in_flight_attempts=f.attempts, overdue_attempts=f.overdue)
         except Unavailable:
             pass     # the scrape still answers; the error shows in delayq_dependency_errors_total
         return g
@@ -76,7 +76,7 @@ class Probes:
                    "submits": n.submits, "thrift-calls": n.calls, "thrift-io": n.server,
                    "clock-check": n.clockcheck, "deadlines": n.deadlines,
                    "hints": n.hints, **{w.name: w for w in n.watches},
-                   "quotas": n.quotas, **({"console-history": n.console.history} if n.console else {})}
+                   "quotas": n.quotas, **({"console-history": n.console.console.history} if n.console else {})}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def ready(self) -> dict[str, str | None]:

@@ -28,7 +28,7 @@ from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
 from delayq.nodes.outcomes.results import ResultApplier
 from delayq.nodes.threads import NodeThread
-from delayq.store.tasks import TaskStore
+from delayq.store.overdue import OverdueRows
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class Deadlines(NodeThread):
     name = "deadlines"
 
-    def __init__(self, store: TaskStore, results: ResultApplier, metrics: Metrics, clock: Clock,
+    def __init__(self, store: OverdueRows, results: ResultApplier, metrics: Metrics, clock: Clock,
                  grace: OutageGrace, *, batch: int = 500):
         super().__init__()
         self._store, self._results, self._metrics, self._clock = store, results, metrics, clock
@@ -103,7 +103,7 @@ class Deadlines(NodeThread):
         wanted = {(t, a) for _, t, a in due}
         now = self._clock.now_ms()
         later = []
-        for task_id, attempt, deadline in self._store.in_flight_deadlines([t for _, t, _ in due]):
+        for task_id, attempt, deadline in self._store.deadlines([t for _, t, _ in due]):
             if (task_id, attempt) not in wanted or deadline is None:
                 continue
             if deadline >= now:

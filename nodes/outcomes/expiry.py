@@ -19,7 +19,7 @@ from delayq.lifecycle import Result
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.outcomes.outages import OutageGrace
 from delayq.nodes.outcomes.results import ResultApplier
-from delayq.store.tasks import TaskStore
+from delayq.store.overdue import OverdueRows
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ BATCH = 1000        # expired attempts timed out per scan, at most
 
 
 class Expiry:
-    def __init__(self, store: TaskStore, results: ResultApplier, ownership: Ownership, grace: OutageGrace):
+    def __init__(self, store: OverdueRows, results: ResultApplier, ownership: Ownership, grace: OutageGrace):
         self._store, self._results, self._ownership, self._grace = store, results, ownership, grace
 
     def scanned(self, shards: set[int], now_ms: int) -> None:

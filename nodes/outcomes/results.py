@@ -4,6 +4,7 @@ FAILED wakes the dead-letterer. Thrift reportResult, the results queue, the load
 the dispatch path all go through here. Thread-safe: it holds no state of its own."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from delayq.clock import Clock
@@ -16,26 +17,31 @@ from delayq.store.tasks import TaskStore
 from delayq.store.values import Transition
 
 
+@dataclass(frozen=True)
+class Followers:
+    """Who is told what an applied result freed."""
+    failed: Callable[[], None] = lambda: None
+    """A task ended FAILED: it has a dead letter to publish."""
+    ended: Callable[[str], None] = lambda topic: None
+    """An attempt of the topic ended (retry, finished, failed): a slot of its maxInFlight is free."""
+    key_freed: Callable[[str, bytes], None] = lambda topic, key: None
+    """The attempt of a KEEP_IF_ACTIVE key in flight ended: the key's waiting task may be claimed."""
+
+
 class ResultApplier:
     def __init__(self, store: TaskStore, queue: DelayQueue, ownership: Ownership, services: ServiceRegistry,
-                 clock: Clock, metrics: Metrics, on_failed: Callable[[], None] = lambda: None,
-                 on_ended: Callable[[str], None] = lambda topic: None,
-                 on_key_freed: Callable[[str, bytes], None] = lambda topic, key: None):
-        """on_ended(topic): an attempt of the topic ended (retry, finished, failed): a slot of its
-        maxInFlight is free. on_key_freed(topic, key): the attempt of a KEEP_IF_ACTIVE key in
-        flight ended: the key's waiting task may be claimed."""
+                 clock: Clock, metrics: Metrics, followers: Followers = Followers()):
         self._store, self._queue, self._ownership = store, queue, ownership
-        self._on_ended, self._on_key_freed = on_ended, on_key_freed
-        self._metrics = metrics
-        self._services, self._clock, self._on_failed = services, clock, on_failed
+        self._metrics, self._followers = metrics, followers
+        self._services, self._clock = services, clock
 
     def ended(self, topic: str, key: bytes | None = None) -> None:
         """An attempt of the topic ended here (a result, a time-out, a confirm that finishes it).
         With its key: a task of the key held back for it may go (none is held for a key whose
         tasks are not KEEP_IF_ACTIVE, so telling of any key is harmless)."""
-        self._on_ended(topic)
+        self._followers.ended(topic)
         if key is not None:
-            self._on_key_freed(topic, key)
+            self._followers.key_freed(topic, key)
 
     def apply(self, task_id: str, attempt: int, result: Result, message: str | None,
               move_retry: bool = False) -> Transition:
@@ -53,7 +59,7 @@ class ResultApplier:
             self._queue.offer_written([Entry(task_id, t.shard_id, t.due_ms, topic=t.topic)])
         elif t.status is Status.FAILED:
             self._metrics.failed.labels(t.topic).inc()
-            self._on_failed()
+            self._followers.failed()
         elif t.status is Status.FINISHED:
             self._metrics.finished.labels(t.topic).inc()
         elif t.status is Status.CANCELLED:       # a cancel asked while the attempt ran

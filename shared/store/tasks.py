@@ -1,7 +1,8 @@
 """TaskStore: a written task's life in MySQL: window scans, claims, dispatch records, results and
 time-outs, the move to the backlog. (New tasks are written by delayq.store.submits.TaskWriter;
 a caller's cancel, reschedule and get by delayq.store.requests.TaskRequests; shard ownership by
-delayq.store.epochs.ShardEpochs; dead letters by delayq.store.deadletters.DeadLetterRows.)
+delayq.store.epochs.ShardEpochs; dead letters by delayq.store.deadletters.DeadLetterRows; which
+attempts are overdue by delayq.store.overdue.OverdueRows.)
 
 The hot paths (window scan, claim, execlog, finishing fire-and-forget tasks) run fixed SQL text
 through the driver (`exec_driver_sql`, values written in by delayq.store.sqltext): building and
@@ -23,7 +24,7 @@ import logging
 import random
 from typing import Callable, Iterable, Mapping, Sequence
 
-from sqlalchemy import Connection, Engine, case, func, insert, literal, or_, select, update
+from sqlalchemy import Connection, Engine, case, insert, literal, select, update
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
@@ -283,40 +284,6 @@ class TaskStore:
             conn.execute(update(TASK).where(TASK.c.task_id == task_id).values(
                 status=int(Status.DELAY), due_ms=d.due_ms, shard_id=shard_id, deadline_ms=None, node_id=None,
                 updated_ms=now_ms))
-
-    def in_flight(self, shards: Iterable[int], now_ms: int) -> tuple[int, int]:
-        """(READY/RUNNING tasks of these shards, how many of them are past their time-to-run)."""
-        shards = sorted(shards)
-        if not shards:
-            return 0, 0
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            row = conn.execute(select(func.count(), func.coalesce(func.sum(case((TASK.c.deadline_ms < now_ms, 1),
-                                                                                   else_=0)), 0))
-                               .where(TASK.c.shard_id.in_(shards),
-                                      TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)]))).one()
-            return int(row[0]), int(row[1])
-
-    def expired(self, shards: Iterable[int], now_ms: int, limit: int, owner: str) -> list[tuple[str, int]]:
-        """(task id, attempt) of in-flight tasks of these shards whose time-to-run has passed,
-        except fire-and-forget ones `owner` claimed itself (it settles those when the broker answers)."""
-        shards = sorted(shards)
-        if not shards:
-            return []
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            rows = conn.execute(select(TASK.c.task_id, TASK.c.attempt).where(
-                TASK.c.shard_id.in_(shards), TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)]),
-                TASK.c.deadline_ms < now_ms,
-                or_(TASK.c.ttr_ms != 0, TASK.c.node_id.is_(None), TASK.c.node_id != owner)).limit(limit))
-            return [(r.task_id, r.attempt) for r in rows]
-
-    def in_flight_deadlines(self, task_ids: Sequence[str]) -> list[tuple[str, int, int | None]]:
-        """(task id, attempt, deadline ms) of those of these tasks still in flight (READY/RUNNING)."""
-        if not task_ids:
-            return []
-        with unavailable_on_failure(), self._engine.connect() as conn:
-            return [(r.task_id, r.attempt, r.deadline_ms) for r in conn.execute(
-                select(TASK.c.task_id, TASK.c.attempt, TASK.c.deadline_ms).where(
-                    TASK.c.task_id.in_(list(task_ids)), TASK.c.status.in_([int(Status.READY), int(Status.RUNNING)])))]
 
     def ping(self) -> None:
         with unavailable_on_failure(), self._engine.connect() as conn:

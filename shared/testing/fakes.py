@@ -3,7 +3,8 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
 
     ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
     ClaimTable   job_delay_task and job_shard as far as claims, releases, records and time-outs
-                 go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore)
+                 go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore, and
+                 delayq.store.overdue.OverdueRows)
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec
@@ -25,6 +26,7 @@ from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
+from delayq.store.overdue import Attempt, AttemptDeadline
 from delayq.store.values import Claim, Claimed, Entry, KeyWait
 
 
@@ -151,17 +153,17 @@ class ClaimTable:
                 n += 1
         return n
 
-    def expired(self, shards: Sequence[int] | set[int], now_ms: int, limit: int, owner: str) -> list[tuple[str, int]]:
+    def expired(self, shards: Sequence[int] | set[int], now_ms: int, limit: int, owner: str) -> list[Attempt]:
         """In-flight attempts of these shards past their deadline, but fire-and-forget ones `owner` claimed."""
         self._check()
-        return [(r.task_id, r.attempt) for r in self.rows.values()
+        return [Attempt(r.task_id, r.attempt) for r in self.rows.values()
                 if r.shard_id in shards and r.status in (Status.READY, Status.RUNNING)
                 and r.deadline_ms is not None and r.deadline_ms < now_ms
                 and (r.ttr_ms != 0 or r.owner != owner)][:limit]
 
-    def in_flight_deadlines(self, task_ids: Sequence[str]) -> list[tuple[str, int, int | None]]:
+    def deadlines(self, task_ids: Sequence[str]) -> list[AttemptDeadline]:
         self._check()
-        return [(r.task_id, r.attempt, r.deadline_ms) for t in task_ids if (r := self.rows.get(t)) is not None
+        return [AttemptDeadline(r.task_id, r.attempt, r.deadline_ms) for t in task_ids if (r := self.rows.get(t)) is not None
                 and r.status in (Status.READY, Status.RUNNING)]
 
     def record_dispatched(self, confirmed: Sequence[tuple[Claimed, int]], node_id: str) -> list[Claimed]:

@@ -100,6 +100,7 @@ _HELP = {
     "in_flight_attempts": "READY/RUNNING tasks of this node's shards (dispatched, no result yet).",
     "overdue_attempts": "READY/RUNNING tasks of this node's shards past their time-to-run.",
     "recorder_backlog": "Publish outcomes waiting to be written to MySQL.",
+    "key_waiting_tasks": "KEEP_IF_ACTIVE tasks due that wait for the attempt of their key in flight to end.",
     "catchup_tasks_total": "Late tasks paced by the catch-up rate limit.",
     "window_scans_total": "Window scans of MySQL.",
 }

@@ -52,7 +52,7 @@ class Probes:
         n = self._node
         g: dict[str, float] = {"queue_size": len(n.queue), "shards_owned": len(n.ownership.shards()),
              "unconfirmed_publishes": n.publisher.in_flight + n.dispatcher.publisher.in_flight,
-             "recorder_backlog": n.recorder.backlog,
+             "recorder_backlog": n.recorder.backlog, "key_waiting_tasks": n.keyholds.held,
              "assignment_epoch": self.epoch()}
         if n.cluster is None:
             g.update(is_master=1, zookeeper_connected=0)

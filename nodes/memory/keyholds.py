@@ -63,7 +63,20 @@ class KeyHolds:
 
     @property
     def held(self) -> int:
+        """The noted tasks memory still holds. A note whose task is no longer in memory (claimed
+        here or by another node once the key was free, cancelled, its shard moved) is dropped
+        here: its end is never heard of otherwise. (A task taken for its recheck's claim is out of
+        memory for that moment and noted again when the claim leaves it waiting.)"""
         with self._lock:
+            notes = [(key, task_id, e.due_ms) for key, tasks in self._held.items() for task_id, (e, _) in tasks.items()]
+        gone = [(key, task_id) for key, task_id, due_ms in notes if not self._queue.holds(task_id, due_ms)]
+        with self._lock:
+            for key, task_id in gone:
+                tasks = self._held.get(key)
+                if tasks is not None and tasks.pop(task_id, None) is not None:
+                    self._count -= 1
+                    if not tasks:
+                        del self._held[key]
             return self._count
 
     def _prune(self, now: int) -> None:

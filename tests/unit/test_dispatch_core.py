@@ -447,6 +447,20 @@ def test_a_waiting_task_whose_key_ended_on_another_node_is_tried_again_after_the
     assert core.outbox.message_ids == ["a:1", "b:1"]
 
 
+def test_a_waiting_task_another_node_claimed_is_no_longer_counted_as_waiting_here():
+    core = Core()
+    core.submit("a", key=b"k", keep_one=True)
+    core.fire()
+    core.submit("b", key=b"k", keep_one=True)
+    core.fire()
+    assert core.keys.held == 1
+    core.row("a").status = Status.FINISHED            # ended on another node, which then claimed b
+    core.row("b").status, core.row("b").attempt = Status.READY, 1
+    core.clock.now += RECHECK_MS
+    core.fire()                                       # the recheck's claim takes nothing
+    assert core.outbox.message_ids == ["a:1"] and core.keys.held == 0
+
+
 def test_a_retry_of_the_attempt_in_flight_frees_the_key_for_the_waiting_task():
     core = Core()
     core.submit("a", key=b"k", keep_one=True)

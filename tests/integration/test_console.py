@@ -244,6 +244,11 @@ def test_pause_a_topic_from_the_console_then_resume(cluster, browser):
     assert page.text_content("#topic-state") == "paused"
     with nodes[0].client() as c:
         assert {t.topic: t.paused for t in c.listTopicControls()}[TOPIC]
+    # A pause holds on every node within a second (docs/flow-control.md): the task may be any node's.
+    paused = f'delayq_topic_paused{{topic="{TOPIC}"}}'
+    wait_until(lambda: all(n.metrics(labelled=True).get(paused) == 1 for n in nodes), 5, 0.05,
+               what="every node to hold the pause")
+    with nodes[0].client() as c:
         due = c.submit(ttypes.TaskSpec(topic=TOPIC, delayMs=0, payload=b"x")).taskId
     assert status_of(nodes[0], due) == ttypes.TaskStatus.DELAY
     page.click("#resume")

@@ -50,6 +50,11 @@ def _after_a_sentinel(c, topic: str, collector: Collector, due_ms: int) -> list:
     return [m for m in collector.snapshot() if m.headers["x-delayq-task-id"] != sentinel]
 
 
+def waiting(nodes) -> float:
+    """KEEP_IF_ACTIVE tasks waiting for their key, on every node of the module's database."""
+    return sum(n.metrics()["delayq_key_waiting_tasks"] for n in nodes.made if n.alive())
+
+
 def _rows(engine, sql: str, **params) -> list:
     with engine.connect() as conn:
         return list(conn.execute(sqlalchemy.text(sql), params))
@@ -213,8 +218,14 @@ def test_find_by_key_and_list_tasks_page_through_live_and_ended_tasks(node, topi
                                   tags=["eu"] if i % 2 else ["us"])) for i in range(8)]
         assert c.cancel(refs[1].taskId) == ttypes.CancelResult.CANCELLED
         page = c.findByKey(topic, "order-7", None)
-        assert [t.taskId for t in page.tasks] == [r.taskId for r in reversed(refs[:5])] and page.nextPageToken is None
-        assert page.tasks[3].status == ttypes.TaskStatus.CANCELLED and page.tasks[0].tags == ["us"]
+        # Newest first: by creation time, then by id (tasks made in the same millisecond).
+        assert [t.taskId for t in page.tasks] == [t.taskId for t in sorted(
+            page.tasks, key=lambda t: (t.createdAtMs, t.taskId), reverse=True)] and page.nextPageToken is None
+        assert {t.taskId for t in page.tasks} == {r.taskId for r in refs[:5]}
+        by_id = {t.taskId: t for t in page.tasks}
+        created = [by_id[r.taskId].createdAtMs for r in refs[:5]]
+        assert created == sorted(created)
+        assert by_id[refs[1].taskId].status == ttypes.TaskStatus.CANCELLED and by_id[refs[4].taskId].tags == ["us"]
         seen, token = [], None
         while True:
             page = c.listTasks(ttypes.TaskFilter(topic=topic, keyPrefix="order-"), token, 3)
@@ -269,7 +280,8 @@ def test_the_command_line_submits_finds_and_cancels_by_key(node, topic):
     assert bad.returncode == 2 and "key:" in bad.stderr
 
 
-def test_keep_if_active_dispatches_the_waiting_task_only_once_the_running_one_reports_and_then_at_once(node):
+def test_keep_if_active_dispatches_the_waiting_task_only_once_the_running_one_reports_and_then_at_once(node,
+                                                                                                       node_factory):
     """KEEP_IF_ACTIVE: at most one waiting and one in flight. The first task's handler is slow (its
     result comes later); the second, due meanwhile, is not dispatched until that result, and then
     without waiting for a recheck."""
@@ -289,10 +301,13 @@ def test_keep_if_active_dispatches_the_waiting_task_only_once_the_running_one_re
             early = _after_a_sentinel(c, topic, collector, now_ms() + 1_600)
             assert [m.headers["x-delayq-task-id"] for m in early] == [first.taskId]
             assert c.get(second.taskId).status == ttypes.TaskStatus.DELAY
+            # What an operator sees: one task waiting for its key (on whichever node claimed it).
+            wait_until(lambda: waiting(node_factory) == 1, 5, what="the gauge of waiting tasks")
             reported = now_ms()
             assert c.reportResult(first.taskId, 1, ttypes.ResultStatus.SUCCESS, None) == ttypes.ReportOutcome.APPLIED
             wait_until(lambda: second.taskId in collector.task_ids(), 10, what="the waiting task")
         arrived = next(m.at_ms for m in collector.snapshot() if m.headers["x-delayq-task-id"] == second.taskId)
+        wait_until(lambda: waiting(node_factory) == 0, 5, what="no task waiting for its key")
     finally:
         collector.close()
     # Heard of by the node that applied the result: well before the next recheck would find it.

@@ -30,10 +30,9 @@ die() { echo "dr.sh: $*" >&2; exit 1; }
 cli() { mariadb --no-defaults -uroot --socket="$DIR/$1/mysqld.sock" --connect-timeout=2 -N -e "$2"; }
 answers() { cli "$1" "SELECT 1" >/dev/null 2>&1; }
 pid_of() { cat "$DIR/$1/mysqld.pid" 2>/dev/null || true; }
-wait_until() {  # seconds, command...
-    local deadline=$((SECONDS + $1)); shift
-    until "$@"; do [ $SECONDS -lt $deadline ] || return 1; sleep 0.2; done
-}
+DELAYQ_POLL_S=0.2      # a promotion is timed: poll the replica often
+# shellcheck source=scripts/wait.sh
+. "$PWD/scripts/wait.sh"
 
 config() {  # name port server-id
     local d="$DIR/$1"

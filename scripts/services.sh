@@ -54,18 +54,8 @@ fail_with_log() {
     exit 1
 }
 
-# port_open PORT: something accepts TCP connections on 127.0.0.1:PORT (bash /dev/tcp, no nc needed).
-port_open() { timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-
-# wait_until SECONDS CMD...: poll CMD every 0.5 s until it succeeds or the deadline passes.
-wait_until() {
-    local deadline=$((SECONDS + $1)); shift
-    until "$@"; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.5
-    done
-}
-
+# shellcheck source=scripts/wait.sh
+. "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
 # shellcheck source=scripts/apt.sh
 . "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 apt_install() { delayq_apt_install "$@" || die "could not install $*"; }

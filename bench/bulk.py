@@ -27,14 +27,9 @@ def bulk(run: Run, p: dict) -> list[dict]:
     with bench_cluster(run.logs) as cl:
         node = cl.add_node(start=False)
         victims = f"bench.bulk.{uuid.uuid4().hex[:8]}"
-        engine = cl.engine()
-        try:
+        with fill.filling(cl) as engine:
             n, secs = fill.pending(engine, victims, p["tasks"], cl.shards, now_ms() + DAY_MS, 7 * DAY_MS,
                                    prefix="bk", key_prefix="b", tags=f"bench,{TAG}", now_ms=now_ms())
-            with engine.connect() as conn:
-                conn.exec_driver_sql("ANALYZE TABLE job_delay_task").all()
-        finally:
-            engine.dispose()
         node.start()
         cl.register(victims)
         out.append(run.fig("bulk", "tagged", n, "tasks",

@@ -86,16 +86,11 @@ def console(run: Run, p: dict) -> list[dict]:
         # Archived rows finish today before now: the backlog's partitions are by day.
         done_from = day_of(now) * DAY_MS
         done_span = max(1, now - done_from - 1000)
-        engine = cl.engine()
-        try:
+        with fill.filling(cl) as engine:
             n, secs = fill.pending(engine, topic, p["pending"], cl.shards, due_from, due_span, prefix="cp",
                                    now_ms=now)
             a, asecs = fill.archived(engine, topic, p["archived"], cl.shards, done_from, done_span, prefix="ca",
                                      now_ms=now)
-            with engine.connect() as conn:
-                conn.exec_driver_sql("ANALYZE TABLE job_delay_task, job_delay_task_backlog").all()
-        finally:
-            engine.dispose()
         out += [run.fig("console", "pending", n, "tasks", note=f"made in {secs:.0f} s by INSERT ... SELECT"),
                 run.fig("console", "archived", a, "tasks", note=f"made in {asecs:.0f} s by INSERT ... SELECT")]
         node.start()

@@ -5,13 +5,20 @@ doubling, small enough for MySQL's in-memory temporary table when a table copies
 copied into the target a seed at a time by INSERT ... SELECT, each row's values computed by MySQL
 from its number n. Ids, keys and due times grow with n, so every index fills at its end.
 
-    pending(engine, topic, rows, ...)    DELAY tasks of a topic, each with a key and tags
-    archived(engine, topic, rows, ...)   ended tasks of a topic in the backlog
+    with filling(cluster) as engine:     # the tables' statistics refreshed once filled
+        pending(engine, topic, rows, ...)    DELAY tasks of a topic, each with a key and tags
+        archived(engine, topic, rows, ...)   ended tasks of a topic in the backlog
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
+from typing import Iterator
+
+from sqlalchemy import Engine
+
+from delayq.testing.cluster import Cluster
 
 SEED_MAX = 1 << 20
 TASK_COLUMNS = ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
@@ -55,6 +62,19 @@ def fill(engine, table: str, columns: str, values: str, rows: int, max_s: float 
 
 def spec_hash(topic: str) -> str:
     return hashlib.blake2b(topic.encode(), digest_size=16).hexdigest()
+
+
+@contextlib.contextmanager
+def filling(cl: Cluster) -> Iterator[Engine]:
+    """An engine on the cluster's database to fill it with; once filled, the tables' statistics are
+    refreshed (ANALYZE), so that the scenario's queries are planned on the rows just made."""
+    engine = cl.engine()
+    try:
+        yield engine
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE TABLE job_delay_task, job_delay_task_backlog").all()
+    finally:
+        engine.dispose()
 
 
 def key_of(prefix: str, n: int) -> str:

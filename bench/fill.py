@@ -18,9 +18,11 @@ from typing import Iterator
 
 from sqlalchemy import Engine
 
+from delayq import config, db as dbm
 from delayq.testing.cluster import Cluster
 
 SEED_MAX = 1 << 20
+STATEMENT_S = 600       # one INSERT ... SELECT of SEED_MAX rows, or an ANALYZE of 10M rows, at the most
 TASK_COLUMNS = ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
                 "created_ms, updated_ms, task_key, tags")
 BACKLOG_COLUMNS = ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
@@ -67,8 +69,10 @@ def spec_hash(topic: str) -> str:
 @contextlib.contextmanager
 def filling(cl: Cluster) -> Iterator[Engine]:
     """An engine on the cluster's database to fill it with; once filled, the tables' statistics are
-    refreshed (ANALYZE), so that the scenario's queries are planned on the rows just made."""
-    engine = cl.engine()
+    refreshed (ANALYZE), so that the scenario's queries are planned on the rows just made. Its
+    statements may take minutes (a million rows each): its timeout is STATEMENT_S, not a node's."""
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": cl.url,
+                                          "DELAYQ_MYSQL_TIMEOUT_MS": str(STATEMENT_S * 1000)}).mysql)
     try:
         yield engine
         with engine.connect() as conn:

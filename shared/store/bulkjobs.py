@@ -92,11 +92,14 @@ class BulkJobs:
             row = conn.execute(select(JOB).where(JOB.c.job_id == job_id)).first()
         return None if row is None else as_job(row)
 
-    def list(self, limit: int, topics: frozenset[str] | None = None) -> list[Job]:
-        """The newest jobs first; of the given topics only, when given."""
+    def list(self, limit: int, topics: frozenset[str] | None = None, before: str | None = None) -> list[Job]:
+        """The newest jobs first (ids grow with time); of the given topics only, when given; older
+        than the job `before`, when given (the next page)."""
         q = select(JOB)
         if topics is not None:
             q = q.where(JOB.c.topic.in_(sorted(topics)))
+        if before is not None:
+            q = q.where(JOB.c.job_id < before)
         with unavailable_on_failure(), self._engine.connect() as conn:
             return [as_job(r) for r in conn.execute(q.order_by(JOB.c.job_id.desc()).limit(limit))]
 

@@ -267,3 +267,15 @@ def test_the_command_counts_first_and_refuses_to_start_without_yes(cluster):
     assert done.returncode == 0, done.stderr
     assert {k: json.loads(done.stdout)[k] for k in ("state", "changed", "total")} == {
         "state": "DONE", "changed": 5, "total": 5}
+
+
+def test_jobs_list_newest_first_in_pages_and_by_topic(bare):
+    jobs = BulkJobs(bare)
+    now = now_ms()
+    made = [jobs.create(Spec(Action.CANCEL, TaskFilter(topic=t, status=Status.DELAY), "r", 1000), "test", now + i)
+            for i, t in enumerate(["x.a", "x.b", "x.a", "x.b", "x.a"])]
+    newest = [j.job_id for j in reversed(made)]
+    assert [j.job_id for j in jobs.list(10)] == newest
+    first = jobs.list(2)
+    assert [j.job_id for j in first] + [j.job_id for j in jobs.list(10, before=first[-1].job_id)] == newest
+    assert [j.job_id for j in jobs.list(10, topics=frozenset({"x.b"}))] == [made[3].job_id, made[1].job_id]

@@ -245,7 +245,7 @@ class FakeStore:
         return 7, "t7"
 
     def create(self, spec, actor, now_ms):
-        job = Job(f"j{len(self.jobs)}", spec, actor, now_ms, State.RUNNING, Progress(7, 0, 0, "", "t7"), None, 0,
+        job = Job(f"j{len(self.jobs):04d}", spec, actor, now_ms, State.RUNNING, Progress(7, 0, 0, "", "t7"), None, 0,
                   None, None)
         self.jobs[job.job_id] = job
         return job
@@ -253,8 +253,9 @@ class FakeStore:
     def get(self, job_id):
         return self.jobs.get(job_id)
 
-    def list(self, limit):
-        return list(self.jobs.values())[:limit]
+    def list(self, limit, topics=None, before=None):
+        newest = sorted(self.jobs.values(), key=lambda j: j.job_id, reverse=True)
+        return [j for j in newest if before is None or j.job_id < before][:limit]
 
     def stop(self, job_id, now_ms):
         self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], state=State.STOPPED)
@@ -309,3 +310,16 @@ def test_bulk_jobs_take_the_single_calls_grants_and_redrive_is_admins():
                  lambda: calls.bulkStop("x")):
         with pytest.raises(ttypes.Unauthenticated):
             call()
+
+
+def test_a_reader_lists_its_topics_jobs_even_under_a_hundred_newer_jobs_of_other_topics():
+    reader = Client("reader", "digest", grants=frozenset({(Permission.READ, "a.*")}))
+    admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
+    calls, _ = _bulk_calls(reader, admin)
+    _as("root")
+    mine = [calls.bulkStart(_req(topic="a.t")).jobId for _ in range(3)]
+    others = [calls.bulkStart(_req(topic="b.t")).jobId for _ in range(150)]
+    assert len(calls.bulkList(None)) == 100 and calls.bulkList(None)[0].jobId == others[-1]
+    _as("reader")
+    assert [j.jobId for j in calls.bulkList(None)] == mine[::-1]
+    assert [j.jobId for j in calls.bulkList(2)] == mine[:0:-1]

@@ -158,6 +158,28 @@ _SCHEMA_ERRORS = {1146, 1054}    # no such table, no such column
 
 
 @contextlib.contextmanager
+def time_limited(conn: Connection, seconds: float) -> Iterator[None]:
+    """The server stops each statement of the block on conn after `seconds`, with an error whose
+    code is in delayq.errors.STATEMENT_TIMEOUTS (a StoreUnavailable under unavailable_on_failure), rather than
+    running on after the client's read timeout gave up on it. MariaDB bounds every statement;
+    MySQL only SELECTs (the block is meant for reads)."""
+    try:
+        before = conn.exec_driver_sql("SELECT @@SESSION.max_statement_time").scalar()
+        variable, value = "max_statement_time", f"{seconds:.3f}"
+    except sqlalchemy.exc.DBAPIError as e:
+        if getattr(e.orig, "args", (None,))[0] != 1193:      # MySQL: unknown system variable
+            raise
+        before = conn.exec_driver_sql("SELECT @@SESSION.max_execution_time").scalar()
+        variable, value = "max_execution_time", str(int(seconds * 1000))
+    conn.exec_driver_sql(f"SET SESSION {variable} = {value}")
+    try:
+        yield
+    finally:     # the connection's own limit again (the console's engine sets one for all its reads)
+        with contextlib.suppress(*_UNAVAILABLE):   # a lost connection is dropped by the pool anyway
+            conn.exec_driver_sql(f"SET SESSION {variable} = {before}")
+
+
+@contextlib.contextmanager
 def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
     """Turn a lost or refused database connection into StoreUnavailable (retriable), and a schema
     that is behind the code into ConfigError (run `delayq db migrate`)."""

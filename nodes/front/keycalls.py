@@ -24,7 +24,7 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.validation import (MAX_TAG_BYTES, Limits, TaskRequest, check_key, check_tags, check_topic,
                                      due_time, split_tags)
-from delayq.store.bykey import Changed, Found, KeyRequests, KeyResult
+from delayq.store.bykey import LIST_STATEMENT_S, Changed, Found, KeyRequests, KeyResult
 from delayq.store.maintenance import TaskFilter
 
 FIND_PAGE = 100                 # tasks per findByKey page
@@ -80,7 +80,14 @@ class KeyCalls:
             raise errors.InvalidTask("limit", f"must be between 1 and {LIST_MAX}, got {limit}")
         n = limit or LIST_DEFAULT
         query = pages.query_of("listTasks", f)
-        return self._page(query, self._requests.matching(f, pages.decode(query, pageToken), n + 1), n, by_due=True)
+        try:
+            found = self._requests.matching(f, pages.decode(query, pageToken), n + 1)
+        except errors.StoreUnavailable as e:
+            if e.code not in errors.STATEMENT_TIMEOUTS:
+                raise
+            raise errors.InvalidTask("filter", "too few tasks match it to fill a page within "
+                                     f"{LIST_STATEMENT_S:g} s: narrow it with a due range, a state or a key prefix") from None
+        return self._page(query, found, n, by_due=True)
 
     @declared
     def cancelByKey(self, topic: str, key: str) -> ttypes.KeyedOutcomes:

@@ -7,9 +7,11 @@ import pytest
 from sqlalchemy import event, text
 
 from delayq import config, tables
+from delayq.errors import STATEMENT_TIMEOUTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.console.reads import ConsoleReads, Search, console_engine
 from delayq.store.bykey import KeyRequests
+from delayq.store.maintenance import TaskFilter
 from delayq.store.requests import TaskRequests
 from delayq.testing.cluster import fresh_database
 
@@ -54,6 +56,7 @@ def plans(db, call) -> dict[str, set[str | None]]:
     or sorts its matches."""
     engine, sent = db
     sent.clear()
+    accesses.clear()
     call()
     assert sent
     used: dict[str, set[str | None]] = {}
@@ -70,7 +73,20 @@ def plans(db, call) -> dict[str, set[str | None]]:
                         # A page read in index order stops at its LIMIT; a sort reads every match first.
                         assert "filesort" not in (row["Extra"] or ""), (row, statement)
                         used.setdefault(row["table"], set()).add(row["key"])
+                        accesses.append(row)
     return used
+
+
+accesses: list[dict] = []      # the EXPLAIN rows of the last plans() call
+
+
+def read_from_the_keyset() -> bool:
+    """The live table was read as a range of idx_topic_status_due that starts at the page's due
+    time (key_len past topic and status), not from the topic's first task: with 10M tasks, the
+    difference between a few milliseconds and seconds a page."""
+    topic_and_status = 130 + 1
+    rows = [r for r in accesses if r["table"] == "job_delay_task"]
+    return bool(rows) and all(r["type"] == "range" and int(r["key_len"]) > topic_and_status for r in rows)
 
 
 def test_list_pages_deep_in_a_topic_read_its_index(db):
@@ -78,6 +94,7 @@ def test_list_pages_deep_in_a_topic_read_its_index(db):
     deep = (NOW + 2500 * 1000, "live-002500")
     assert plans(db, lambda: reads.search(Search("big", Status.DELAY), deep)) == \
         {"job_delay_task": {"idx_topic_status_due"}}
+    assert read_from_the_keyset(), accesses
     page = reads.search(Search("big", Status.DELAY), deep)
     assert page.rows and all(r.due_ms > deep[0] for r in page.rows)
 
@@ -86,6 +103,7 @@ def test_searches_read_their_indexes(db):
     reads = ConsoleReads(db[0])
     assert plans(db, lambda: reads.search(Search("big", Status.DELAY, NOW + 100_000, NOW + 200_000))) == \
         {"job_delay_task": {"idx_topic_status_due"}}
+    assert read_from_the_keyset(), accesses
     for status in (Status.FINISHED, Status.FAILED):
         deep = (NOW - 2000 * 1000, "done-002000")
         assert plans(db, lambda: reads.search(Search("big", status), deep)) == \
@@ -95,6 +113,44 @@ def test_searches_read_their_indexes(db):
     for before in (None, (NOW, "live-000007")):
         assert plans(db, lambda: keyed.find("other", b"k7", before, 100)) == \
             {"job_delay_task": {"idx_topic_key"}, "job_delay_task_backlog": {"idx_topic_key"}}
+
+
+def test_list_tasks_reads_each_state_from_the_page_s_position(db):
+    """listTasks (Thrift, the CLI): the live tasks of any state are one ordered range per state,
+    merged, and the ended ones a range of idx_topic_due: nothing sorts a topic."""
+    keyed = KeyRequests(db[0])
+    deep = (NOW + 2500 * 1000, "live-002500")
+    for f in (TaskFilter(topic="big"), TaskFilter(topic="big", status=Status.DELAY)):
+        assert plans(db, lambda: keyed.matching(f, deep, 21)) == \
+            {"job_delay_task": {"idx_topic_status_due"}, **({"job_delay_task_backlog": {"idx_topic_due"}}
+                                                           if f.status is None else {})}, f
+        assert read_from_the_keyset(), accesses
+    assert [r.task_id for r in keyed.matching(TaskFilter(topic="big"), deep, 3)] == \
+        [f"live-{i:06d}" for i in range(2501, 3000) if i % 7 != 0][:3]
+
+
+def test_a_list_the_indexes_cannot_narrow_is_stopped_by_the_server_at_its_time_limit(db):
+    engine = db[0]
+    with engine.begin() as conn:        # a wide topic: 3,000 tasks doubled to 192,000
+        conn.exec_driver_sql(
+            "INSERT INTO job_delay_task (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
+            "max_retries, ttr_ms, created_ms, updated_ms) SELECT CONCAT('wide-', task_id), 'wide', shard_id, due_ms, "
+            "status, attempt, payload, spec_hash, max_retries, ttr_ms, created_ms, updated_ms FROM job_delay_task")
+        for i in range(5):
+            conn.exec_driver_sql(
+                "INSERT INTO job_delay_task (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
+                f"max_retries, ttr_ms, created_ms, updated_ms) SELECT CONCAT('{i}', task_id), 'wide', shard_id, "
+                "due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, created_ms, updated_ms "
+                "FROM job_delay_task WHERE topic = 'wide'")
+    keyed = KeyRequests(engine)
+    no_match = TaskFilter(topic="wide", tag="no-such-tag")
+    assert keyed.matching(no_match, None, 21) == []          # within the default limit: an empty page
+    with pytest.raises(StoreUnavailable) as e:
+        keyed.matching(no_match, None, 21, time_limit_s=0.005)
+    assert e.value.code in STATEMENT_TIMEOUTS
+    # Both of the pool's connections (it holds two) keep the console engine's own limit.
+    with engine.connect() as a, engine.connect() as b:
+        assert [float(c.exec_driver_sql("SELECT @@max_statement_time").scalar()) for c in (a, b)] == [3.0, 3.0]
 
 
 def test_a_task_page_reads_primary_keys_only(db):

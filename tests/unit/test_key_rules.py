@@ -11,7 +11,7 @@ import pytest
 
 from delayq.access.grants import Client, Permission
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import InvalidTask
+from delayq.errors import InvalidTask, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.front import pages
@@ -203,6 +203,14 @@ class _Requests:
         self.calls.append(("find", topic, key, before))
         return []
 
+    def matching(self, f, after, limit):
+        self.calls.append(("matching", f.topic, f.tag))
+        if f.tag == "rare":         # what MySQL answers when a read ran past its time limit
+            raise StoreUnavailable("MySQL unavailable: max_statement_time exceeded", 1969)
+        if f.tag == "down":
+            raise StoreUnavailable("MySQL unavailable: lost connection", 2013)
+        return []
+
 
 def _key_calls(changed=()):
     clock = ManualClock(NOW)
@@ -257,3 +265,13 @@ def test_a_task_replaced_later_in_its_own_batch_is_answered_with_the_one_that_fi
                                Submitted("c", 3, 30, True, Outcome.REPLACED, "b"), Submitted("x", 4, 40, True)])
     assert out == [Submitted("c", 3, 30, False, Outcome.REPLACED), Submitted("c", 3, 30, False, Outcome.REPLACED),
                    Submitted("c", 3, 30, True, Outcome.REPLACED, "b"), Submitted("x", 4, 40, True)]
+
+
+def test_a_list_that_ran_out_of_time_is_told_to_narrow_its_filter_and_an_outage_stays_an_outage():
+    calls, _, _ = _key_calls()
+    assert calls.listTasks(ttypes.TaskFilter(topic="a.t", tag="common"), None, None).tasks == []
+    with pytest.raises(ttypes.InvalidTask) as e:
+        calls.listTasks(ttypes.TaskFilter(topic="a.t", tag="rare"), None, None)
+    assert e.value.field == "filter" and "narrow it" in e.value.reason
+    with pytest.raises(ttypes.Unavailable):
+        calls.listTasks(ttypes.TaskFilter(topic="a.t", tag="down"), None, None)

@@ -15,7 +15,8 @@ Reported (one JSON line):
   not_fired              acknowledged tasks the replica has that never arrived (must be 0);
   fired_again            tasks that arrived twice: fired on the primary site, the FINISHED not replicated;
   early                  deliveries before their due time (must be 0);
-  lag_max_transactions   the most transactions the replica lacked in any 100 ms sample before the kill.
+  lag_max_transactions   the most transactions the replica lacked in any 100 ms sample before the kill;
+  mysql_tls              the TLS version the nodes' MySQL connections use (null: plaintext).
 """
 from __future__ import annotations
 
@@ -50,8 +51,25 @@ def dr(*args: str, semi_sync: bool = False, timeout: float = 120) -> str:
                           env=env).stdout
 
 
+# scripts/dr.sh's servers take TLS with the local CA when scripts/services.sh made one: the drill's
+# nodes then connect as they would to a managed MySQL service (docs/deployment.md).
+TLS_CA = Path(os.environ.get("DELAYQ_STATE_DIR", "/var/tmp/delayq")) / "rabbitmq-tls" / "ca.pem"
+
+
 def url(port: int, name: str) -> str:
-    return f"mysql+pymysql://root@127.0.0.1:{port}/{name}"
+    tls = f"?ssl_ca={TLS_CA}" if TLS_CA.exists() else ""
+    return f"mysql+pymysql://root@127.0.0.1:{port}/{name}{tls}"
+
+
+def session_tls(u: str) -> str | None:
+    """The TLS version of a connection made with this URL (None: plaintext)."""
+    engine = engine_of(u)
+    try:
+        with engine.connect() as conn:
+            row = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Ssl_version'").first()
+    finally:
+        engine.dispose()
+    return (row[1] or None) if row else None
 
 
 def engine_of(u: str, database: bool = True):
@@ -156,6 +174,7 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     schema.init_cluster(engine, 8)
     security.admit(engine)
     engine.dispose()
+    mysql_tls = session_tls(primary)
     topic = f"dr.{uuid.uuid4().hex[:8]}"
     env = node_env(Database(primary, name, 8), "dr1", DELAYQ_MYSQL_TIMEOUT_MS=2000)
     node = Node(env, logs / f"{name}-primary-site.log").start()
@@ -163,7 +182,7 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
         c.registerService(CallbackService(topic=topic, ttrMs=0))
     consumer = ConsumerProcess(f"delayq.{topic}", [topic], logs / f"{name}.recv", AMQP_URL)
     out: dict = {"replication": "semi-sync" if semi_sync else "async", "rate": rate, "seconds": seconds,
-                 "kill_after_s": kill_after_s}
+                 "kill_after_s": kill_after_s, "mysql_tls": mysql_tls}
     try:
         producer = Producer(topic, rate, seconds, node)
         feeding = threading.Thread(target=producer.run, name="dr-producer")

@@ -25,6 +25,9 @@ REPLICA_PORT="${DELAYQ_DR_REPLICA_PORT:-3322}"
 SEMI_SYNC="${DELAYQ_DR_SEMI_SYNC:-0}"
 BIN="$DIR/bin/mariadbd-dr"
 REPL_PASSWORD="dr-repl-local"       # the replication account answers on loopback only
+# The local CA and server certificate scripts/services.sh makes (for 127.0.0.1): with them, both
+# servers take TLS, the replica replicates over it and the drill's nodes connect with it.
+TLS_DIR="${DELAYQ_STATE_DIR:-/var/tmp/delayq}/rabbitmq-tls"
 
 die() { echo "dr.sh: $*" >&2; exit 1; }
 cli() { mariadb --no-defaults -uroot --socket="$DIR/$1/mysqld.sock" --connect-timeout=2 -N -e "$2"; }
@@ -59,6 +62,10 @@ performance-schema = OFF
 max-connections = 300
 skip-slave-start = OFF
 EOF
+    if [ -s "$TLS_DIR/server.pem" ]; then
+        printf 'ssl-ca = %s\nssl-cert = %s\nssl-key = %s\n' "$TLS_DIR/ca.pem" "$TLS_DIR/server.pem" \
+            "$TLS_DIR/server.key" >>"$d/my.cnf"
+    fi
     if [ "$SEMI_SYNC" = 1 ]; then
         printf 'rpl-semi-sync-master-enabled = ON\nrpl-semi-sync-slave-enabled = ON\nrpl-semi-sync-master-wait-point = AFTER_SYNC\nrpl-semi-sync-master-timeout = 10000\n' >>"$d/my.cnf"
     fi
@@ -85,7 +92,8 @@ follow() {  # the replica follows the primary from the start of its GTID history
     if [ "$running" = 0 ]; then
         cli replica "SET GLOBAL read_only = ON;
                      CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$PRIMARY_PORT, MASTER_USER='repl',
-                       MASTER_PASSWORD='$REPL_PASSWORD', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1;
+                       MASTER_PASSWORD='$REPL_PASSWORD', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1$(
+                       [ -s "$TLS_DIR/server.pem" ] && echo ", MASTER_SSL=1, MASTER_SSL_CA='$TLS_DIR/ca.pem'");
                      START SLAVE;"
     fi
 }

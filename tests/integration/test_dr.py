@@ -46,6 +46,9 @@ def test_the_drill_promotes_the_replica_and_fires_again(tmp_path):
     assert out["not_fired"] == 0, out
     assert out["early"] == 0, out
     assert 0 <= out["rpo_lost_acknowledged"] < out["acknowledged"], out
+    # The nodes reached both sites over TLS (a URL with ?ssl_ca=, as for a managed MySQL service).
+    if Path("/var/tmp/delayq/rabbitmq-tls/ca.pem").exists():
+        assert (out["mysql_tls"] or "").startswith("TLSv1."), out
     status = subprocess.run([str(ROOT / "scripts" / "dr.sh"), "status"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=30)
     assert "primary: down" in status.stdout and "replica: down" in status.stdout, status.stdout

@@ -58,21 +58,63 @@ def machine_speed(reps: int = 5, ops: int = SPEED_OPS) -> tuple[float, float]:
     return ops / best / 1e6, max(0.0, other)
 
 
+# The backing services, by the name figures give them.
+SERVICES = ("MariaDB", "RabbitMQ", "ZooKeeper")
+TOPOLOGY_ENV = "DELAYQ_BENCH_TOPOLOGY"      # "ha": the run is on scripts/services.sh --ha (bench.topologies)
+
+
 def service_pids(*wanted: str) -> dict[str, int]:
-    """The local MariaDB (or MySQL) and RabbitMQ servers' processes, by name ("MariaDB",
-    "RabbitMQ"; all when none is named); those not found are left out."""
-    names = {comm: name for comm, name in {"mariadbd": "MariaDB", "mysqld": "MariaDB",
-                                           "beam.smp": "RabbitMQ"}.items() if not wanted or name in wanted}
+    """The backing services' processes by name ("MariaDB", "RabbitMQ", "ZooKeeper"; all when none
+    is named); those not found are left out. On the replicated topology (DELAYQ_BENCH_TOPOLOGY=ha)
+    each member by its number: "MariaDB 1" .. "ZooKeeper 3"."""
+    wanted = wanted or SERVICES
+    if os.environ.get(TOPOLOGY_ENV) == "ha":
+        return _ha_pids(wanted)
     found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 comm = (entry / "comm").read_text().strip()
+                name = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}.get(comm)
+                if comm == "java" and b"QuorumPeerMain" in (entry / "cmdline").read_bytes():
+                    name = "ZooKeeper"
+                if name in wanted and "--ha" not in _origin(entry):
+                    found.setdefault(name, int(entry.name))
             except OSError:
                 continue
-            if comm in names:
-                found.setdefault(names[comm], int(entry.name))
     return found
+
+
+def _origin(entry: Path) -> str:
+    """"--ha" for a member of the replicated topology (its command line names its data dir under
+    var/ha), else ""."""
+    try:
+        return "--ha" if b"/var/ha/" in (entry / "cmdline").read_bytes() else ""
+    except OSError:
+        return ""
+
+
+def _ha_pids(wanted: tuple[str, ...]) -> dict[str, int]:
+    from delayq.testing.ha import Member, Topology
+    topo = Topology(Path(__file__).resolve().parents[1])
+    kinds = {"MariaDB": "galera", "RabbitMQ": "rabbit", "ZooKeeper": "zk"}
+    found = {}
+    for name in wanted:
+        for i in (1, 2, 3):
+            pid = topo.pid(Member(kinds[name], i))
+            if pid is not None:
+                found[f"{name} {i}"] = pid
+    return found
+
+
+def by_service(used: dict[str, float]) -> dict[str, float]:
+    """CPU seconds of the service members summed per service ("MariaDB 2" counts as "MariaDB")."""
+    out: dict[str, float] = {}
+    for name, seconds in used.items():
+        service = name.split(" ", 1)[0]
+        if service in SERVICES:
+            out[service] = out.get(service, 0.0) + seconds
+    return out
 
 
 class CpuWindow:

@@ -22,7 +22,7 @@ import pymysql
 from sqlalchemy.engine import make_url
 
 from bench.machine import bench_cluster, node_amqp
-from bench.receiver import ConsumerProcess
+from bench.receiver import TOPIC_QUEUE_ARGUMENTS, ConsumerProcess
 from delayq.testing.cluster import now_ms
 from delayq.testing.services import AMQP_URL
 
@@ -122,7 +122,7 @@ def amqp_confirm_rate(workdir: Path, messages: int, window: int, batch: int = 50
     conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     ch = conn.channel()
     ch.exchange_declare("delayq", exchange_type="topic", durable=True)
-    ch.queue_declare(queue, durable=True)
+    ch.queue_declare(queue, durable=True, arguments=TOPIC_QUEUE_ARGUMENTS)
     ch.queue_bind(queue, "delayq", key)
     conn.close()
 

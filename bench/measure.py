@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import limits as lim
-from bench.cpu import CpuWindow, RssSampler, cpu_note, cpu_seconds, service_pids
+from bench.cpu import CpuWindow, RssSampler, by_service, cpu_note, cpu_seconds, service_pids
 from bench.producer import start_producers
 from bench.receiver import ConsumerProcess, Record
 from bench.report import figure
@@ -241,9 +241,22 @@ def load_figures(run: Run, scenario: str, p: dict, cl: Cluster, topic: Topic, en
                      + (" (surviving nodes)" if len(alive) < len(nodes) else "") + "; "
                      + cpu_note(used, machine, wall=wall)),
         run.fig(scenario, "node_rss_peak", rss_mb, "MB"),
+        *service_figures(run, scenario, used, wall),
     ]
     return figs, {"delivery": d, "tasks": tasks, "records": records, "stuck": stuck, "extra": extra,
                   "p50": pct(d.lateness, 0.5), "p99": pct(d.lateness, 0.99)}
+
+
+def service_figures(run: Run, scenario: str, used: dict[str, float], wall: float) -> list[dict]:
+    """Each backing service's CPU over the window, as a share of a core, its members summed (the
+    replicated topology's per member in the note): mariadb_cpu, rabbitmq_cpu, zookeeper_cpu."""
+    figs = []
+    for service, seconds in by_service(used).items():
+        members = [f"{name} {100 * s / max(wall, 1e-9):.0f}%" for name, s in used.items()
+                   if name.startswith(service + " ")]
+        figs.append(run.fig(scenario, f"{service.lower()}_cpu", 100 * seconds / max(wall, 1e-9), "% of a core",
+                            note=", ".join(members) or None))
+    return figs
 
 
 # ---- scenarios ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -32,6 +33,11 @@ from pika.adapters.select_connection import SelectConnection
 # The nodes declare the results queue as a quorum queue (delayq.topology.QUEUE_ARGUMENTS): the same
 # arguments here, or the broker refuses one of the two declarations.
 RESULTS_QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
+# The type of the topic queues the benchmark consumes (and of the raw publish limit's queue):
+# classic by default, as every earlier run measured; bench.topologies asks for quorum queues on
+# both sides, as production's consumers declare them (docs/consumers.md).
+QUEUE_TYPE_ENV = "DELAYQ_BENCH_QUEUE_TYPE"
+TOPIC_QUEUE_ARGUMENTS = {"x-queue-type": os.environ.get(QUEUE_TYPE_ENV, "classic")}
 TASK_ID, ATTEMPT, DUE_AT, DISPATCHED_AT = "x-delayq-task-id", "x-delayq-attempt", "x-delayq-due-at", \
     "x-delayq-dispatched-at"
 
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.report_to:      # the nodes declare it too; whoever comes first
             ch.queue_declare(args.report_to, durable=True, arguments=RESULTS_QUEUE_ARGUMENTS)
         ch.exchange_declare(args.exchange, exchange_type="topic", durable=True,
-                            callback=lambda _f: ch.queue_declare(args.queue, durable=True,
+                            callback=lambda _f: ch.queue_declare(args.queue, durable=True, arguments=TOPIC_QUEUE_ARGUMENTS,
                                                                  callback=lambda _f: bind(conn, ch, list(args.bind))))
 
     def bind(conn, ch, keys):

@@ -17,7 +17,7 @@ from bench.keys import keys
 from bench.isolation import guarded, limit, noisy
 from bench.faults import FAULTS, faults
 from bench.machine import bench_cluster
-from bench.measure import Delivery, Run, Topic, drain, fates, load_figures, started
+from bench.measure import Delivery, Run, Topic, drain, fates, load_figures, service_figures, started
 from bench.pending import restart, scale
 from bench.producer import run_producers
 from bench.security import security
@@ -181,7 +181,7 @@ def burst(run: Run, p: dict) -> list[dict]:
                         note=cpu_note(used, machine, wall=wall)),
                 run.fig("burst", "lost", len(d.lost), "tasks", "== 0",
                         note=f"never received: {fates(cl, d.lost)}" if d.lost else None),
-                *d.figures(run, "burst")]
+                *d.figures(run, "burst"), *service_figures(run, "burst", used, wall)]
     return out
 
 

@@ -3,6 +3,8 @@
 # own beside the single-instance services (which it never touches):
 #   ZooKeeper ensemble   client 127.0.0.1:2281-2283   peers 2381-2383, election 2481-2483
 #   RabbitMQ cluster     AMQP   127.0.0.1:5681-5683   nodes dq1..dq3@localhost, distribution 25681-25683
+#                        AMQPS  127.0.0.1:5691-5693   with the certificate of the single-instance
+#                        listener (scripts/services.sh makes it), when there is one
 #                        (cluster_partition_handling = pause_minority)
 #   MariaDB Galera       SQL    127.0.0.1:3311-3313   group 4571-4573, IST 4581-4583, SST 4591-4593
 # Data, logs and pid files under DELAYQ_HA_DIR (default: var/ha of the repository).
@@ -23,19 +25,14 @@ else CGROUP_ROOT=/sys/fs/cgroup/unified/delayq-ha; fi
 MEMBERS=(1 2 3)
 
 ZK_CLIENT=(0 2281 2282 2283); ZK_PEER=(0 2381 2382 2383); ZK_ELECT=(0 2481 2482 2483)
-RMQ_AMQP=(0 5681 5682 5683); RMQ_DIST=(0 25681 25682 25683)
+RMQ_AMQP=(0 5681 5682 5683); RMQ_AMQPS=(0 5691 5692 5693); RMQ_DIST=(0 25681 25682 25683)
+RABBIT_TLS_DIR="${DELAYQ_STATE_DIR:-/var/tmp/delayq}/rabbitmq-tls"
 GALERA_SQL=(0 3311 3312 3313); GALERA_GROUP=(0 4571 4572 4573); GALERA_IST=(0 4581 4582 4583)
 GALERA_SST=(0 4591 4592 4593)
 
 die() { echo "services.sh --ha: $*" >&2; exit 1; }
-port_open() { timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-wait_until() {
-    local deadline=$((SECONDS + $1)); shift
-    until "$@"; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.5
-    done
-}
+# shellcheck source=scripts/wait.sh
+. "$ROOT/scripts/wait.sh"
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 pid_of() { cat "$1" 2>/dev/null || true; }
 
@@ -167,6 +164,16 @@ cluster_partition_handling = pause_minority
 loopback_users.guest = true
 log.file.level = info
 EOF
+    if [ -s "$RABBIT_TLS_DIR/server.pem" ]; then   # nodes publish over TLS, as in production
+        cat >>"$d/rabbitmq.conf" <<EOF
+listeners.ssl.default = 127.0.0.1:${RMQ_AMQPS[$i]}
+ssl_options.cacertfile = $RABBIT_TLS_DIR/ca.pem
+ssl_options.certfile = $RABBIT_TLS_DIR/server.pem
+ssl_options.keyfile = $RABBIT_TLS_DIR/server.key
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
+EOF
+    fi
     ( cd "$d" && rmq_export "$i" && exec setsid bash -c 'in_cgroup "$@"' _ "rabbit$i" \
         /usr/lib/rabbitmq/bin/rabbitmq-server >>"$d/server.out" 2>&1 </dev/null ) &
     wait_until "$WAIT_SECONDS" rmq_running "$i" || { tail -n 30 "$d/server.out" >&2; die "rabbitmq $i: did not start"; }

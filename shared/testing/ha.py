@@ -31,6 +31,7 @@ CHAIN = "DELAYQ-HA"
 
 ZK_PORTS = (2281, 2282, 2283)
 AMQP_PORTS = (5681, 5682, 5683)
+AMQPS_PORTS = (5691, 5692, 5693)      # TLS, with the single-instance listener's certificate
 SQL_PORTS = (3311, 3312, 3313)
 ZK_HOSTS = ",".join(f"127.0.0.1:{p}" for p in ZK_PORTS)
 AMQP_URL = f"amqp://guest:guest@127.0.0.1:{AMQP_PORTS[0]}/%2F"

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         "# The replicated topology beside the single instances", "",
         f"{started:%Y-%m-%d %H:%M %Z}, {(time.monotonic() - t0) / 60:.0f} min; "
         f"`python -m bench.topologies {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`", "",
-        f"Machine: {describe_machine()}", "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in describe_machine().items()) + "; every member of every "
+        "service, the node, the producers and the consumer on it.", "",
         "Change: the replicated side against the single one, in the same sitting. A service's CPU is a "
         "share of one core, its members summed.", "", table, "",
         "Per member (replicated, last run):", "", *notes, ""])

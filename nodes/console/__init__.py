@@ -1,6 +1,7 @@
 """The web console: pages an operator opens on any node's HTTP port, under /ui.
 
     app.Console        routes a request to a page or an action; sessions, CSRF, rendering
+    assembly           the console as a part of the node: built, started and stopped with it
     sessions           login sessions and their CSRF tokens (in memory, per node)
     history            this node's last hour of fire rate and lateness per topic, a ring of 10 s slots
     peers              the other nodes' history and health, asked over their HTTP ports

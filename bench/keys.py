@@ -4,7 +4,8 @@
                alternate (so the machine's drift falls on both): tasks/s of each, and their ratio
     lookups    with `pending` DELAY tasks of one topic, each with a key (made by INSERT ... SELECT,
                bench.fill), findByKey and then cancelByKey of random keys, one call at a time:
-               latency p50/p99 of each (the client's round trip, over TLS as in production)
+               latency p50/p99 of each (the client's round trip, over TLS as in production); and
+               listTasks of the topic from a random due time, a page of 50 (live and ended merged)
     replace    `racers` REPLACE submits of one key at once, from `threads` threads each with its own
                connection: how many live tasks the key has after (exactly one)
 """
@@ -20,10 +21,11 @@ from bench.cpu import cpu_note, cpu_window, service_pids
 from bench.machine import bench_cluster
 from bench.measure import Run, pct
 from bench.producer import run_producers
-from delayq.client import DelayqClient, KeyConflict, SubmitOutcome, TaskSpec
+from delayq.client import DelayqClient, KeyConflict, SubmitOutcome, TaskFilter, TaskSpec
 from delayq.testing.cluster import now_ms
 
 DAY_MS = 86_400_000
+LIST_PAGE = 50
 
 
 def keys(run: Run, p: dict) -> list[dict]:
@@ -85,6 +87,7 @@ def _lookups(run: Run, p: dict, node, topic: str, n: int) -> list[dict]:
     picks = rng.sample(range(n), min(n, 2 * p["lookups"]))
     find_ms: list[float] = []
     cancel_ms: list[float] = []
+    list_ms: list[float] = []
     cancelled = 0
     with DelayqClient([node.endpoint], timeout_s=10) as c:
         c.findByKey(topic, fill.key_of("k", picks[0]), None)            # the connection made, untimed
@@ -93,6 +96,15 @@ def _lookups(run: Run, p: dict, node, topic: str, n: int) -> list[dict]:
             page = c.findByKey(topic, fill.key_of("k", k), None)
             find_ms.append((time.perf_counter() - t) * 1000)
             assert len(page.tasks) == 1, f"findByKey found {len(page.tasks)} tasks of key {k}"
+        # listTasks from a random due time (its first page: a page token is the server's own), live
+        # tasks of every state and ended ones merged: each read a range from that position.
+        start = now_ms() + DAY_MS
+        for _ in range(p["lookups"]):
+            since = start + int(rng.random() * 6 * DAY_MS)
+            t = time.perf_counter()
+            listed = c.listTasks(TaskFilter(topic=topic, dueFromMs=since), None, LIST_PAGE)
+            list_ms.append((time.perf_counter() - t) * 1000)
+            assert len(listed.tasks) == LIST_PAGE, f"listTasks from {since} found {len(listed.tasks)} tasks"
         for k in picks[p["lookups"]:]:
             t = time.perf_counter()
             res = c.cancelByKey(topic, fill.key_of("k", k))
@@ -100,12 +112,16 @@ def _lookups(run: Run, p: dict, node, topic: str, n: int) -> list[dict]:
             cancelled += len(res.tasks)
     find_ms.sort()
     cancel_ms.sort()
+    list_ms.sort()
     note = f"{n:,} pending tasks of the topic, random keys, one call at a time (client round trip)"
     return [run.fig("keys", "find_by_key_p99", pct(find_ms, 0.99), "ms", "<= 5",
                     note=f"{len(find_ms):,} calls, p50 {pct(find_ms, 0.5):.2f} ms; {note}; target is for 10M pending"),
             run.fig("keys", "cancel_by_key_p99", pct(cancel_ms, 0.99), "ms", "<= 10",
                     note=f"{len(cancel_ms):,} calls ({cancelled:,} tasks cancelled), p50 {pct(cancel_ms, 0.5):.2f} ms; "
-                         f"{note}; target is for 10M pending")]
+                         f"{note}; target is for 10M pending"),
+            run.fig("keys", "list_tasks_p99", pct(list_ms, 0.99), "ms",
+                    note=f"{len(list_ms):,} calls of listTasks(topic, dueFromMs) for {LIST_PAGE} tasks, p50 "
+                         f"{pct(list_ms, 0.5):.2f} ms; {note}")]
 
 
 def _replace(run: Run, p: dict, cl, node, topic: str) -> list[dict]:

@@ -36,6 +36,8 @@ RabbitMQ consumer in separate processes:
     bulk      only with --scenario bulk: a bulk cancel by tag of 1M tasks under the steady load
     console   only with --scenario console (10M pending + 10M archived): the console's list, search and
               task page times, and the steady load's p99 with 5 consoles open against none
+    retention only with --scenario retention (a day partition of 10M archived tasks): how long its DROP
+              PARTITION takes under the steady load, and the load's p99 with it against without
 
 It prints one JSON line per figure as it is measured ({"scenario", "figure", "value", "unit",
 "target", "met", "ratio_to_limit"?, "note"?}), a table at the end, and writes --out (RESULTS.md:

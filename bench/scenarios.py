@@ -19,6 +19,7 @@ from bench.faults import FAULTS, faults
 from bench.machine import bench_cluster
 from bench.measure import Delivery, Run, Topic, drain, fates, load_figures, service_figures, started
 from bench.pending import restart, scale
+from bench.pruning import retention
 from bench.producer import run_producers
 from bench.security import security
 from delayq.testing.cluster import now_ms
@@ -50,6 +51,8 @@ PARAMS: dict[str, dict] = {
              "batch": 10, "lead_s": 10, "job_timeout_s": 600},
     "console": {"pending": 10_000_000, "archived": 10_000_000, "requests": 300, "consoles": 5, "rate": 1000,
                 "duration": 60, "delay_min": 1000, "delay_max": 30_000, "batch": 10},
+    "retention": {"rows": 10_000_000, "max_generate_s": 900, "rate": 1000, "duration": 60, "delay_min": 1000,
+                  "delay_max": 30_000, "batch": 10, "drop_after_s": 30},
 }
 BIG = {"scale": {"pending": 10_000_000}, "restart": {"pending": 10_000_000}}
 SMOKE: dict[str, dict] = {
@@ -73,14 +76,15 @@ SMOKE: dict[str, dict] = {
              "job_timeout_s": 60},
     "console": {"pending": 5_000, "archived": 5_000, "requests": 20, "rate": 200, "duration": 2, "delay_min": 500,
                 "delay_max": 1500},
+    "retention": {"rows": 5_000, "rate": 200, "duration": 3, "delay_min": 500, "delay_max": 1500, "drop_after_s": 1},
 }
-COUNTS = {"mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
+COUNTS = {"rows", "mysql_rows", "amqp_messages", "single_tasks_1", "single_tasks_8", "batch_tasks", "tasks", "pending",
           "calls", "batches", "submit_tasks", "lookups", "archived", "requests"}
 ORDER = ["limits", "submit", "security", "steady", "burst", "noisy", "limit", "guarded", "scale", "restart",
          "failover"]
-# Only when asked for: faults stops shared services; keys, bulk and console first fill tables of
-# millions of rows (minutes each at full size), so they are run on their own (bench/README.md).
-OPTIONAL = ["faults", "keys", "bulk", "console"]
+# Only when asked for: faults stops shared services; keys, bulk, console and retention first fill
+# tables of millions of rows (minutes each at full size), so they are run on their own (bench/README.md).
+OPTIONAL = ["faults", "keys", "bulk", "console", "retention"]
 
 
 def limits(run: Run, p: dict) -> list[dict]:
@@ -188,4 +192,4 @@ def burst(run: Run, p: dict) -> list[dict]:
 SCENARIOS = {"limits": limits, "submit": submit, "security": security, "steady": steady, "burst": burst,
              "noisy": noisy, "limit": limit, "guarded": guarded, "scale": scale, "restart": restart,
              "failover": failover, "faults": faults, "keys": keys, "bulk": bulk,
-             "console": console}
+             "console": console, "retention": retention}

@@ -134,17 +134,18 @@ def test_the_rolling_restarts_stop_and_start_every_node_in_turn(tmp_path):
     assert "| faults.rolling_kill | from_recovery_p99_lateness |" in out.read_text()
 
 
-def test_the_key_bulk_and_console_scenarios_report_their_figures_against_their_targets(tmp_path):
+def test_the_key_bulk_console_and_retention_scenarios_report_their_figures_against_their_targets(tmp_path):
     """Only when asked for (at full size each fills tables of millions of rows first); tiny here."""
     out = tmp_path / "RESULTS.md"
     lines, stderr = _bench("--smoke", "--scenario", "keys", "--scenario", "bulk", "--scenario", "console",
-                           "--out", str(out), timeout=150)
+                           "--scenario", "retention", "--out", str(out), timeout=200)
     got = {(f["scenario"], f["figure"]): f for f in lines if "figure" in f}
     targets = {("keys", "submit_with_key_vs_without"): ">= 0.9", ("keys", "find_by_key_p99"): "<= 5",
                ("keys", "cancel_by_key_p99"): "<= 10", ("keys", "replace_race_live_tasks"): "== 1",
                ("bulk", "cancel_rate"): ">= 20000", ("bulk", "lateness_p99_during_cancel"): "<= 10",
                ("console", "list_p95"): "<= 300", ("console", "search_p95"): "<= 300",
-               ("console", "task_page_p95"): "<= 200", ("console", "lateness_p99_consoles_minus_none"): "<= 1"}
+               ("console", "task_page_p95"): "<= 200", ("console", "lateness_p99_consoles_minus_none"): "<= 1",
+               ("retention", "drop_ms"): "<= 1000", ("retention", "lateness_p99_drop_minus_quiet"): "<= 1"}
     for key, target in targets.items():
         assert key in got, (key, sorted(got))
         assert got[key]["target"] == target and got[key]["value"] is not None, got[key]
@@ -154,7 +155,9 @@ def test_the_key_bulk_and_console_scenarios_report_their_figures_against_their_t
     assert got[("keys", "replace_race_answered")]["met"], got[("keys", "replace_race_answered")]
     assert got[("bulk", "cancelled")]["value"] == got[("bulk", "tagged")]["value"] > 0, stderr[-3000:]
     lost = [f for (s, name), f in got.items() if name == "lost"]
-    assert {f["scenario"] for f in lost} == {"bulk", "console_quiet", "console_5_consoles"}
+    assert {f["scenario"] for f in lost} == {"bulk", "console_quiet", "console_5_consoles", "retention_quiet",
+                                             "retention_drop"}
     assert all(f["value"] == 0 for f in lost), lost
     assert 0 < got[("keys", "submit_with_key_vs_without")]["value"] < 10
     assert "| console | search_p95 |" in out.read_text()
+    assert got[("retention", "partition_rows")]["value"] == 5_000

@@ -68,9 +68,9 @@ def retention(run: Run, p: dict) -> list[dict]:
                     note=f"ALTER TABLE ... DROP PARTITION of {rows:,} rows under the steady load"),
             run.fig("retention", "lateness_p99_drop_minus_quiet",
                     None if quiet["p99"] is None or loaded["p99"] is None else loaded["p99"] - quiet["p99"], "ms",
-                    "<= 1", note=f"{loaded['p99']} ms with the drop against {quiet['p99']} ms without, "
+                    "<= 1", note=f"{loaded['p99']:.2f} ms with the drop against {quiet['p99']:.2f} ms without, "
                                  "one load after the other"),
             run.fig("retention", "lateness_max_due_during_drop", during[-1] if during else None, "ms",
                     note=f"{len(during):,} tasks due from 0.5 s before the drop to 1 s after it; p50 "
-                         f"{pct(during, 0.5)} ms")]
+                         f"{pct(during, 0.5) or 0:.2f} ms")]
     return out

@@ -24,6 +24,24 @@ from delayq.testing.cluster import Database, Node, fresh_database, free_port, no
 from delayq.store.clients import ClientStore
 from delayq.testing import security
 from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
+from delayq.testing.services import broker_queues, sweep_queues
+
+
+# ---- the broker after the session ----------------------------------------------------------------
+
+_QUEUES_BEFORE = pytest.StashKey[dict]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With integration tests to run, note the broker's queues before them (see sweep_queues)."""
+    if any(item.get_closest_marker("integration") for item in session.items):
+        session.config.stash[_QUEUES_BEFORE] = broker_queues()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    before = session.config.stash.get(_QUEUES_BEFORE, None)
+    if before is not None:
+        sweep_queues(before)
 
 # Every node runs secured (TLS, clients with tokens), and this process's clients, like the `delayq`
 # commands it starts, call them as test-admin.

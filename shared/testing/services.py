@@ -91,3 +91,39 @@ def delete_queue(queue: str, params=None) -> None:
     finally:
         if conn.is_open:
             conn.close()
+
+
+def broker_queues() -> dict[str, int] | None:
+    """The local broker's queues in the default vhost and how many consumers each has, read with
+    rabbitmqctl (None when it cannot be run here: another machine's broker, or not root)."""
+    import json
+    import shutil
+    import subprocess
+    ctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    if os.geteuid() != 0 or not os.path.exists(ctl) or urlsplit(AMQP_URL).hostname not in ("127.0.0.1", "localhost"):
+        return None
+    def listed(*args: str) -> list[dict]:
+        out = subprocess.run([ctl, "-q", *args, "--formatter", "json"], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+        return json.loads(out or "[]")
+    try:
+        # list_queues counts no consumer of a quorum queue (3.10); list_consumers lists them all.
+        queues = {q["name"]: 0 for q in listed("list_queues", "name")}
+        for c in listed("list_consumers", "queue_name"):
+            if c["queue_name"] in queues:
+                queues[c["queue_name"]] += 1
+        return queues
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return None
+
+
+def sweep_queues(before: dict[str, int]) -> list[str]:
+    """Delete the queues made since `before` was read that no consumer reads: the topic queues
+    tests declared through the consumer helper. Each is a quorum queue, a Raft group the broker
+    keeps running; a few hundred left by earlier runs once stopped it answering. A queue in use
+    by another suite on this machine has a consumer and is kept."""
+    now = broker_queues() or {}
+    left = [name for name, consumers in now.items() if name not in before and consumers == 0]
+    for name in left:
+        delete_queue(name)
+    return left

@@ -3,10 +3,12 @@ are quorum queues (a Raft group each, kept running by RabbitMQ), and a suite tha
 would, run after run, leave the broker too busy to answer."""
 from __future__ import annotations
 
+import uuid
+
 import pika
 import pytest
 
-from conftest import AMQP_URL, NodeFactory, fresh_database, wait_until
+from conftest import AMQP_URL, NodeFactory, broker_queues, fresh_database, sweep_queues, wait_until
 from delayq import topology
 
 pytestmark = pytest.mark.integration
@@ -35,3 +37,22 @@ def test_a_finished_test_database_leaves_no_results_queue_on_the_broker(tmp_path
         finally:
             factory.stop_all()
     assert [q for q in queues if queue_exists(q)] == []
+
+
+def test_the_session_sweeps_the_topic_queues_tests_left_and_keeps_those_in_use():
+    before = broker_queues()
+    if before is None:
+        pytest.skip("rabbitmqctl cannot be run here (another machine's broker, or not root)")
+    left, used = f"delayq.sweep.{uuid.uuid4().hex[:8]}", f"delayq.sweep.{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+    try:
+        ch = conn.channel()
+        for name in (left, used):
+            ch.queue_declare(name, durable=True, arguments=topology.QUEUE_ARGUMENTS)
+        ch.basic_consume(used, lambda *_: None)
+        assert left in sweep_queues(before)
+        assert not queue_exists(left) and queue_exists(used)
+    finally:
+        if conn.is_open:
+            conn.channel().queue_delete(used)
+            conn.close()

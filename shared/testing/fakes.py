@@ -8,6 +8,7 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec
+    Clients      the clients and grants Access reads (delayq.store.clients.ClientStore)
 
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
 epoch, attempt + 1, and of a capped topic's earliest tasks up to its room, counted in the claim as
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from delayq.access.grants import Client
 from delayq.errors import StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
@@ -243,3 +245,18 @@ class Services:
 
     def find(self, topic: str) -> ServiceSpec | None:
         return self.by_topic.get(topic)
+
+
+class Clients:
+    """delayq.store.clients.ClientStore as Access reads it: these clients, at a version a test
+    bumps (with `clients` changed) to make Access load them again."""
+
+    def __init__(self, *clients: Client):
+        self.clients = {c.name: c for c in clients}
+        self.version_ = "1"
+
+    def version(self) -> str:
+        return self.version_
+
+    def load(self) -> tuple[str, dict[str, Client]]:
+        return self.version_, dict(self.clients)

@@ -22,6 +22,7 @@ from delayq.nodes.metrics import Metrics
 from delayq.store.bulkbatch import BatchResult, Moved
 from delayq.store.bulkjobs import Job
 from delayq.store.maintenance import TaskFilter
+from delayq.testing.fakes import Clients
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -228,14 +229,6 @@ def test_progress_is_a_value():
 
 # ---- BulkCalls: who may do what ------------------------------------------------------------------
 
-class _Clients:
-    def __init__(self, *clients):
-        self.clients = {c.name: c for c in clients}
-
-    def load(self):
-        return "1", self.clients
-
-
 class FakeStore:
     """BulkJobs in memory: jobs by id, each created RUNNING with the count asked for."""
     def __init__(self):
@@ -263,7 +256,7 @@ class FakeStore:
 
 
 def _bulk_calls(*clients: Client):
-    access = Access(_Clients(*clients), Metrics(), enabled=True)  # type: ignore[arg-type]
+    access = Access(Clients(*clients), Metrics(), enabled=True)  # type: ignore[arg-type]
     access.load()
     started: list[int] = []
     calls = BulkCalls(FakeStore(), access, CallAnswers(Metrics()), FakeClock(), default_rate=2000,  # type: ignore[arg-type]

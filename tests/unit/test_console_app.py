@@ -14,24 +14,16 @@ from delayq.nodes.console.peers import Answer, Peers
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import current
 from delayq.nodes.metrics import Metrics
-from delayq.testing.fakes import ManualClock
+from delayq.testing.fakes import Clients, ManualClock
 
 ADMIN_TOKEN, ADMIN_DIGEST = tokens.new_token("ops")
 VIEWER_TOKEN, VIEWER_DIGEST = tokens.new_token("viewer")
 
 
-class Clients:
-    def __init__(self):
-        self.version_ = "1"
-        self.clients = {"ops": Client("ops", ADMIN_DIGEST, grants=frozenset({(Permission.ADMIN, "*"), (Permission.CANCEL, "*"),
-                                                                             (Permission.READ, "*")})),
-                        "viewer": Client("viewer", VIEWER_DIGEST, grants=frozenset({(Permission.READ, "*")}))}
-
-    def version(self):
-        return self.version_
-
-    def load(self):
-        return self.version_, dict(self.clients)
+def two_clients() -> Clients:
+    return Clients(Client("ops", ADMIN_DIGEST, grants=frozenset({(Permission.ADMIN, "*"), (Permission.CANCEL, "*"),
+                                                                (Permission.READ, "*")})),
+                   Client("viewer", VIEWER_DIGEST, grants=frozenset({(Permission.READ, "*")})))
 
 
 class Service:
@@ -57,7 +49,7 @@ class Service:
 
 
 def console(tls: bool = False):
-    clients = Clients()
+    clients = two_clients()
     access = Access(clients, Metrics(), enabled=True)     # type: ignore[arg-type]
     access.load()
     service = Service(access)

@@ -29,7 +29,7 @@ from delayq.store.dedup import Action, Holder, decide
 from delayq.store.keyed import _after_replacements
 from delayq.store.maintenance import prefix_end
 from delayq.store.values import KeyMode, Outcome, Submitted
-from delayq.testing.fakes import ManualClock
+from delayq.testing.fakes import Clients, ManualClock
 
 LIMITS = Limits(1024, 86_400_000)
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -177,14 +177,6 @@ def test_a_key_prefix_is_an_index_range():
 
 # ---- KeyCalls: permissions and memory --------------------------------------------------------------
 
-class _Clients:
-    def __init__(self, *clients):
-        self.clients = {c.name: c for c in clients}
-
-    def load(self):
-        return "1", self.clients
-
-
 class _Requests:
     """KeyRequests in memory: every call answers what it was given to answer, and is recorded."""
 
@@ -215,7 +207,7 @@ class _Requests:
 def _key_calls(changed=()):
     clock = ManualClock(NOW)
     ops = Client("ops", "digest", grants=frozenset({(Permission.READ, "a.*"), (Permission.CANCEL, "a.*")}))
-    access = Access(_Clients(ops), Metrics(), enabled=True)  # type: ignore[arg-type]
+    access = Access(Clients(ops), Metrics(), enabled=True)  # type: ignore[arg-type]
     access.load()
     caller = Caller(("127.0.0.1", 1))
     caller.name, caller.credential = "ops", "digest"

@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.receiver import ConsumerProcess
-from delayq import config, db as dbm, schema, topology
+from delayq import config, db as dbm, schema
 from delayq.client import CallbackService, TaskSpec
 from delayq.testing import security
 from delayq.testing.cluster import Database, Node, node_env, now_ms, wait_for
-from delayq.testing.services import AMQP_URL, delete_queue
+from delayq.testing.services import AMQP_URL, delete_queue, delete_results_queues
 
 ROOT = Path(__file__).resolve().parent.parent
 DR = ROOT / "scripts" / "dr.sh"
@@ -213,9 +213,7 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     finally:
         consumer.stop()
         delete_queue(f"delayq.{topic}")
-        # The nodes' results queues (quorum queues, a Raft group each while they exist).
-        delete_queue(topology.results_queue(name))
-        delete_queue(topology.parked_results_queue(name))
+        delete_results_queues(name)
         node.kill()
         dr("down")
     firsts: dict[str, int] = {}

@@ -10,9 +10,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
-from delayq import accounts, config, db as dbm, schema, topology
+from delayq import accounts, config, db as dbm, schema
 from delayq.testing import security
-from delayq.testing.services import MYSQL_SERVER, delete_queue, delete_zk_tree
+from delayq.testing.services import MYSQL_SERVER, delete_results_queues, delete_zk_tree
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,7 @@ def fresh_database(shards: int, prefix: str = "delayq_t_", server_url: str = MYS
                        accounts.node_url(settings.mysql.url, _account(name), password))
     finally:
         _drop(server, name)
-        # Both results queues are quorum queues, each a Raft group RabbitMQ keeps running: left
-        # behind by every test, they add up until the broker stops answering.
-        delete_queue(topology.results_queue(name))
-        delete_queue(topology.parked_results_queue(name))
+        delete_results_queues(name)
         delete_zk_tree(f"/delayq/{name}")       # the cluster its nodes made, if they used ZooKeeper
 
 

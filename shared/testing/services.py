@@ -93,6 +93,15 @@ def delete_queue(queue: str, params=None) -> None:
             conn.close()
 
 
+def delete_results_queues(cluster: str, params=None) -> None:
+    """Delete a cluster's two results queues (delayq.topology). Both are quorum queues, each a Raft
+    group RabbitMQ keeps running: left behind by every test database and drill, they add up until
+    the broker stops answering."""
+    from delayq import topology
+    for queue in (topology.results_queue(cluster), topology.parked_results_queue(cluster)):
+        delete_queue(queue, params)
+
+
 def broker_queues() -> dict[str, int] | None:
     """The local broker's queues in the default vhost and how many consumers each has, read with
     rabbitmqctl (None when it cannot be run here: another machine's broker, or not root)."""

@@ -30,7 +30,7 @@ from delayq.nodes.amqp.params import amqp_parameters
 from delayq.testing import ha
 from delayq.testing.cluster import Cluster, now_ms
 from delayq.testing.ha import Cuts, Member, Topology
-from delayq.testing.services import delete_queue, delete_zk_tree
+from delayq.testing.services import delete_queue, delete_results_queues, delete_zk_tree
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -211,8 +211,7 @@ def load(topo) -> Iterator[Load]:
                 consumer.close()
                 delete_queue(names.queue_name(topic), amqp_parameters(ha.AMQP_URL, 3000, "", ha.AMQP_HOSTS))
         finally:
-            delete_queue(names.results_queue(cl.name), amqp_parameters(ha.AMQP_URL, 3000, "", ha.AMQP_HOSTS))
-            delete_queue(names.parked_results_queue(cl.name), amqp_parameters(ha.AMQP_URL, 3000, "", ha.AMQP_HOSTS))
+            delete_results_queues(cl.name, amqp_parameters(ha.AMQP_URL, 3000, "", ha.AMQP_HOSTS))
             delete_zk_tree(f"/delayq/{cl.name}", ha.ZK_HOSTS)
 
 

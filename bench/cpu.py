@@ -78,20 +78,19 @@ def service_pids(*wanted: str) -> dict[str, int]:
                 name = {"mariadbd": "MariaDB", "mysqld": "MariaDB", "beam.smp": "RabbitMQ"}.get(comm)
                 if comm == "java" and b"QuorumPeerMain" in (entry / "cmdline").read_bytes():
                     name = "ZooKeeper"
-                if name in wanted and "--ha" not in _origin(entry):
+                if name in wanted and not _ha_member(entry):
                     found.setdefault(name, int(entry.name))
             except OSError:
                 continue
     return found
 
 
-def _origin(entry: Path) -> str:
-    """"--ha" for a member of the replicated topology (its command line names its data dir under
-    var/ha), else ""."""
+def _ha_member(entry: Path) -> bool:
+    """A member of the replicated topology: its command line names its data dir under var/ha."""
     try:
-        return "--ha" if b"/var/ha/" in (entry / "cmdline").read_bytes() else ""
+        return b"/var/ha/" in (entry / "cmdline").read_bytes()
     except OSError:
-        return ""
+        return False
 
 
 def _ha_pids(wanted: tuple[str, ...]) -> dict[str, int]:

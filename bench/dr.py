@@ -61,14 +61,10 @@ def url(port: int, name: str) -> str:
     return f"mysql+pymysql://root@127.0.0.1:{port}/{name}{tls}"
 
 
-def session_tls(u: str) -> str | None:
-    """The TLS version of a connection made with this URL (None: plaintext)."""
-    engine = engine_of(u)
-    try:
-        with engine.connect() as conn:
-            row = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Ssl_version'").first()
-    finally:
-        engine.dispose()
+def session_tls(engine) -> str | None:
+    """The TLS version of the engine's connections (None: plaintext)."""
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Ssl_version'").first()
     return (row[1] or None) if row else None
 
 
@@ -173,8 +169,8 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     schema.migrate(engine)
     schema.init_cluster(engine, 8)
     security.admit(engine)
+    mysql_tls = session_tls(engine)         # the nodes connect with the same URL
     engine.dispose()
-    mysql_tls = session_tls(primary)
     topic = f"dr.{uuid.uuid4().hex[:8]}"
     env = node_env(Database(primary, name, 8), "dr1", DELAYQ_MYSQL_TIMEOUT_MS=2000)
     node = Node(env, logs / f"{name}-primary-site.log").start()

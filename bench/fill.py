@@ -66,13 +66,17 @@ def spec_hash(topic: str) -> str:
     return hashlib.blake2b(topic.encode(), digest_size=16).hexdigest()
 
 
+def long_engine(url: str) -> Engine:
+    """An engine on the database at url whose statements may take STATEMENT_S, not a node's 5 s:
+    a million rows copied, a day partition of 10M rows dropped."""
+    return dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": url, "DELAYQ_MYSQL_TIMEOUT_MS": str(STATEMENT_S * 1000)}).mysql)
+
+
 @contextlib.contextmanager
 def filling(cl: Cluster) -> Iterator[Engine]:
     """An engine on the cluster's database to fill it with; once filled, the tables' statistics are
-    refreshed (ANALYZE), so that the scenario's queries are planned on the rows just made. Its
-    statements may take minutes (a million rows each): its timeout is STATEMENT_S, not a node's."""
-    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": cl.url,
-                                          "DELAYQ_MYSQL_TIMEOUT_MS": str(STATEMENT_S * 1000)}).mysql)
+    refreshed (ANALYZE), so that the scenario's queries are planned on the rows just made."""
+    engine = long_engine(cl.url)
     try:
         yield engine
         with engine.connect() as conn:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
+from bench.fill import long_engine
 from bench.machine import bench_cluster
 from bench.measure import Run, Topic, load_figures, pct
 from bench.retention import BACKLOG, fill
-from delayq import config, db as dbm
 from delayq.retention import DAY_MS, day_name, day_of
 from delayq.store.retention import RetentionStore
 from delayq.testing.cluster import now_ms
@@ -28,7 +28,7 @@ from delayq.testing.cluster import now_ms
 def retention(run: Run, p: dict) -> list[dict]:
     out: list[dict] = []
     with bench_cluster(run.logs) as cl:
-        engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": cl.url, "DELAYQ_MYSQL_TIMEOUT_MS": "600000"}).mysql)
+        engine = long_engine(cl.url)
         try:
             now = now_ms()
             RetentionStore(engine).prune(7, now, 2, 1000)       # today's partition and the next two days'

@@ -15,6 +15,7 @@ import json
 import time
 import uuid
 
+from bench.fill import fill as seed_fill, long_engine
 from delayq import config, db as dbm, schema
 from delayq.retention import DAY_MS, day_name, day_of
 from delayq.store.retention import RetentionStore
@@ -23,33 +24,17 @@ from delayq.testing.services import MYSQL_SERVER
 BACKLOG, EXECLOG = "job_delay_task_backlog", "job_delay_task_execlog"
 
 
-SEED = 1 << 20
-
-
 def fill(engine, table: str, rows: int, at_ms: int, deadline: float) -> int:
-    """`rows` rows of one day in `table`. A seed table of 2^20 numbers is made by INSERT ... SELECT
-    doubling (small enough for MySQL's in-memory temporary table when a table copies into itself),
-    then copied into `table` a seed at a time (another table: streamed, no temporary copy).
-    Returns the rows made (fewer if the deadline came)."""
-    values = {BACKLOG: ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
-                        "created_ms, finished_ms, message, dead_letter",
-                        f"'bench', MOD(n, 64), {at_ms}, 3, 1, 'payload of a task', '0123456789abcdef', 3, 30000, "
-                        f"{at_ms}, {at_ms}, NULL, 0"),
-              EXECLOG: ("task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms, message",
-                        f"1, {at_ms}, 'node-1', {at_ms}, 'SUCCESS', {at_ms}, NULL")}[table]
-    with engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS bench_seed (n INT NOT NULL PRIMARY KEY) ENGINE=InnoDB")
-        if not conn.exec_driver_sql("SELECT COUNT(*) FROM bench_seed").scalar():
-            conn.exec_driver_sql("INSERT INTO bench_seed VALUES (0)")
-            for _ in range(20):
-                conn.exec_driver_sql("INSERT INTO bench_seed SELECT n + (SELECT COUNT(*) FROM bench_seed) FROM bench_seed")
-    made = 0
-    while made < rows and time.monotonic() < deadline:
-        take = min(SEED, rows - made)
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"INSERT INTO {table} ({values[0]}) SELECT CONCAT('t', {made} + n), {values[1]} "
-                                 f"FROM bench_seed WHERE n < {take}")
-        made += take
+    """`rows` rows of one day in `table`, by bench.fill's INSERT ... SELECT from a seed of numbers.
+    Returns the rows made (fewer if the deadline, a time.monotonic() instant, came first)."""
+    columns, values = {
+        BACKLOG: ("task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, max_retries, ttr_ms, "
+                  "created_ms, finished_ms, message, dead_letter",
+                  f"CONCAT('t', $n), 'bench', MOD($n, 64), {at_ms}, 3, 1, 'payload of a task', '0123456789abcdef', 3, "
+                  f"30000, {at_ms}, {at_ms}, NULL, 0"),
+        EXECLOG: ("task_id, attempt, due_ms, node_id, dispatched_ms, result, result_ms, message",
+                  f"CONCAT('t', $n), 1, {at_ms}, 'node-1', {at_ms}, 'SUCCESS', {at_ms}, NULL")}[table]
+    made, _ = seed_fill(engine, table, columns, values, rows, max_s=max(0.0, deadline - time.monotonic()))
     return made
 
 
@@ -91,8 +76,7 @@ def main() -> None:
     settings = config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}"})
     server = dbm.make_engine(settings.mysql, database=False)
     schema.create_database(server, name)
-    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": f"{MYSQL_SERVER}/{name}",
-                                          "DELAYQ_MYSQL_TIMEOUT_MS": "600000"}).mysql)
+    engine = long_engine(f"{MYSQL_SERVER}/{name}")
     out: dict = {"rows": a.rows}
     try:
         schema.migrate(engine)

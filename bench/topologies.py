@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     started, t0 = datetime.datetime.now(datetime.timezone.utc).astimezone(), time.monotonic()
     sides: dict[str, list[Path]] = {"single": [], "replicated": []}
+    quorum = {QUEUE_TYPE_ENV: "quorum"}     # both sides, as production's consumers declare them
     try:
         for k in range(1, args.runs + 1):
-            quorum = {QUEUE_TYPE_ENV: "quorum"}     # both sides, as production's consumers declare them
             sides["single"].append(run_side("single", k, bench_args, quorum, workdir))
             sides["replicated"].append(run_side("replicated", k, bench_args, {**replicated_env(), **quorum}, workdir))
     finally:

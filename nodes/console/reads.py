@@ -18,12 +18,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import pymysql.err
 from sqlalchemy import Engine, case, event, func, literal, or_, select
 
 from delayq import tables
 from delayq.config import MySQLSettings
-from delayq.db import make_engine, unavailable_on_failure
+from delayq.db import make_engine, set_statement_limit, statement_limit, unavailable_on_failure
 from delayq.lifecycle import LIVE, Status
 
 TASK, BACKLOG, EXECLOG = tables.task, tables.backlog, tables.execlog
@@ -51,9 +50,7 @@ def console_engine(settings: MySQLSettings) -> Engine:
     def _bounded(dbapi_connection, _record) -> None:
         cur = dbapi_connection.cursor()
         try:
-            cur.execute(f"SET SESSION max_statement_time = {STATEMENT_S}")              # MariaDB
-        except pymysql.err.MySQLError:      # not MariaDB: MySQL's name for it
-            cur.execute(f"SET SESSION max_execution_time = {int(STATEMENT_S * 1000)}")   # MySQL (SELECTs)
+            set_statement_limit(cur, statement_limit(cur)[0], STATEMENT_S)
         finally:
             cur.close()
     return engine

@@ -143,10 +143,9 @@ class NodeRuntime:
         # ZooKeeper's parts (or a standalone node's), before what watches the session.
         self.cluster = zkp = ZkParts(s, self.ownership, self.epochs, clock, self.metrics, self.probes.stats) \
             if s.zk.enabled else None
-        self.zk = None if zkp is None else zkp.session
         self.standalone = None if self.cluster else Standalone(self.epochs, self.ownership, s.node.node_id)
         # No time-out while delayq's own dependencies are down, nor for a grace after.
-        zk = self.zk
+        zk = None if zkp is None else zkp.session
         self.grace = OutageGrace(clock, s.scheduling.outage_grace_ms, probes={
             "rabbitmq": lambda: self.publisher.ready,
             "zookeeper": lambda: zk is None or zk.state == "connected"})

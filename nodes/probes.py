@@ -76,7 +76,7 @@ class Probes:
                    "submits": n.submits, "thrift-calls": n.calls, "thrift-io": n.server,
                    "clock-check": n.clockcheck, "deadlines": n.deadlines,
                    "hints": n.hints, **{w.name: w for w in n.watches},
-                   "quotas": n.quotas, **({"console-history": n.console.console.history} if n.console else {})}
+                   "quotas": n.quotas, **({"console-history": n.console.history} if n.console else {})}
         return {name: None if t.alive else "thread stopped" for name, t in threads.items()}
 
     def ready(self) -> dict[str, str | None]:

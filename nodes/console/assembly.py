@@ -32,6 +32,11 @@ class ConsolePart:
             cookie=f"delayq_console_{http.port}", tls=http.tls, plaintext=s.http.console_plaintext)
         http.console = self.console
 
+    @property
+    def history(self) -> HistoryThread:
+        """The thread keeping this node's history (the liveness probe watches it)."""
+        return self.console.history
+
     def start(self) -> None:
         self.console.start()
 

@@ -231,10 +231,10 @@ def test_a_node_whose_session_expires_drops_its_shards_and_registers_afresh(clus
         wait_until(lambda: balanced(n1, {"n1", "inproc"}), 15, 0.05, what="the in-process node to get shards")
         old_member = runtime.cluster.membership.member
         lost_seen = threading.Event()
-        runtime.zk.subscribe(lambda state, _sid: state == "lost" and lost_seen.set())
+        runtime.cluster.session.subscribe(lambda state, _sid: state == "lost" and lost_seen.set())
 
         # Expire the session the way kazoo's testing harness does: close it from a second client.
-        sid, password = runtime.zk.client.client_id
+        sid, password = runtime.cluster.session.client.client_id
         twin = KazooClient(hosts=ZK_HOSTS, client_id=(sid, password))
         twin.start(timeout=10)
         twin.stop()

@@ -33,6 +33,8 @@ GALERA_SST=(0 4591 4592 4593)
 die() { echo "services.sh --ha: $*" >&2; exit 1; }
 # shellcheck source=scripts/wait.sh
 . "$ROOT/scripts/wait.sh"
+# shellcheck source=scripts/rabbitmq-tls.sh
+. "$ROOT/scripts/rabbitmq-tls.sh"
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 pid_of() { cat "$1" 2>/dev/null || true; }
 
@@ -165,14 +167,7 @@ loopback_users.guest = true
 log.file.level = info
 EOF
     if [ -s "$RABBIT_TLS_DIR/server.pem" ]; then   # nodes publish over TLS, as in production
-        cat >>"$d/rabbitmq.conf" <<EOF
-listeners.ssl.default = 127.0.0.1:${RMQ_AMQPS[$i]}
-ssl_options.cacertfile = $RABBIT_TLS_DIR/ca.pem
-ssl_options.certfile = $RABBIT_TLS_DIR/server.pem
-ssl_options.keyfile = $RABBIT_TLS_DIR/server.key
-ssl_options.verify = verify_none
-ssl_options.fail_if_no_peer_cert = false
-EOF
+        rabbitmq_tls_conf "${RMQ_AMQPS[$i]}" "$RABBIT_TLS_DIR" >>"$d/rabbitmq.conf"
     fi
     ( cd "$d" && rmq_export "$i" && exec setsid bash -c 'in_cgroup "$@"' _ "rabbit$i" \
         /usr/lib/rabbitmq/bin/rabbitmq-server >>"$d/server.out" 2>&1 </dev/null ) &

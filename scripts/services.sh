@@ -56,6 +56,8 @@ fail_with_log() {
 
 # shellcheck source=scripts/wait.sh
 . "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
+# shellcheck source=scripts/rabbitmq-tls.sh
+. "$(dirname "${BASH_SOURCE[0]}")/rabbitmq-tls.sh"
 # shellcheck source=scripts/apt.sh
 . "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 apt_install() { delayq_apt_install "$@" || die "could not install $*"; }
@@ -264,15 +266,8 @@ rabbitmq_secure() {
         $SUDO chmod 644 "$d/ca.pem" "$d/server.pem"
     fi
     if ! $SUDO grep -q '^listeners.ssl.default' "$conf" 2>/dev/null; then
-        $SUDO tee -a "$conf" >/dev/null <<CONF
-# delayq (scripts/services.sh): TLS listener for amqps://
-listeners.ssl.default = 127.0.0.1:$AMQPS_PORT
-ssl_options.cacertfile = $d/ca.pem
-ssl_options.certfile = $d/server.pem
-ssl_options.keyfile = $d/server.key
-ssl_options.verify = verify_none
-ssl_options.fail_if_no_peer_cert = false
-CONF
+        { echo "# delayq (scripts/services.sh): TLS listener for amqps://"; rabbitmq_tls_conf "$AMQPS_PORT" "$d"; } \
+            | $SUDO tee -a "$conf" >/dev/null
         echo "rabbitmq: restarting to add the TLS listener on 127.0.0.1:$AMQPS_PORT"
         rabbitmqctl_ stop >/dev/null 2>&1 || true
         wait_until "$WAIT_SECONDS" sh -c "! timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$AMQP_PORT' 2>/dev/null" \

@@ -416,13 +416,18 @@ def test_an_attempt_a_dead_node_dispatched_is_timed_out_by_the_shards_new_owner_
 
 # ---- KEEP_IF_ACTIVE: one attempt of a key in flight ------------------------------------------------
 
-
-def test_a_keep_if_active_task_waits_while_its_key_is_in_flight_and_fires_the_moment_a_result_ends_it():
+def b_waits_for_a() -> Core:
+    """Task a of key k in flight, task b of k due and left waiting by its claim."""
     core = Core()
     core.submit("a", key=b"k", keep_one=True)
     core.fire()
     core.submit("b", key=b"k", keep_one=True)
     core.fire()
+    return core
+
+
+def test_a_keep_if_active_task_waits_while_its_key_is_in_flight_and_fires_the_moment_a_result_ends_it():
+    core = b_waits_for_a()
     core.clock.now += RECHECK_MS // 2
     core.fire()
     assert core.outbox.message_ids == ["a:1"]
@@ -433,11 +438,7 @@ def test_a_keep_if_active_task_waits_while_its_key_is_in_flight_and_fires_the_mo
 
 
 def test_a_waiting_task_whose_key_ended_on_another_node_is_tried_again_after_the_recheck():
-    core = Core()
-    core.submit("a", key=b"k", keep_one=True)
-    core.fire()
-    core.submit("b", key=b"k", keep_one=True)
-    core.fire()
+    core = b_waits_for_a()
     core.row("a").status = Status.FINISHED            # a result another node applied: not heard of here
     core.clock.now += RECHECK_MS - 1
     core.fire()
@@ -448,11 +449,7 @@ def test_a_waiting_task_whose_key_ended_on_another_node_is_tried_again_after_the
 
 
 def test_a_waiting_task_another_node_claimed_is_no_longer_counted_as_waiting_here():
-    core = Core()
-    core.submit("a", key=b"k", keep_one=True)
-    core.fire()
-    core.submit("b", key=b"k", keep_one=True)
-    core.fire()
+    core = b_waits_for_a()
     assert core.keys.held == 1
     core.row("a").status = Status.FINISHED            # ended on another node, which then claimed b
     core.row("b").status, core.row("b").attempt = Status.READY, 1
@@ -462,11 +459,7 @@ def test_a_waiting_task_another_node_claimed_is_no_longer_counted_as_waiting_her
 
 
 def test_a_retry_of_the_attempt_in_flight_frees_the_key_for_the_waiting_task():
-    core = Core()
-    core.submit("a", key=b"k", keep_one=True)
-    core.fire()
-    core.submit("b", key=b"k", keep_one=True)
-    core.fire()
+    core = b_waits_for_a()
     core.results.apply("a", 1, Result.RETRY, None)    # back to DELAY, due at once: a and b both waiting
     core.fire()
     assert len(core.outbox.message_ids) == 2          # one of the two, never both

@@ -64,6 +64,10 @@ def _open(host: str, port: int, timeout_s: float, security: ClientSecurity
                 TTransport.TTransportException.NOT_OPEN,
                 f"TLS with {host}:{port} failed: {e.inner.reason or e.inner} (does DELAYQ_TLS_CA_FILE hold the CA "
                 "of the nodes' certificates, and do the nodes serve TLS?)", e.inner) from None
+        if isinstance(e.inner, OSError):           # thrift's message names the address, not the reason
+            raise TTransport.TTransportException(
+                TTransport.TTransportException.NOT_OPEN,
+                f"could not connect to {host}:{port}: {e.inner.strerror or e.inner}", e.inner) from None
         raise
     # A framed call goes out in one write, but over TLS as several records: without TCP_NODELAY
     # the last one waits for the node's delayed ACK (40 ms per large call; measured: a 1000-task

@@ -37,6 +37,9 @@ def wait_for(predicate, timeout: float, interval: float = 0.02, what: str = "con
         time.sleep(interval)
 
 
+STARTED: list["Node"] = []      # every start, in order: a failed test reports what its nodes logged
+
+
 class Node:
     """One `delayq node` process with the settings `env`, its output appended to log_path.
 
@@ -69,6 +72,7 @@ class Node:
         return self.proc.pid
 
     def start(self, wait: bool = True) -> "Node":
+        STARTED.append(self)
         log = open(self.log_path, "ab")
         self.spawned_ms = now_ms()
         command = [sys.executable, "-m", "delayq", "node"]
@@ -156,6 +160,31 @@ class Node:
 
     def client(self, timeout_s: float = 10.0) -> DelayqClient:
         return DelayqClient([self.endpoint], timeout_s=timeout_s, security=self.security)
+
+    def status(self) -> str:
+        """running, or how it ended: for a report."""
+        if self.proc is None:
+            return "not started"
+        code = self.proc.poll()
+        return f"running (pid {self.proc.pid})" if code is None else f"exited with {code}"
+
+    def troubles(self, since_ms: int, lines: int = 40) -> list[str]:
+        """Its log's WARNING, ERROR and CRITICAL lines (with a traceback's lines) from since_ms on,
+        the last `lines` of them."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_ms / 1000))
+        picked, in_trace = [], False
+        for line in text:
+            if line.startswith("Traceback"):       # an uncaught error, printed without a stamp
+                in_trace = True
+            elif line[:4].isdigit():
+                in_trace = line[:19] >= since and any(f" {lv} " in line for lv in ("WARNING", "ERROR", "CRITICAL"))
+            if in_trace:
+                picked.append(line)
+        return picked[-lines:]
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -485,3 +485,12 @@ def test_a_client_that_does_not_read_its_reply_is_closed_after_the_idle_timeout(
             finally:
                 trans.close()
         wait_until(served, 10, 0.1, what="the place of the client that does not read")
+
+
+def test_a_client_that_cannot_connect_says_why_and_where():
+    with socket.socket() as s:        # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(TTransport.TTransportException) as e:
+            connect("127.0.0.1", port, 1.0, ClientSecurity(insecure=True))
+    assert f"127.0.0.1:{port}" in str(e.value) and "refused" in str(e.value).lower()

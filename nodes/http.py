@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from delayq.access.tls import common_name
 from delayq.nodes.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -122,10 +123,12 @@ class HealthServer:
                     jar.load(self.headers.get("Cookie") or "")
                 except http.cookies.CookieError:
                     pass
+                secure = isinstance(self.connection, ssl.SSLSocket)
+                cert = self.connection.getpeercert() if secure else None      # verified, or none given
                 req = Request(method, path, {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}, form,
                               {k: m.value for k, m in jar.items()}, self.headers.get("Origin"),
-                              self.headers.get("Host"), self.client_address,
-                              isinstance(self.connection, ssl.SSLSocket))
+                              self.headers.get("Host"), self.client_address, secure,
+                              common_name(cert) if cert else None)
                 r = server.console.handle(req)
                 self._send(r.status, r.body, r.ctype, r.headers)
 

@@ -226,10 +226,13 @@ class NodeRuntime:
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
         self.metrics.gauges(self.probes.gauges, self.probes.counters)
-        # The HTTP port speaks TLS too when the node has a certificate (the console needs it).
+        # The HTTP port speaks TLS too when the node has a certificate (the console needs it). It
+        # asks for a client certificate as the Thrift port does, never requires one: a browser
+        # without one logs in with a token.
         self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
                                  self.probes.detail, tls=None if sec.insecure else server_context(
-                                     sec.tls_cert_file, sec.tls_key_file))
+                                     sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file,
+                                     "none" if sec.tls_client_cert == "none" else "optional"))
         # The web console (nodes/console): reads on an engine of its own, actions through the service.
         self.console = ConsolePart(s, self.service, self.access, self.metrics, clock, self.http,
                                    self.probes.http_endpoints) if s.http.console else None

@@ -1,7 +1,8 @@
 """Console: the console's requests, from the HTTP port's router (delayq.nodes.http) to a page or
 an action and back.
 
-    GET  /ui/login, POST /ui/login, POST /ui/logout     a client token in, a session cookie out
+    GET  /ui/login, POST /ui/login, POST /ui/logout     a client token or certificate in, a session
+                                                        cookie out
     GET  /ui/static/<file>                              the package's assets (vendored libraries)
     GET  /ui/<page>, POST /ui/<action>                  pages_* modules; every POST needs the
                                                         session's CSRF token and a same-origin Origin
@@ -10,7 +11,8 @@ an action and back.
 Runs on the HTTP server's request threads. Each request runs as the session's client: a
 delayq.nodes.front.caller.Caller is set on the thread, and the client is looked up through
 Access as a Thrift call's is, so a revoked client or a rotated token ends the session at its next
-request. Actions are the Thrift service's own calls (permission checks and audit rows included).
+request. A session opened with a client certificate holds only while the browser presents that
+certificate: its cookie alone is not enough. Actions are the Thrift service's own calls (permission checks and audit rows included).
 """
 from __future__ import annotations
 
@@ -28,13 +30,13 @@ import jinja2
 from delayq.access.grants import Client, Permission
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.clock import Clock
-from delayq.nodes.console import view
+from delayq.nodes.console import login, view
 from delayq.nodes.console.history import HistoryThread
 from delayq.nodes.console.peers import Peers
 from delayq.nodes.console.reads import ConsoleReads
-from delayq.nodes.console.sessions import Session, Sessions, csrf_ok, same_origin
+from delayq.nodes.console.sessions import Session, Sessions, csrf_ok, local_path, same_origin
 from delayq.nodes.front.access import Access
-from delayq.nodes.front.caller import Caller, serving
+from delayq.nodes.front.caller import CERTIFICATE, Caller, serving
 from delayq import errors
 from delayq.store.audit import AuditLog
 from delayq.store.tenants import TenantStore
@@ -61,6 +63,7 @@ class Request:
     host: str | None
     peer: tuple
     secure: bool            # came over TLS
+    certificate: str | None = None      # the common name of the verified client certificate it came with
 
 
 @dataclass
@@ -177,12 +180,12 @@ class Console:
         if req.path in ("/ui", "/ui/"):
             return self.redirect("/ui/overview")
         if req.path == "/ui/login":
-            return self.login(req)
+            return login.answer(self, req)
         session = self.sessions.get(req.cookies.get(self.cookie))
         if req.path == "/ui/logout" and req.method == "POST":
             if session is not None and csrf_ok(session, req.form.get("csrf")):
                 self.sessions.close(session.id)
-            return self.redirect("/ui/login", cookie=self._cookie("", req.secure, expire=True))
+            return self.redirect("/ui/login", cookie=self.cookie_header("", req.secure, expire=True))
         if session is None:
             return self.redirect("/ui/login?" + urllib.parse.urlencode({"next": req.path})) if req.method == "GET" \
                 else self.text(403, "not logged in")
@@ -196,11 +199,13 @@ class Console:
         caller.name, caller.credential = session.client, session.credential
         serving(caller)
         try:
+            if session.credential == CERTIFICATE and req.certificate != session.client:
+                raise errors.Unauthenticated("the browser no longer presents the certificate it logged in with")
             client = self.access.client(caller)
         except errors.Unauthenticated as e:
             self.sessions.close(session.id)
             return self.redirect("/ui/login?" + urllib.parse.urlencode({"why": e.reason}),
-                                 cookie=self._cookie("", req.secure, expire=True))
+                                 cookie=self.cookie_header("", req.secure, expire=True))
         ctx = Ctx(req, session, client, caller, self.clock.now_ms())
         try:
             return handler(self, ctx)
@@ -211,29 +216,6 @@ class Console:
             return self.page(ctx, "error.html", status=500, problem="internal error (the node's log has the details)")
         finally:
             serving(None)
-
-    def login(self, req: Request) -> Response:
-        if req.method == "GET":
-            return self.html(self.env.get_template("login.html").render(
-                why=req.query.get("why"), next=_local(req.query.get("next")), problem=None,
-                insecure=not self.access.enabled, cluster=self.cluster))
-        token = (req.form.get("token") or "").strip()
-        if not same_origin(req.origin, req.host, req.secure):
-            return self.text(403, "refused: the form is not from this console")
-        caller = Caller(req.peer)
-        serving(caller)
-        try:
-            name = self.service.authenticate(token)
-        except ttypes.Unauthenticated:
-            return self.html(self.env.get_template("login.html").render(
-                why=None, next=_local(req.form.get("next")), insecure=False, cluster=self.cluster,
-                problem="That token is not a valid client token of this cluster."), status=401)
-        finally:
-            serving(None)
-        session = self.sessions.open(name, caller.credential)
-        log.info("console: %s logged in from %s", name, req.peer[0] if req.peer else "?")
-        return self.redirect(_local(req.form.get("next")) or "/ui/overview",
-                             cookie=self._cookie(session.id, req.secure))
 
     # ---- answers ------------------------------------------------------------------------------
 
@@ -263,7 +245,7 @@ class Console:
         return Response(status, (message + "\n").encode(), "text/plain; charset=utf-8", list(HEADERS))
 
     def redirect(self, location: str, cookie: str | None = None, secure_host: bool = False) -> Response:
-        headers = [("Location", location if secure_host else _local(location) or "/ui/overview"), *HEADERS]
+        headers = [("Location", location if secure_host else local_path(location) or "/ui/overview"), *HEADERS]
         if cookie:
             headers.append(("Set-Cookie", cookie))
         return Response(303, b"", "text/plain", headers)
@@ -280,7 +262,7 @@ class Console:
             ctype += "; charset=utf-8"
         return Response(200, data, ctype, [("Cache-Control", "max-age=3600"), ("X-Content-Type-Options", "nosniff")])
 
-    def _cookie(self, value: str, secure: bool, expire: bool = False) -> str:
+    def cookie_header(self, value: str, secure: bool, expire: bool = False) -> str:
         parts = [f"{self.cookie}={value}", "Path=/ui", "HttpOnly", "SameSite=Strict"]
         if secure:
             parts.append("Secure")
@@ -288,9 +270,3 @@ class Console:
             parts.append("Max-Age=0")
         return "; ".join(parts)
 
-
-def _local(url: str | None) -> str | None:
-    """A redirect target inside the console only (no open redirect to another site)."""
-    if not url or not url.startswith("/ui/") or url.startswith("//") or "\\" in url:
-        return None
-    return url

@@ -83,3 +83,10 @@ def same_origin(origin: str | None, host: str | None, secure: bool) -> bool:
     if not origin:
         return True
     return bool(host) and origin == f"{'https' if secure else 'http'}://{host}"
+
+
+def local_path(url: str | None) -> str | None:
+    """A redirect target inside the console only (no open redirect to another site)."""
+    if not url or not url.startswith("/ui/") or url.startswith("//") or "\\" in url:
+        return None
+    return url

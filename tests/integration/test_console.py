@@ -41,9 +41,13 @@ def base(node) -> str:
     return f"https://localhost:{node.env['DELAYQ_HTTP_PORT']}"
 
 
-def opener():
+def opener(certificate: str | None = None, jar: http.cookiejar.CookieJar | None = None):
+    """A browser-like HTTPS client trusting the cluster's CA, presenting the client certificate
+    `certificate` (a name of the test set) if given; `jar` to share cookies with another."""
     ctx = ssl.create_default_context(cafile=str(security.ensure() / "ca.pem"))
-    jar = http.cookiejar.CookieJar()
+    if certificate:
+        ctx.load_cert_chain(security.ensure() / f"{certificate}.pem", security.ensure() / f"{certificate}.key")
+    jar = jar if jar is not None else http.cookiejar.CookieJar()
     return urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx),
                                        urllib.request.HTTPCookieProcessor(jar)), jar
 
@@ -90,6 +94,21 @@ def test_a_bad_token_is_refused_and_a_session_cookie_is_strict(cluster):
     cookie, = list(jar)
     assert cookie.secure and cookie.has_nonstandard_attr("HttpOnly")
     assert cookie.get_nonstandard_attr("SameSite") == "Strict"
+
+
+def test_a_client_certificate_logs_in_over_tls_and_its_cookie_alone_does_not(cluster):
+    _, nodes, _ = cluster
+    with_cert, jar = opener(security.ADMIN)
+    page = with_cert.open(base(nodes[0]) + "/ui/login", timeout=5).read().decode()
+    assert f"Log in as <strong>{security.ADMIN}</strong> with your certificate" in page
+    assert "with your certificate" not in opener()[0].open(base(nodes[0]) + "/ui/login", timeout=5).read().decode()
+
+    r = with_cert.open(base(nodes[0]) + "/ui/login", data=b"with=certificate", timeout=5)
+    assert r.url.endswith("/ui/overview") and security.ADMIN in r.read().decode()
+    # The same cookie from a connection without the certificate ends the session.
+    without, _ = opener(jar=jar)
+    r = without.open(base(nodes[0]) + "/ui/overview", timeout=5)
+    assert "/ui/login?why=" in r.url and "no longer presents the certificate" in r.read().decode()
 
 
 def test_an_action_without_the_csrf_token_is_refused(cluster):

@@ -60,8 +60,9 @@ def console(tls: bool = False):
     return c, service, clients, access
 
 
-def req(method, path, form=None, cookies=None, secure=False, origin=None, query=None):
-    return Request(method, path, query or {}, form or {}, cookies or {}, origin, "node:8080", ("10.0.0.9", 5555), secure)
+def req(method, path, form=None, cookies=None, secure=False, origin=None, query=None, certificate=None):
+    return Request(method, path, query or {}, form or {}, cookies or {}, origin, "node:8080", ("10.0.0.9", 5555), secure,
+                   certificate)
 
 
 def login(c, token):
@@ -159,3 +160,31 @@ def test_a_page_whose_call_fails_says_what_happened():
     assert r.status == 503 and b"the cluster could not do it now: ZooKeeper: ConnectionLoss" in r.body
     r = c.handle(req("GET", "/ui/y", cookies={"sid": sid}))
     assert r.status == 500 and b"internal error" in r.body and b"bug" not in r.body
+
+
+def test_a_client_certificate_logs_in_as_its_client_and_only_while_the_browser_presents_it():
+    c, service, _, _ = console(tls=True)
+    page = c.handle(req("GET", "/ui/login", secure=True, certificate="ops"))
+    assert b"Log in as <strong>ops</strong> with your certificate" in page.body
+    assert b"with your certificate" not in c.handle(req("GET", "/ui/login", secure=True)).body
+
+    r = c.handle(req("POST", "/ui/login", {"with": "certificate"}, secure=True, certificate="ops"))
+    assert r.status == 303, r.body
+    sid = dict(r.headers)["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    session = c.sessions.get(sid)
+    r = c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"sid": sid}, secure=True,
+                     origin="https://node:8080", certificate="ops"))
+    assert r.status == 303 and service.cancelled == [("ops", "t1")]
+
+    # The cookie without the certificate (or with another) ends the session.
+    gone = c.handle(req("GET", "/ui/overview", cookies={"sid": sid}, secure=True, certificate="viewer"))
+    assert gone.status == 303 and "/ui/login?why=" in dict(gone.headers)["Location"]
+    assert c.sessions.get(sid) is None
+
+
+def test_a_certificate_naming_no_client_or_none_at_all_is_refused_and_says_which():
+    c, _, _, _ = console(tls=True)
+    r = c.handle(req("POST", "/ui/login", {"with": "certificate"}, secure=True, certificate="mallory"))
+    assert r.status == 401 and b"(mallory) names no client of this cluster" in r.body
+    r = c.handle(req("POST", "/ui/login", {"with": "certificate"}, secure=True))
+    assert r.status == 401 and b"presented no client certificate" in r.body

@@ -216,6 +216,20 @@ def login(browser, node, token: str):
     return page
 
 
+def test_a_browser_with_a_client_certificate_logs_in_with_one_click(cluster, browser):
+    _, nodes, _ = cluster
+    tls = security.ensure()
+    context = browser.new_context(ignore_https_errors=True, client_certificates=[{
+        "origin": base(nodes[0]), "certPath": str(tls / f"{security.ADMIN}.pem"), "keyPath": str(tls / f"{security.ADMIN}.key")}])
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(base(nodes[0]) + "/ui/")
+    page.click("form.certificate button")
+    page.wait_for_url("**/ui/overview")
+    assert security.ADMIN in page.locator("header").inner_text()
+    context.close()
+
+
 def test_overview_shows_every_node_and_the_master(cluster, browser):
     _, nodes, _ = cluster
     page = login(browser, nodes[1], security.admin_token())

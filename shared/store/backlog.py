@@ -1,4 +1,4 @@
-"""move_to_backlog: the end of a task's life in MySQL (docs/ARCHITECTURE.md, invariant 7).
+"""move_to_backlog and move_locked: the end of a task's life in MySQL (docs/ARCHITECTURE.md, invariant 7).
 
 A finished, failed or cancelled task leaves job_delay_task for job_delay_task_backlog in the
 transaction that finishes it, so scans and claims only ever touch live tasks. A FAILED task is
@@ -32,9 +32,17 @@ def move_to_backlog(conn: Connection, pairs: Sequence[tuple[str, int]], statuses
     locked = [task_id for task_id, attempt, status in conn.exec_driver_sql(
         f"SELECT task_id, attempt, status FROM {TASK.name} WHERE task_id IN ({literal_ids(wanted)}) FOR UPDATE")
         if attempt == wanted[task_id] and status in codes]
-    if not locked:
-        return set()
-    ids = f"task_id IN ({literal_ids(locked)})"
+    move_locked(conn, locked, final, now_ms, message)
+    return set(locked)
+
+
+def move_locked(conn: Connection, task_ids: Sequence[str], final: Status, now_ms: int, message: str | None) -> None:
+    """Move these live tasks to the backlog as they are: the caller has locked their rows in this
+    transaction and checked their state (a bulk batch's locking read does both: a second locking
+    read cost it a ninth of its time)."""
+    if not task_ids:
+        return
+    ids = f"task_id IN ({literal_ids(task_ids)})"
     conn.exec_driver_sql(
         f"INSERT INTO {BACKLOG.name} (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
         "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags, traceparent) "
@@ -42,6 +50,5 @@ def move_to_backlog(conn: Connection, pairs: Sequence[tuple[str, int]], statuses
         f"created_ms, %s, %s, %s, task_key, tags, traceparent FROM {TASK.name} WHERE {ids}",
         (int(final), now_ms, message, 1 if final is Status.FAILED else 0))
     conn.exec_driver_sql(f"DELETE FROM {TASK.name} WHERE {ids}")
-    return set(locked)
 
 

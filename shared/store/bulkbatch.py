@@ -26,7 +26,7 @@ from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.schema import shard_count
-from delayq.store.backlog import move_to_backlog
+from delayq.store.backlog import move_locked
 from delayq.store.bulkjobs import JOB, Job, snapshot_where, table_of
 from delayq.store.maintenance import redriven_rows
 
@@ -107,11 +107,10 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
                           .with_for_update()).all()
     if not locked:
         return (), ()
-    if spec.action is Action.CANCEL:
-        gone = move_to_backlog(conn, [(r.task_id, r.attempt) for r in locked], (Status.DELAY,), Status.CANCELLED,
-                               now_ms, f"cancelled by bulk job {job.job_id}: {spec.reason}"[:1024])
-        return tuple(r.task_id for r in locked if r.task_id in gone), ()
     ids_locked = [r.task_id for r in locked]
+    if spec.action is Action.CANCEL:       # locked above in the action's state (DELAY): moved as they are
+        move_locked(conn, ids_locked, Status.CANCELLED, now_ms, f"cancelled by bulk job {job.job_id}: {spec.reason}"[:1024])
+        return tuple(ids_locked), ()
     due = TASK.c.due_ms + spec.shift_ms if spec.shift_ms is not None else spec.due_at_ms
     conn.execute(update(TASK).where(TASK.c.task_id.in_(ids_locked), TASK.c.status == int(Status.DELAY))
                  .values(due_ms=due, updated_ms=now_ms))

@@ -16,6 +16,7 @@ from bench import fill
 from bench.machine import bench_cluster
 from bench.measure import Run, Topic, load_figures, pct, round1
 from delayq.client import BulkAction, BulkRequest, BulkState, DelayqClient, TaskFilter, TaskStatus
+from delayq.lifecycle import Status
 from delayq.testing.cluster import now_ms
 
 DAY_MS = 86_400_000
@@ -27,9 +28,18 @@ def bulk(run: Run, p: dict) -> list[dict]:
     with bench_cluster(run.logs) as cl:
         node = cl.add_node(start=False)
         victims = f"bench.bulk.{uuid.uuid4().hex[:8]}"
+        raw = f"bench.raw.{uuid.uuid4().hex[:8]}"
         with fill.filling(cl) as engine:
             n, secs = fill.pending(engine, victims, p["tasks"], cl.shards, now_ms() + DAY_MS, 7 * DAY_MS,
                                    prefix="bk", key_prefix="b", tags=f"bench,{TAG}", now_ms=now_ms())
+            fill.pending(engine, raw, p["raw_rows"], cl.shards, now_ms() + DAY_MS, 7 * DAY_MS, prefix="rw",
+                         key_prefix="r", now_ms=now_ms())
+            moved, move_s = move_rows(engine, raw, p["raw_batch"])
+        out.append(run.fig("bulk", "mysql_move_rows", moved / move_s, "rows/s",
+                           note=f"the least a cancel does, in plain SQL with nothing else running: {moved:,} rows "
+                                f"of a tag read by primary key, copied to the backlog and deleted, "
+                                f"{p['raw_batch']} per transaction, one connection"))
+        limit = moved / move_s
         node.start()
         cl.register(victims)
         out.append(run.fig("bulk", "tagged", n, "tasks",
@@ -45,7 +55,7 @@ def bulk(run: Run, p: dict) -> list[dict]:
         state = BulkState._VALUES_TO_NAMES.get(job.state, str(job.state))
         out.append(run.fig("bulk", "cancelled", job.changed, "tasks", f"== {n}",
                            note=f"job {state}, {job.skipped:,} skipped" + (f", error {job.error}" if job.error else "")))
-        out.append(run.fig("bulk", "cancel_rate", job.changed / max(took_s, 0.001), "tasks/s", ">= 20000",
+        out.append(run.fig("bulk", "cancel_rate", job.changed / max(took_s, 0.001), "tasks/s", ">= 20000", limit=limit,
                            note=f"{job.changed:,} in {took_s:.1f} s (the job's creation to its end), asked for "
                                 f"{job.opsPerSecond:,}/s"))
         d, tasks = stats["delivery"], stats["tasks"]
@@ -56,6 +66,31 @@ def bulk(run: Run, p: dict) -> list[dict]:
                                 f"({p['rate']}/s); p50 {round1(pct(during_job, 0.5))} ms; the whole load's p99 "
                                 f"{round1(stats['p99'])} ms"))
     return out
+
+
+def move_rows(engine, topic: str, batch: int) -> tuple[int, float]:
+    """Every task of the topic moved to the backlog as CANCELLED, `batch` per transaction: the
+    ids after a cursor by primary key, INSERT ... SELECT and DELETE by those ids. (rows, seconds)"""
+    cursor, moved = "", 0
+    started = time.monotonic()
+    while True:
+        with engine.begin() as conn:
+            ids = [r[0] for r in conn.exec_driver_sql(
+                f"SELECT task_id FROM job_delay_task WHERE topic = %s AND task_id > %s AND status = {int(Status.DELAY)} "
+                "ORDER BY task_id LIMIT %s", (topic, cursor, batch))]
+            if not ids:
+                break
+            where = "task_id IN (" + ", ".join(f"'{i}'" for i in ids) + ")"
+            conn.exec_driver_sql(
+                "INSERT INTO job_delay_task_backlog (task_id, topic, shard_id, due_ms, status, attempt, payload, "
+                "spec_hash, max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags) "
+                f"SELECT task_id, topic, shard_id, due_ms, {int(Status.CANCELLED)}, attempt, payload, spec_hash, "
+                f"max_retries, ttr_ms, created_ms, created_ms, 'cancelled', 0, task_key, tags FROM job_delay_task "
+                f"WHERE {where}")
+            conn.exec_driver_sql(f"DELETE FROM job_delay_task WHERE {where}")
+        moved += len(ids)
+        cursor = ids[-1]
+    return moved, time.monotonic() - started
 
 
 def _cancel_all(endpoint: str, topic: str, p: dict) -> dict:

@@ -154,6 +154,9 @@ def test_the_key_bulk_console_and_retention_scenarios_report_their_figures_again
     assert got[("keys", "replace_race_live_tasks")]["value"] == 1, got[("keys", "replace_race_live_tasks")]
     assert got[("keys", "replace_race_answered")]["met"], got[("keys", "replace_race_answered")]
     assert got[("bulk", "cancelled")]["value"] == got[("bulk", "tagged")]["value"] > 0, stderr[-3000:]
+    move = got[("bulk", "mysql_move_rows")]["value"]
+    rate = got[("bulk", "cancel_rate")]
+    assert move > 0 and abs(rate["ratio_to_limit"] - rate["value"] / move) <= 0.001, (rate, move)
     lost = [f for (s, name), f in got.items() if name == "lost"]
     assert {f["scenario"] for f in lost} == {"bulk", "console_quiet", "console_5_consoles", "retention_quiet",
                                              "retention_drop"}

@@ -34,6 +34,7 @@ from delayq.nodes.console import login, view
 from delayq.nodes.console.history import HistoryThread
 from delayq.nodes.console.peers import Peers
 from delayq.nodes.console.reads import ConsoleReads
+from delayq.nodes.console.recent import Recent
 from delayq.nodes.console.sessions import Session, Sessions, csrf_ok, local_path, same_origin
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import CERTIFICATE, Caller, serving
@@ -50,6 +51,7 @@ HEADERS = [("Content-Security-Policy", "default-src 'self'; script-src 'self'; s
 
 
 BUSY, BUSY_WAIT_S = 8, 2.0
+COUNTED_TTL_S = 10.0        # a topic's counts are shared by the viewers of the next 10 s
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Console:
         self.cookie = cookie
         self.tls, self.plaintext = tls, plaintext
         self.sessions = sessions or Sessions()
+        self.counted: Recent[Any] = Recent(COUNTED_TTL_S)       # per-topic counts, shared by every viewer
         self._busy = threading.BoundedSemaphore(BUSY)
         self.env = jinja2.Environment(loader=jinja2.PackageLoader("delayq.nodes.console", "templates"),
                                       autoescape=True, undefined=jinja2.StrictUndefined)

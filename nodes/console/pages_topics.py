@@ -13,12 +13,13 @@ from typing import Any
 from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console import history, view
-from delayq.nodes.console.app import ActionRefused, Console, Ctx, Response
+from delayq.nodes.console.app import COUNTED_TTL_S, ActionRefused, Console, Ctx, Response
 from delayq.nodes.console.pages_overview import merged_history, visible
 from delayq.nodes.console.reads import COUNT_CAP, LOAD_CAP, TopicCounts, capped
 
 RECENT_SLOTS = 30           # lateness over the last 5 minutes
 RATE_SLOTS = 6              # fire rate over the last minute
+PAGE_TOPICS = 50            # topics counted per page: each costs up to two capped index ranges
 HORIZONS = {"hour": (3_600_000, 300_000, "5 min"), "day": (86_400_000, 3_600_000, "hour"),
             "week": (7 * 86_400_000, 6 * 3_600_000, "6 h")}
 
@@ -34,6 +35,7 @@ class TopicRow:
     p99_s: float | None
     retried: int
     failed: int
+    counted_s_ago: float = 0.0
 
     def count(self, n: int) -> str:
         return capped(n, COUNT_CAP)
@@ -62,18 +64,28 @@ def _figures(merged: history.Merged, topic: str) -> tuple[float, float | None, f
 
 
 def _row(c: Console, ctx: Ctx, topic: str, controls: ttypes.TopicControls, merged: history.Merged) -> TopicRow:
-    counts, problem = None, None
+    counts, problem, age = None, None, 0.0
     try:
-        counts = c.reads.topic_counts(topic, ctx.now_ms)
+        counts, age = c.counted.get(("counts", topic), lambda: c.reads.topic_counts(topic, ctx.now_ms))
     except errors.DelayqError as e:       # MySQL away, or the statement timeout: said in the row
         problem = f"could not count: {e}"
-    return TopicRow(topic, counts, problem, controls, *_figures(merged, topic))
+    return TopicRow(topic, counts, problem, controls, *_figures(merged, topic), counted_s_ago=age)
+
+
+def page_of(names: list[str], after: str | None, size: int = PAGE_TOPICS) -> tuple[list[str], str | None]:
+    """The `size` names after `after` (names sorted), and the last of them when more follow."""
+    rest = [n for n in names if after is None or n > after]
+    shown = rest[:size]
+    return shown, (shown[-1] if len(rest) > size else None)
 
 
 def topics(c: Console, ctx: Ctx) -> Response:
     merged, answered, asked = merged_history(c)
-    rows = [_row(c, ctx, t, ctl, merged) for t, ctl in _controls(c).items()]
-    return c.page(ctx, "topics.html", rows=rows, answered=answered, asked=asked)
+    controls = _controls(c)
+    shown, more = page_of(list(controls), ctx.req.query.get("after"))
+    rows = [_row(c, ctx, t, controls[t], merged) for t in shown]
+    return c.page(ctx, "topics.html", rows=rows, answered=answered, asked=asked, more=more, total=len(controls),
+                  first=ctx.req.query.get("after") is None, ttl=COUNTED_TTL_S)
 
 
 def topic(c: Console, ctx: Ctx) -> Response:
@@ -129,11 +141,11 @@ def load(c: Console, ctx: Ctx) -> Response:
     see = visible(ctx)
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
-    for t in _controls(c):
-        if not see(t):
-            continue
+    names = [t for t in _controls(c) if see(t)]
+    shown, more = page_of(names, ctx.req.query.get("after"))
+    for t in shown:
         try:
-            counts, cut = c.reads.load(t, ctx.now_ms, span, bucket)
+            (counts, cut), _ = c.counted.get(("load", t, horizon), lambda: c.reads.load(t, ctx.now_ms, span, bucket))
         except errors.DelayqError as e:   # said on the page, the other topics still shown
             problems.append(f"{t}: could not count ({e})")
             continue
@@ -146,7 +158,9 @@ def load(c: Console, ctx: Ctx) -> Response:
     chart = {"t": [(ctx.now_ms + i * bucket) // 1000 for i in range(n)],
              "series": [{"topic": r["topic"], "values": r["series"]} for r in rows[:8]]}
     return c.page(ctx, "load.html", rows=rows, horizon=horizon, horizons=list(HORIZONS), bucket=label,
-                  chart=_script_safe(json.dumps(chart)), problems=problems, cap=LOAD_CAP, view=view)
+                  chart=_script_safe(json.dumps(chart)), problems=problems, cap=LOAD_CAP, view=view,
+                  more=more, total=len(names), first=ctx.req.query.get("after") is None, ttl=COUNTED_TTL_S,
+                  page_size=PAGE_TOPICS)
 
 
 def _script_safe(doc: str) -> str:

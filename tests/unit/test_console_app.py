@@ -188,3 +188,31 @@ def test_a_certificate_naming_no_client_or_none_at_all_is_refused_and_says_which
     assert r.status == 401 and b"(mallory) names no client of this cluster" in r.body
     r = c.handle(req("POST", "/ui/login", {"with": "certificate"}, secure=True))
     assert r.status == 401 and b"presented no client certificate" in r.body
+
+
+class Reads:
+    """The console's MySQL reads, counting what it is asked."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def topic_counts(self, topic, now_ms):
+        from delayq.nodes.console.reads import TopicCounts
+        self.asked.append(topic)
+        return TopicCounts(3, 0, 1, 2, 3, 0)
+
+
+def test_topics_are_counted_fifty_to_a_page_and_a_count_is_shared_by_the_viewers_of_ten_seconds():
+    c, service, _, _ = console()
+    names = [f"orders.{i:02d}" for i in range(60)]
+    service.listServices = lambda: [ttypes.CallbackService(topic=t) for t in names]
+    service.listTopicControls = lambda: []
+    c.reads = reads = Reads()
+    sid, _ = login(c, ADMIN_TOKEN)
+    first = c.handle(req("GET", "/ui/topics", cookies={"sid": sid})).body.decode()
+    assert "orders.49" in first and "orders.50" not in first and "/ui/topics?after=orders.49" in first
+    assert reads.asked == names[:50]
+    second = c.handle(req("GET", "/ui/topics", cookies={"sid": sid}, query={"after": "orders.49"})).body.decode()
+    assert "orders.59" in second and "Next topics" not in second and "End of the list" in second
+    c.handle(req("GET", "/ui/topics", cookies={"sid": sid}))         # another look within 10 s: nothing counted again
+    assert reads.asked == names

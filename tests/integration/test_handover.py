@@ -119,6 +119,12 @@ def test_a_shard_moved_while_claims_of_it_are_in_flight_fires_its_tasks_on_time(
                    what=f"every task ({len(set(due) - set(down.collector.task_ids()))} missing)")
         assert_each_attempt_once_and_none_early(down.collector, due)
         first = first_deliveries(down.collector)
+        # A claim handed back goes back to DELAY at its attempt: a later attempt first means one was
+        # lost until its time-to-run brought it back.
+        again = {t: (first[t][1], due[t] - moves[0][0], first[t][0] - due[t]) for t in due if first[t][1] != 1}
+        assert not again, (f"{len(again)} tasks came first as a later attempt (attempt, due after the first move "
+                           f"began, arrival after due, ms): {sorted(again.items(), key=lambda kv: kv[1][1])[:8]}; "
+                           f"moves (began, ended) after the first began: {[(b_ - moves[0][0], e - moves[0][0]) for b_, e in moves]}")
 
         def could_be_sent(task: str) -> int:
             return max([due[task]] + [e for b_, e in moves if b_ - ON_TIME_MS <= due[task] <= e])

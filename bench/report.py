@@ -100,8 +100,9 @@ def write_results(path: Path, figures: list[dict], *, command: str, started: str
         "- every scenario ran against its own fresh database (dropped after) with real `delayq node`"
         " processes; producers and the RabbitMQ consumer ran as separate processes; lateness = receive"
         " time at the consumer minus the task's due time",
-        "- `ratio` is a throughput divided by the raw limit measured at the start of the same run"
-        " (MariaDB batched INSERT rows/s for submits and loads, RabbitMQ confirmed publishes/s for dispatch)",
+        "- `ratio` is a throughput divided by the raw limit measured in the same run (MariaDB batched"
+        " INSERT rows/s for submits and loads, RabbitMQ confirmed publishes/s for dispatch, MariaDB's rows"
+        " moved to the backlog for a bulk cancel)",
         "- targets are delayq's performance targets for a 2-core machine with every service local; `met`"
         " compares the value measured here; other load on the machine moves the figures, so compare runs,"
         " not single numbers",

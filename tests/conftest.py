@@ -10,6 +10,7 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.testing.cluster import Database, Node, fresh_database, free_port, node_env, now_ms, wait_for  # noqa: F401
 from delayq.store.clients import ClientStore
 from delayq.testing import process, security
+from delayq.testing.stalls import StallWatch
 from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
 from delayq.testing.services import broker_queues, sweep_queues
 
@@ -72,6 +74,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                             "".join(f"\n  {line}" for line in said))
     if sections:
         report.sections.append(("delayq nodes", "\n".join(sections)))
+    paused = _STALLS.during(began, now_ms())
+    if paused:
+        report.sections.append(("this test process paused", "\n".join(
+            f"{time.strftime('%H:%M:%S', time.localtime(s.at_ms / 1000))}.{s.at_ms % 1000:03d}: {s.ms} ms, {s.what}"
+            for s in paused)))
+
+
+_STALLS = StallWatch()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _STALLS.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _STALLS.stop()
 
 
 # thrift logs an ERROR of its own for every connect that fails, without the reason; the client's

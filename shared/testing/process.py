@@ -176,12 +176,13 @@ class Node:
         except OSError:
             return []
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_ms / 1000))
-        picked, in_trace = [], False
+        picked, in_trace, recent = [], False, False
         for line in text:
-            if line.startswith("Traceback"):       # an uncaught error, printed without a stamp
-                in_trace = True
-            elif line[:4].isdigit():
-                in_trace = line[:19] >= since and any(f" {lv} " in line for lv in ("WARNING", "ERROR", "CRITICAL"))
+            if line[:4].isdigit():
+                recent = line[:19] >= since
+                in_trace = recent and any(f" {lv} " in line for lv in ("WARNING", "ERROR", "CRITICAL"))
+            elif line.startswith(("Traceback", "Exception in thread")):
+                in_trace = recent              # an uncaught error, printed without a stamp: as recent as the line before
             if in_trace:
                 picked.append(line)
         return picked[-lines:]

@@ -92,10 +92,12 @@ def test_a_rate_limit_holds_each_second(node):
         with node.client() as c:
             c.submitBatch([TaskSpec(topic=topic, delayMs=0) for _ in range(1000)])
         got = fired.wait_for(1000, 30)
-        arrivals = [m.at_ms for m in got]
+        # When the node published each one: the rate it holds. (Arrivals at the collector add the
+        # broker's and this process's own stalls, which bunch them on a busy machine.)
+        fired_ms = [m.headers["x-delayq-dispatched-at"] for m in got]
         # 200/s with a burst of 10: at most 210 in any second; and 1,000 take about 5 s.
-        assert most_in_one_second(arrivals) <= 220
-        assert max(arrivals) - min(arrivals) >= 4000
+        assert most_in_one_second(fired_ms) <= 220
+        assert max(fired_ms) - min(fired_ms) >= 4000
     finally:
         fired.close()
 

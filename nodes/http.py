@@ -137,6 +137,8 @@ class HealthServer:
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 for name, value in headers:
+                    if "\r" in value or "\n" in value:        # never a header of the request's making
+                        raise ValueError(f"header {name} holds a line break")
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)

@@ -86,7 +86,10 @@ def same_origin(origin: str | None, host: str | None, secure: bool) -> bool:
 
 
 def local_path(url: str | None) -> str | None:
-    """A redirect target inside the console only (no open redirect to another site)."""
+    """A redirect target inside the console only: no open redirect to another site, and printable
+    ASCII only (a CR or LF would end the Location header and start one of the sender's)."""
     if not url or not url.startswith("/ui/") or url.startswith("//") or "\\" in url:
+        return None
+    if any(not 0x21 <= ord(ch) <= 0x7e for ch in url):
         return None
     return url

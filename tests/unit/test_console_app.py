@@ -216,3 +216,12 @@ def test_topics_are_counted_fifty_to_a_page_and_a_count_is_shared_by_the_viewers
     assert "orders.59" in second and "Next topics" not in second and "End of the list" in second
     c.handle(req("GET", "/ui/topics", cookies={"sid": sid}))         # another look within 10 s: nothing counted again
     assert reads.asked == names
+
+
+def test_a_next_page_with_a_line_break_or_from_another_site_is_not_followed():
+    c, _, _, _ = console()
+    for bad in ("/ui/x\r\nSet-Cookie: sid=attacker", "//evil.example/ui/", "https://evil.example/ui/", "/ui/caf\u00e9"):
+        r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN, "next": bad}))
+        assert r.status == 303 and dict(r.headers)["Location"] == "/ui/overview", (bad, r.headers)
+    r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN, "next": "/ui/tasks?topic=a"}))
+    assert dict(r.headers)["Location"] == "/ui/tasks?topic=a"

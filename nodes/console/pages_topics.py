@@ -143,9 +143,11 @@ def load(c: Console, ctx: Ctx) -> Response:
     problems: list[str] = []
     names = [t for t in _controls(c) if see(t)]
     shown, more = page_of(names, ctx.req.query.get("after"))
+    oldest = 0.0
     for t in shown:
         try:
-            (counts, cut), _ = c.counted.get(("load", t, horizon), lambda: c.reads.load(t, ctx.now_ms, span, bucket))
+            (counts, cut), age = c.counted.get(("load", t, horizon), lambda: c.reads.load(t, ctx.now_ms, span, bucket))
+            oldest = max(oldest, age)
         except errors.DelayqError as e:   # said on the page, the other topics still shown
             problems.append(f"{t}: could not count ({e})")
             continue
@@ -160,7 +162,7 @@ def load(c: Console, ctx: Ctx) -> Response:
     return c.page(ctx, "load.html", rows=rows, horizon=horizon, horizons=list(HORIZONS), bucket=label,
                   chart=_script_safe(json.dumps(chart)), problems=problems, cap=LOAD_CAP, view=view,
                   more=more, total=len(names), first=ctx.req.query.get("after") is None, ttl=COUNTED_TTL_S,
-                  page_size=PAGE_TOPICS)
+                  page_size=PAGE_TOPICS, oldest_s=oldest)
 
 
 def _script_safe(doc: str) -> str:

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import threading
-
-import pytest
+import time
 
 from delayq.nodes.console.pages_topics import page_of
 from delayq.nodes.console.recent import Recent
@@ -33,36 +32,59 @@ def test_a_count_is_shared_for_its_ttl_with_its_age_then_counted_again():
     assert counted == [100.0, 110.0, 110.0]
 
 
-def test_viewers_asking_at_once_wait_for_one_count():
-    recent: Recent[str] = Recent(10.0)
-    started, release, counts = threading.Event(), threading.Event(), []
+def _under_way(recent, count, joiners: int):
+    """A count of "t" under way (held until `release` is set) and `joiners` viewers joined to it;
+    returns (release, threads, answers)."""
+    started, release, answers = threading.Event(), threading.Event(), []
 
-    def slow() -> str:
-        counts.append(1)
+    def held():
         started.set()
         assert release.wait(5)
-        return "42"
-    answers: list[tuple[str, float]] = []
-    first = threading.Thread(target=lambda: answers.append(recent.get("t", slow)))
-    first.start()
+        return count()
+
+    def ask(how):
+        try:
+            answers.append(recent.get("t", how))
+        except RuntimeError as e:
+            answers.append(str(e))
+    threads = [threading.Thread(target=ask, args=(held,))]
+    threads[0].start()
     assert started.wait(5)
-    others = [threading.Thread(target=lambda: answers.append(recent.get("t", slow))) for _ in range(4)]
-    for t in others:
+    threads += [threading.Thread(target=ask, args=(count,)) for _ in range(joiners)]
+    for t in threads[1:]:
         t.start()
+    deadline = time.monotonic() + 5
+    while recent.joined("t") < joiners and time.monotonic() < deadline:
+        time.sleep(0.005)           # polling the join count: the viewers are inside get() once it is reached
+    assert recent.joined("t") == joiners
+    return release, threads, answers
+
+
+def test_viewers_asking_while_a_count_is_under_way_get_its_value_and_count_nothing():
+    recent: Recent[str] = Recent(0.0)       # nothing is fresh afterwards: only joining shares
+    counts = []
+
+    def count() -> str:
+        counts.append(1)
+        return "42"
+    release, threads, answers = _under_way(recent, count, 4)
     release.set()
-    for t in [first, *others]:
+    for t in threads:
         t.join(5)
-    assert len(counts) == 1 and sorted(v for v, _ in answers) == ["42"] * 5
+    assert len(counts) == 1 and [v for v, _ in answers] == ["42"] * 5
 
 
-def test_a_failed_count_is_not_kept():
-    recent: Recent[int] = Recent(10.0, Clock())
+def test_a_failed_count_fails_those_who_joined_it_and_is_not_kept():
+    recent: Recent[int] = Recent(10.0)
 
     def broken() -> int:
         raise RuntimeError("MySQL away")
-    with pytest.raises(RuntimeError):
-        recent.get("t", broken)
-    assert recent.get("t", lambda: 7) == (7, 0.0)
+    release, threads, answers = _under_way(recent, broken, 3)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert answers == ["MySQL away"] * 4
+    assert recent.get("t", lambda: 7)[0] == 7      # the next viewer counts again
 
 
 def test_at_most_so_many_keys_the_oldest_dropped_first():

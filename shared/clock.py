@@ -1,6 +1,7 @@
 """Time, injected. Every component that decides "is it due yet" takes a Clock, so tests drive time."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol
 
@@ -22,3 +23,9 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def pause(seconds: float) -> None:
+    """Wait this long, as a timed wait (the node's threads all wait that way): time.sleep raises
+    EINVAL under libfaketime, which the clock test runs a node with (tests/integration/test_clock.py)."""
+    threading.Event().wait(seconds)

@@ -11,6 +11,7 @@ import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from delayq import clock
 from delayq.addresses import parse_addresses
 from delayq.config import MySQLSettings
 from delayq.errors import LOCK_CONFLICTS, ConfigError, StoreUnavailable, Unavailable
@@ -286,11 +287,11 @@ def wait_until_answered(call: Callable[[], T], wait_s: float, what: str = "MySQL
             if time.monotonic() > deadline:
                 raise
             log.warning("waiting for %s: %s", what, e)
-            time.sleep(1.0)
+            clock.pause(1.0)
 
 
 def retry_lock_conflicts(call: Callable[[], T], attempts: int = 5,
-                         pause: Callable[[float], object] = time.sleep) -> T:
+                         pause: Callable[[float], object] = clock.pause) -> T:
     """call() again when MySQL answered a deadlock or a lock wait timeout (the transaction was
     rolled back), after 50 ms, 100 ms, ...; any other error, or the last conflict, is raised."""
     for attempt in range(attempts - 1):

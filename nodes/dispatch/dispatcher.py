@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 
-from delayq.clock import Clock
+from delayq.clock import Clock, pause
 from delayq.errors import DelayqError, Unavailable
 from delayq.lifecycle import Result
 from delayq.nodes.amqp import messages
@@ -191,10 +191,9 @@ class Dispatcher(NodeThread):
             stopping = self._claims_over.is_set()
             if not self.release_due(0.05 if stopping else 0.5) and stopping:
                 # No claims come any more: wait out the claim lead for what is still held, then
-                # publish it. A timed wait as the node's others are, not time.sleep: under
-                # libfaketime (a machine clock set wrong, tests/integration/test_clock.py)
-                # time.sleep raised EINVAL here, and the releaser died with its claims unpublished.
-                threading.Event().wait(self._lead.ms / 1000.0)
+                # publish it. (time.sleep raised EINVAL here under libfaketime, and the releaser
+                # died with its last claims unpublished: delayq.clock.pause.)
+                pause(self._lead.ms / 1000.0)
                 rest = self._claimed.take_all()
                 if rest:
                     self._release(rest)

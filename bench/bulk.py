@@ -37,7 +37,7 @@ def bulk(run: Run, p: dict) -> list[dict]:
             moved, move_s = move_rows(engine, raw, p["raw_batch"])
         out.append(run.fig("bulk", "mysql_move_rows", moved / move_s, "rows/s",
                            note=f"the least a cancel does, in plain SQL with nothing else running: {moved:,} rows "
-                                f"of a tag read by primary key, copied to the backlog and deleted, "
+                                f"of a topic read by primary key, copied to the backlog and deleted, "
                                 f"{p['raw_batch']} per transaction, one connection"))
         limit = moved / move_s
         node.start()

@@ -27,7 +27,8 @@ KEPT = 1000
 class Stall:
     at_ms: int          # wall clock, when the process ran again
     ms: int             # how long it did not run (or how long the collection took)
-    what: str           # "process paused" or "full garbage collection (N objects)"
+    what: str           # "process paused", or "full garbage collection (N objects freed)" (a pause of
+                        # the watch thread too, when long enough: then noted twice, once as each)
 
 
 class StallWatch:
@@ -70,4 +71,4 @@ class StallWatch:
             ms = int((time.monotonic() - self._gc_began) * 1000)
             if ms >= MIN_STALL_MS // 4:
                 self._stalls.append(Stall(time.time_ns() // 1_000_000, ms,
-                                          f"full garbage collection ({len(gc.get_objects()):,} objects)"))
+                                          f"full garbage collection ({info.get('collected', 0):,} objects freed)"))

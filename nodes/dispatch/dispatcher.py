@@ -208,10 +208,17 @@ class Dispatcher(NodeThread):
 
     @property
     def held_topics(self) -> dict[str, str]:
-        """Topic -> why its tasks are held back, while its exchange is still unusable (a topic whose
-        held tasks were all cancelled leaves the list once its exchange is fixed)."""
+        """Topic -> why its tasks are held back, while the exchange its service uses now is
+        unusable: a topic leaves the list once its exchange is fixed, or once it is registered on
+        another one (its held tasks may then go out from the other lane, which never held them)."""
         unusable = self._guard.unusable()
-        return {t: f"exchange {ex!r}: {unusable[ex]}" for t, ex in list(self._held_topics.items()) if ex in unusable}
+        held = {}
+        for topic in list(self._held_topics):
+            svc = self._services.find(topic)
+            exchange = svc.exchange if svc else self._default_exchange
+            if exchange in unusable:
+                held[topic] = f"exchange {exchange!r}: {unusable[exchange]}"
+        return held
 
     def _current(self, attempts: list[Attempt]) -> list[Attempt]:
         """The attempts whose claim is still current; the others go back to DELAY unsent, at

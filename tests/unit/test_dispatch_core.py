@@ -100,9 +100,10 @@ class Core:
         metrics = Metrics()
         self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
                                  RecordSettings(publish_retry_ms=RETRY_MS))
+        self.services = Services(*services)
         self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock)),
                                      Memory(self.memory, self.flow, keys=self.keys),
-                                     Publishing(self.outbox, Services(*services), self.exchanges, "delayq"),
+                                     Publishing(self.outbox, self.services, self.exchanges, "delayq"),
                                      Outcomes(self.recorder, self.results, self.deadlines), metrics, self.clock,
                                      DispatchSettings(batch=100))
 
@@ -241,6 +242,19 @@ def test_a_topic_whose_exchange_is_unusable_is_held_back_and_named():
     assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
     assert core.row("a").due_ms >= core.clock.now + 1000
     assert core.dispatcher.held_topics == {"held": "exchange 'broken-ex': no exchange 'broken-ex'"}
+
+
+def test_a_held_topic_leaves_the_list_once_registered_on_a_usable_exchange_while_the_old_one_stays_bad():
+    core = Core(ServiceSpec("held", "broken-ex", "held"))
+    core.exchanges.bad["broken-ex"] = "current is 'fanout'"
+    core.submit("a", topic="held")
+    core.fire()
+    core.recorder.record_waiting()
+    assert "held" in core.dispatcher.held_topics
+    # Its tasks may now go out from the other lane, which never held them: this lane must not
+    # name the topic for as long as the old exchange stays bad.
+    core.services.by_topic["held"] = ServiceSpec("held", "good-ex", "held")
+    assert core.dispatcher.held_topics == {}
 
 
 def test_a_task_is_released_at_its_due_time_not_at_its_claim():

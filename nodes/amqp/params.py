@@ -34,3 +34,19 @@ def _timed(params: pika.URLParameters, timeout_ms: int) -> pika.URLParameters:
     params.connection_attempts = 1
     params.heartbeat = 30
     return params
+
+
+def connect_error(err: BaseException) -> str:
+    """What went wrong connecting, in words: pika's connection errors often print as "" (the
+    reason is an exception inside one inside a list), e.g. "[Errno 111] Connection refused"."""
+    seen = 0
+    while seen < 5:
+        seen += 1
+        inner = getattr(err, "exceptions", None) or getattr(err, "exception", None) or (err.args[0] if err.args else None)
+        if isinstance(inner, (list, tuple)) and inner:
+            inner = inner[-1]
+        if isinstance(inner, BaseException) and not str(err):
+            err = inner
+            continue
+        break
+    return str(err) or type(err).__name__

@@ -38,6 +38,7 @@ import pika.exceptions
 
 from delayq.nodes.amqp.confirms import NOT_SENT, VETOED, Outcome, Settled, Unconfirmed
 from delayq.nodes.amqp.frames import Outgoing, publish_frames
+from delayq.nodes.amqp.params import connect_error
 from delayq.nodes.amqp.pikaio import BatchingConnection
 from delayq.topology import EXCHANGE_TYPE
 
@@ -159,7 +160,7 @@ class ConfirmedPublisher:
         conn.channel(on_open_callback=self._on_channel)
 
     def _on_open_error(self, conn: BatchingConnection, err: BaseException) -> None:
-        log.warning("cannot connect to RabbitMQ: %s; retrying in %.1f s", err, self._reconnect_delay)
+        log.warning("cannot connect to RabbitMQ: %s; retrying in %.1f s", connect_error(err), self._reconnect_delay)
         conn.ioloop.stop()
 
     def _on_closed(self, conn: BatchingConnection, reason: BaseException) -> None:

@@ -36,6 +36,7 @@ from delayq.client.amqp import declare_queue
 from delayq import topology
 from delayq.errors import DelayqError, Forbidden, InvalidTask, Unauthenticated, Unavailable
 from delayq.lifecycle import Result
+from delayq.nodes.amqp.params import connect_error
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
 from delayq.nodes.validation import check_task_id
@@ -100,7 +101,7 @@ class ResultsConsumer(NodeThread):
                     conn.process_data_events(time_limit=0.5)
             except pika.exceptions.AMQPError as e:
                 if not self._stop.is_set():
-                    log.warning("results queue connection lost: %s", e)
+                    log.warning("results queue connection lost: %s", connect_error(e))
             except Exception:  # noqa: BLE001 - reconnect rather than stop consuming results
                 log.exception("results queue consumer failed; reconnecting")
                 self._stop.wait(delay)

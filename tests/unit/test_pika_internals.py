@@ -41,3 +41,14 @@ def test_the_plaintext_transport_keeps_its_socket_and_buffer_size():
     assert "get_write_buffer_size" in vars(io_services_utils._AsyncTransportBase)
     source = inspect.getsource(transport.__mro__[1].__init__)
     assert "self._sock = sock" in source
+
+
+def test_a_connection_error_pika_prints_as_nothing_is_told_by_its_innermost_reason():
+    from pika.adapters.utils.connection_workflow import AMQPConnectionWorkflowFailed, AMQPConnectorSocketConnectError
+
+    from delayq.nodes.amqp.params import connect_error
+    refused = AMQPConnectorSocketConnectError(ConnectionRefusedError(111, "Connection refused"))
+    wrapped = pika.exceptions.AMQPConnectionError(AMQPConnectionWorkflowFailed([refused]))
+    assert str(wrapped) == ""          # what a log line showed: "cannot connect to RabbitMQ: ; retrying"
+    assert connect_error(wrapped) == "[Errno 111] Connection refused"
+    assert connect_error(pika.exceptions.AMQPConnectionError()) == "AMQPConnectionError"

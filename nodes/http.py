@@ -23,6 +23,7 @@ import json
 import logging
 import socket
 import ssl
+import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,6 +71,16 @@ class _Server(ThreadingHTTPServer):
             super().finish_request(secured, client_address)
         finally:
             secured.close()
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away mid-answer (a browser closing a tab, a scraper's time-out) is
+        routine: one DEBUG line. Anything else is logged with its traceback, through logging
+        (the standard library would print it to stderr, outside the node's log format)."""
+        gone = sys.exc_info()[1]
+        if isinstance(gone, (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError, socket.timeout)):
+            log.debug("HTTP client %s went away: %s", client_address[0], gone)
+            return
+        log.exception("HTTP request from %s failed", client_address[0])
 
 
 class HealthServer:

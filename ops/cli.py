@@ -44,6 +44,12 @@ def setup_logging(level: str, fmt: str) -> None:
     # A refused declare on the exchange guard's throwaway channels is how it learns an exchange's
     # type; the node logs what matters itself (delayq.nodes.amqp.exchanges, delayq.nodes.amqp.publisher).
     logging.getLogger("pika.channel").setLevel(logging.ERROR)
+    # A connection attempt RabbitMQ refuses is logged by pika as eight ERROR lines and a traceback,
+    # every second of an outage; the node's publisher says it in one WARNING a try, with the
+    # reason (delayq.nodes.amqp.publisher).
+    for noisy in ("pika.adapters.utils.connection_workflow", "pika.adapters.utils.io_services_utils",
+                  "pika.adapters.base_connection", "pika.adapters.blocking_connection"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 

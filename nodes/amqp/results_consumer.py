@@ -87,7 +87,7 @@ class ResultsConsumer(NodeThread):
             try:
                 conn = pika.BlockingConnection(self._params)
             except pika.exceptions.AMQPError as e:
-                log.debug("results queue: cannot connect: %s", e)
+                log.debug("results queue: cannot connect: %s", connect_error(e))
                 self._stop.wait(delay)
                 delay = min(delay * 2, 2.0)     # results wait: reconnect soon after RabbitMQ is back
                 continue

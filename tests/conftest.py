@@ -10,7 +10,6 @@ import collections
 import contextlib
 import logging
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +23,10 @@ from delayq.client import CallbackService
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.testing.cluster import Database, Node, fresh_database, free_port, node_env, now_ms, wait_for  # noqa: F401
 from delayq.store.clients import ClientStore
-from delayq.testing import process, security
-from delayq.testing.stalls import StallWatch
+from delayq.testing import security
+# A failed test's report says what its nodes logged and whether this process stalled (hooks).
+from delayq.testing.reports import (pytest_configure, pytest_runtest_makereport,  # noqa: F401
+                                    pytest_runtest_setup, pytest_unconfigure)
 from delayq.testing.services import AMQP_URL, ZK_HOSTS  # noqa: F401  (tests import them from here)
 from delayq.testing.services import broker_queues, sweep_queues
 
@@ -45,52 +46,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     before = session.config.stash.get(_QUEUES_BEFORE, None)
     if before is not None:
         sweep_queues(before)
-
-# ---- what the nodes said, when a test fails ----------------------------------------------------
-
-_BEGAN_MS = pytest.StashKey[int]()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_BEGAN_MS] = now_ms()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failed test's report ends with each node's warnings and errors logged since the test
-    began, and whether it still runs: a node that died or lost its session says so in CI's output,
-    where its log file is out of reach."""
-    outcome = yield
-    report = outcome.get_result()
-    began = item.stash.get(_BEGAN_MS, None)
-    if not report.failed or began is None:
-        return
-    sections = []
-    for node in dict.fromkeys(process.STARTED):
-        said = node.troubles(began)
-        if node.spawned_ms >= began or said:
-            sections.append(f"{node.node_id} ({node.endpoint}): {node.status()}" +
-                            "".join(f"\n  {line}" for line in said))
-    if sections:
-        report.sections.append(("delayq nodes", "\n".join(sections)))
-    paused = _STALLS.during(began, now_ms())
-    if paused:
-        report.sections.append(("this test process paused", "\n".join(
-            f"{time.strftime('%H:%M:%S', time.localtime(s.at_ms / 1000))}.{s.at_ms % 1000:03d}: {s.ms} ms, {s.what}"
-            for s in paused)))
-
-
-_STALLS = StallWatch()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    _STALLS.start()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    _STALLS.stop()
-
 
 # thrift logs an ERROR of its own for every connect that fails, without the reason; the client's
 # error says where and why, and tries the next node.

@@ -232,12 +232,19 @@ def test_a_task_past_its_misfire_threshold_is_failed_not_sent():
     assert core.outbox.message_ids == [] and core.results.applied == [("a", 1, Result.MISFIRED)]
 
 
-def test_a_topic_whose_exchange_is_unusable_is_held_back_and_named():
+def held_back(why: str) -> Core:
+    """A core whose topic "held" is on exchange "broken-ex", unusable for `why`, with task "a" of
+    that topic due and fired: held back."""
     core = Core(ServiceSpec("held", "broken-ex", "held"))
-    core.exchanges.bad["broken-ex"] = "no exchange 'broken-ex'"
+    core.exchanges.bad["broken-ex"] = why
     core.submit("a", topic="held")
     core.fire()
     core.recorder.record_waiting()
+    return core
+
+
+def test_a_topic_whose_exchange_is_unusable_is_held_back_and_named():
+    core = held_back("no exchange 'broken-ex'")
     assert core.outbox.message_ids == []
     assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
     assert core.row("a").due_ms >= core.clock.now + 1000
@@ -245,11 +252,7 @@ def test_a_topic_whose_exchange_is_unusable_is_held_back_and_named():
 
 
 def test_a_held_topic_leaves_the_list_once_registered_on_a_usable_exchange_while_the_old_one_stays_bad():
-    core = Core(ServiceSpec("held", "broken-ex", "held"))
-    core.exchanges.bad["broken-ex"] = "current is 'fanout'"
-    core.submit("a", topic="held")
-    core.fire()
-    core.recorder.record_waiting()
+    core = held_back("current is 'fanout'")
     assert "held" in core.dispatcher.held_topics
     # Its tasks may now go out from the other lane, which never held them: this lane must not
     # name the topic for as long as the old exchange stays bad.

@@ -145,7 +145,7 @@ def database_name(settings: MySQLSettings) -> str:
 
 # Errors that mean "the database cannot be reached or gave up": the call may succeed later. The
 # driver's own are those of statements sent on the driver's connection (delayq.store.pipeline.Pipelined).
-_UNAVAILABLE = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+UNAVAILABLE_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
                 sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError,
                 pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
@@ -158,55 +158,13 @@ _STATEMENT = (sqlalchemy.exc.ProgrammingError, pymysql.err.ProgrammingError)
 _SCHEMA_ERRORS = {1146, 1054}    # no such table, no such column
 
 
-# A session's limit on each statement's time: MariaDB's max_statement_time (seconds, every
-# statement), else MySQL's max_execution_time (milliseconds, SELECTs only). 0: none.
-_STATEMENT_LIMITS = (("max_statement_time", 1), ("max_execution_time", 1000))
-
-
-def statement_limit(cursor) -> tuple[str, float]:
-    """The variable that limits a statement's time on this server (a DBAPI cursor's), and its
-    session value in seconds."""
-    for variable, per_s in _STATEMENT_LIMITS:
-        try:
-            cursor.execute(f"SELECT @@SESSION.{variable}")
-        except pymysql.err.MySQLError:      # not this server's variable
-            continue
-        return variable, float(cursor.fetchone()[0]) / per_s
-    raise ConfigError("the MySQL server has neither max_statement_time nor max_execution_time")
-
-
-def set_statement_limit(cursor, variable: str, seconds: float) -> None:
-    value = f"{seconds:.3f}" if variable == "max_statement_time" else str(int(seconds * 1000))
-    cursor.execute(f"SET SESSION {variable} = {value}")
-
-
-@contextlib.contextmanager
-def time_limited(conn: Connection, seconds: float) -> Iterator[None]:
-    """The server stops each statement of the block on conn after `seconds`, with an error whose
-    code is in delayq.errors.STATEMENT_TIMEOUTS (a StoreUnavailable under unavailable_on_failure),
-    rather than running on after the client's read timeout gave up on it (MySQL: SELECTs only;
-    the block is meant for reads). The connection's own limit is set again after it (the
-    console's engine sets one for all its reads)."""
-    cursor = conn.connection.cursor()
-    try:
-        variable, before = statement_limit(cursor)
-        set_statement_limit(cursor, variable, seconds)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(*_UNAVAILABLE):   # a lost connection is dropped by the pool anyway
-                set_statement_limit(cursor, variable, before)
-    finally:
-        cursor.close()
-
-
 @contextlib.contextmanager
 def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
     """Turn a lost or refused database connection into StoreUnavailable (retriable), and a schema
     that is behind the code into ConfigError (run `delayq db migrate`)."""
     try:
         yield
-    except _UNAVAILABLE + _STATEMENT as e:
+    except UNAVAILABLE_ERRORS + _STATEMENT as e:
         orig = e if isinstance(e, pymysql.err.MySQLError) else getattr(e, "orig", None)
         code = getattr(orig, "args", (None,))[0]
         if code in _SCHEMA_ERRORS:

@@ -97,7 +97,7 @@ class Unavailable(DelayqError):
 
 # MySQL errors after which the same transaction can simply run again: lock wait timeout, deadlock.
 LOCK_CONFLICTS = {1205, 1213}
-# MySQL error codes of a statement the server stopped at its time limit (delayq.db.time_limited):
+# MySQL error codes of a statement the server stopped at its time limit (delayq.statementlimits.time_limited):
 # MariaDB's max_statement_time, MySQL's max_execution_time.
 STATEMENT_TIMEOUTS = frozenset({1969, 3024})
 

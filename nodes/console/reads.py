@@ -22,7 +22,8 @@ from sqlalchemy import Engine, case, event, func, literal, or_, select
 
 from delayq import tables
 from delayq.config import MySQLSettings
-from delayq.db import make_engine, set_statement_limit, statement_limit, unavailable_on_failure
+from delayq.db import make_engine, unavailable_on_failure
+from delayq.statementlimits import set_statement_limit, statement_limit
 from delayq.lifecycle import LIVE, Status
 
 TASK, BACKLOG, EXECLOG = tables.task, tables.backlog, tables.execlog

@@ -21,7 +21,8 @@ from typing import NamedTuple
 from sqlalchemy import Connection, Engine, Table, and_, or_, select, update
 
 from delayq import tables
-from delayq.db import time_limited, unavailable_on_failure
+from delayq.db import unavailable_on_failure
+from delayq.statementlimits import time_limited
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import IN_FLIGHT, LIVE, Status
 from delayq.store.backlog import move_to_backlog

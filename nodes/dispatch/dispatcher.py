@@ -75,7 +75,7 @@ class Dispatcher(NodeThread):
         self._claimed = ReleaseHeap(clock.now_ms)       # claimed ahead, released at their due time
         self._lease = ClaimLease(self._ownership, settings.lease_ms)
         self._claim_failures = 0
-        self._held_topics: dict[str, str] = {}    # topic -> the exchange its last tasks were held back for
+        self._held_topics: set[str] = set()       # topics whose last tasks were held back
         self._releaser: threading.Thread | None = None
         self._claims_over = threading.Event()     # set on stop once no claiming thread runs
 
@@ -256,13 +256,13 @@ class Dispatcher(NodeThread):
             due = now + max(1000, int(self._guard.retry_in(exchange) * 1000))
             for a in held:
                 self._metrics.held.labels(a.task.topic).inc()
-                self._held_topics[a.task.topic] = exchange
+                self._held_topics.add(a.task.topic)
             self._recorder.put([Settled(a, HELD, why, due) for a in held])
         if plan.publish:
             sent = collections.Counter(a.task.topic for a, _ in plan.publish)
             for topic, n in sent.items():
                 self._metrics.dispatched.labels(topic).inc(n)
-                self._held_topics.pop(topic, None)
+                self._held_topics.discard(topic)
             out = []
             for a, route in plan.publish:
                 a.sent_ms = now

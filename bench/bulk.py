@@ -17,6 +17,7 @@ from bench.machine import bench_cluster
 from bench.measure import Run, Topic, load_figures, pct, round1
 from delayq.client import BulkAction, BulkRequest, BulkState, DelayqClient, TaskFilter, TaskStatus
 from delayq.lifecycle import Status
+from delayq.store.backlog import move_locked
 from delayq.testing.cluster import now_ms
 
 DAY_MS = 86_400_000
@@ -70,7 +71,8 @@ def bulk(run: Run, p: dict) -> list[dict]:
 
 def move_rows(engine, topic: str, batch: int) -> tuple[int, float]:
     """Every task of the topic moved to the backlog as CANCELLED, `batch` per transaction: the
-    ids after a cursor by primary key, INSERT ... SELECT and DELETE by those ids. (rows, seconds)"""
+    ids after a cursor by primary key, then the node's own two statements for them
+    (delayq.store.backlog.move_locked). (rows, seconds)"""
     cursor, moved = "", 0
     started = time.monotonic()
     while True:
@@ -80,14 +82,7 @@ def move_rows(engine, topic: str, batch: int) -> tuple[int, float]:
                 "ORDER BY task_id LIMIT %s", (topic, cursor, batch))]
             if not ids:
                 break
-            where = "task_id IN (" + ", ".join(f"'{i}'" for i in ids) + ")"
-            conn.exec_driver_sql(
-                "INSERT INTO job_delay_task_backlog (task_id, topic, shard_id, due_ms, status, attempt, payload, "
-                "spec_hash, max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags) "
-                f"SELECT task_id, topic, shard_id, due_ms, {int(Status.CANCELLED)}, attempt, payload, spec_hash, "
-                f"max_retries, ttr_ms, created_ms, created_ms, 'cancelled', 0, task_key, tags FROM job_delay_task "
-                f"WHERE {where}")
-            conn.exec_driver_sql(f"DELETE FROM job_delay_task WHERE {where}")
+            move_locked(conn, ids, Status.CANCELLED, now_ms(), "cancelled")
         moved += len(ids)
         cursor = ids[-1]
     return moved, time.monotonic() - started

@@ -37,6 +37,7 @@ class StallWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gc_began = 0.0
+        self.ticks = 0          # wake-ups of the watch thread so far
 
     def start(self) -> None:
         gc.callbacks.append(self._on_gc)
@@ -61,6 +62,7 @@ class StallWatch:
             if late_ms >= MIN_STALL_MS:
                 self._stalls.append(Stall(time.time_ns() // 1_000_000, late_ms, "process paused"))
             last = now
+            self.ticks += 1
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if info.get("generation") != 2:

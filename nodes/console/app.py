@@ -12,7 +12,8 @@ Runs on the HTTP server's request threads. Each request runs as the session's cl
 delayq.nodes.front.caller.Caller is set on the thread, and the client is looked up through
 Access as a Thrift call's is, so a revoked client or a rotated token ends the session at its next
 request. A session opened with a client certificate holds only while the browser presents that
-certificate: its cookie alone is not enough. Actions are the Thrift service's own calls (permission checks and audit rows included).
+certificate: its cookie alone is not enough. Actions are the Thrift service's own calls
+(permission checks and audit rows included).
 """
 from __future__ import annotations
 

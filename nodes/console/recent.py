@@ -9,7 +9,7 @@ after it tries again.
 
 Thread-safe: called from the HTTP server's request threads. Bounded: at most `most` values, the
 oldest dropped first; a viewer waits for a count under way at most `wait_s` (a count's statements
-have their own time limit, delayq.db).
+have their own time limit, delayq.statementlimits).
 """
 from __future__ import annotations
 

@@ -1,36 +1,38 @@
 """BulkRunner: runs bulk jobs (delayq.bulk) on this node, one at a time, on its thread `bulk-jobs`.
 
 Any node may run any job. The runner takes a RUNNING job whose lease has lapsed — a new one, or
-one whose node died or stopped — and runs its batches (delayq.store.bulkbatch) at the job's
-ops/s (delayq.bulk.Pacer); each batch renews the lease, which is why a batch is never more than
-a second of the job's rate. A job stopped by an operator, or taken over by another node while
-this one was paused, is dropped at its next batch, which changes nothing. Stopping the node hands
-its job back (the lease released), so another node goes on with it at once.
+one whose node died or stopped — and runs its lanes side by side, each on a thread of its own
+(`bulk-lane-K`) that the runner starts and joins: a lane runs its batches (delayq.store.bulkbatch)
+one after another, and the lanes share the job's ops/s (delayq.bulk.Pacer). Each batch renews the
+lease, which is why a lane's batch is never more than its share of a second of the job's rate. A
+job stopped by an operator, or taken over by another node while this one was paused, is dropped
+at its next batch, which changes nothing. Stopping the node hands its job back (the lease
+released), so another node goes on with it at once.
 
 After each batch, memory follows the front's rule (delayq.nodes.front.placing): a cancelled or
 moved task is forgotten here, a moved or redriven one is offered at its new time — to this
 node's memory or, through a hint, to its shard's owner. Other nodes' memory needs nothing: a
 claim takes only a row still DELAY at the due time its entry holds (invariant 1).
 
-States: idle (waiting for a job, woken at once by a job created on this node) -> running one ->
-idle. Owned by delayq.nodes.main.NodeRuntime, which starts and stops it.
+States: idle (waiting for a job, woken at once by a job created on this node) -> running one
+(its lanes) -> idle. Owned by delayq.nodes.main.NodeRuntime, which starts and stops it.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from delayq import errors
-from delayq.bulk import Action, Pacer, State, batch_size
+from delayq.bulk import Action, Pacer, Progress, State, batch_size
 from delayq.clock import Clock
 from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
-from delayq.store.bulkbatch import BatchResult
+from delayq.store.bulkbatch import Batch, BatchResult
 from delayq.store.bulkjobs import BulkJobs, Job
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ class RunnerSettings:
         return min(1.0, self.lease_ms / 4000)
 
 
-Batches = Callable[[Job, str, int, int, int], BatchResult]      # (job, node, size, now_ms, lease_ms)
+Batches = Callable[[Batch, str, int, int], BatchResult]      # (batch, node, now_ms, lease_ms)
 
 
 class BulkRunner(NodeThread):
@@ -83,37 +85,57 @@ class BulkRunner(NodeThread):
                 self.running = None
 
     def _work(self, job: Job) -> None:
-        log.info("bulk job %s (%s of %s, %d of %d changed) runs here", job.job_id, job.spec.action.value,
-                 job.spec.filter.topic, job.progress.changed, job.progress.total)
-        pacer = Pacer(job.spec.rate, self._monotonic())
-        while not self._stop.is_set():
-            size = batch_size(job.progress, job.spec.rate, self._s.batch)
-            pause = pacer.wait(max(size, 1), self._monotonic())
+        p = job.progress
+        log.info("bulk job %s (%s of %s, %d of %d changed, %d lanes) runs here", job.job_id, job.spec.action.value,
+                 job.spec.filter.topic, p.changed, p.total, len(p.cursors))
+        run = _JobRun(job, Pacer(job.spec.rate, self._monotonic()))
+        lanes = [threading.Thread(target=self._lane, args=(run, k), name=f"bulk-lane-{k}", daemon=True)
+                 for k in range(len(p.cursors))]
+        for t in lanes:
+            t.start()
+        for t in lanes:
+            t.join()        # each ends within a batch of the job's end or of the runner's stop
+        if run.ended.is_set():
+            return
+        try:
+            self._jobs.release(job.job_id, self._s.node_id)
+        except errors.Unavailable as e:
+            log.warning("bulk job %s: could not hand it back (%s); its lease lapses", job.job_id, e)
+
+    def _lane(self, run: _JobRun, lane: int) -> None:
+        """One lane's batches, until it is done, the job ends, or the runner stops."""
+        job, cursor = run.job, run.job.progress.cursors[lane]
+        while not (self._stop.is_set() or run.ended.is_set()):
+            size = batch_size(run.progress(lane, cursor), lane, job.spec.rate, self._s.batch)
+            if size == 0:
+                return
+            pause = run.pace(size, self._monotonic())
             if pause and self._stop.wait(pause):
-                break
+                return
             try:
-                result = self._batches(job, self._s.node_id, size or 1, self._clock.now_ms(), self._s.lease_ms)
+                result = self._batches(Batch(job, lane, cursor, size), self._s.node_id, self._clock.now_ms(),
+                                       self._s.lease_ms)
             except errors.Unavailable as e:
                 log.warning("bulk job %s: a batch failed (%s); trying again", job.job_id, e)
                 self._stop.wait(RETRY_WAIT_S)
                 continue
             except Exception as e:      # a fault of delayq's: the job ends FAILED and says so
                 log.exception("bulk job %s failed", job.job_id)
+                run.ended.set()
                 self._jobs.fail(job.job_id, self._s.node_id, f"{type(e).__name__}: {e}", self._clock.now_ms())
                 return
             if not result.ours:
-                log.info("bulk job %s was stopped or taken over: no longer runs here", job.job_id)
+                if not run.ended.is_set():
+                    log.info("bulk job %s was stopped or taken over: no longer runs here", job.job_id)
+                run.ended.set()
                 return
             self._follow(job, result)
-            job = dataclasses.replace(job, progress=dataclasses.replace(
-                job.progress, cursor=result.cursor, changed=job.progress.changed + len(result.changed)))
+            cursor = result.cursor
+            run.count(len(result.changed))
             if result.state is State.DONE:
-                log.info("bulk job %s done: %d of %d changed", job.job_id, job.progress.changed, job.progress.total)
+                log.info("bulk job %s done: %d of %d changed", job.job_id, run.changed, job.progress.total)
+                run.ended.set()
                 return
-        try:
-            self._jobs.release(job.job_id, self._s.node_id)
-        except errors.Unavailable as e:
-            log.warning("bulk job %s: could not hand it back (%s); its lease lapses", job.job_id, e)
 
     def _follow(self, job: Job, result: BatchResult) -> None:
         """Memory and the metrics after a batch's commit."""
@@ -126,3 +148,27 @@ class BulkRunner(NodeThread):
             if action is Action.CANCEL:
                 self._metrics.cancelled.labels(topic).inc(len(result.changed))
         self._placing.offer(Entry(m.task_id, m.shard_id, m.due_ms, topic=topic) for m in result.moved)
+
+
+class _JobRun:
+    """What the lanes of one job share while it runs here: its pace, its count, whether it ended."""
+
+    def __init__(self, job: Job, pacer: Pacer):
+        self.job, self._pacer = job, pacer
+        self.changed = job.progress.changed
+        self.ended = threading.Event()      # done, failed, stopped or taken over: every lane leaves
+        self._lock = threading.Lock()
+
+    def pace(self, n: int, now: float) -> float:
+        with self._lock:
+            return self._pacer.wait(n, now)
+
+    def count(self, n: int) -> None:
+        with self._lock:
+            self.changed += n
+
+    def progress(self, lane: int, cursor: str) -> Progress:
+        """The job's progress as this lane sees it: its own cursor, the count of all lanes."""
+        p = self.job.progress
+        cursors = p.cursors[:lane] + (cursor,) + p.cursors[lane + 1:]
+        return Progress(p.total, self.changed, p.skipped, cursors, p.upto)

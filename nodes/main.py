@@ -212,7 +212,7 @@ class NodeRuntime:
                                 cluster_info=self.probes.cluster_info, zk=None if zkp is None else zkp.session.call,
                                 paths=None if zkp is None else zkp.paths, reshards=reshards)
         # Bulk jobs: any node runs any job (delayq.nodes.bulkrunner); one started here wakes ours.
-        jobs = BulkJobs(self.engine)
+        jobs = BulkJobs(self.engine, s.bulk.lanes)
         self.bulk_jobs = BulkRunner(jobs, functools.partial(bulkbatch.run_batch, self.engine), placing, clock,
                                     self.metrics, RunnerSettings(s.node.node_id, s.bulk.batch, s.bulk.lease_ms))
         self.service = Service(self.handler, self.keys, self.topics, self.admin, BulkCalls(

@@ -3,8 +3,11 @@ sized, and the pace that holds it to its ops/s limit.
 
 A job cancels, reschedules or redrives the tasks a filter matched when it was created (its
 snapshot: the highest matching task id and the creation time, with the count shown to the
-operator as its ceiling). It runs in batches by primary key; its cursor, the last task id it
-passed, is stored with each batch's changes, so a node that takes the job over resumes there.
+operator as its ceiling). It runs in lanes, each a share of its tasks by shard (lane k of n: the
+tasks with shard_id % n = k) whose batches go by primary key, the lanes' batches in parallel: a
+batch waits on MySQL's round trips, so one lane at a time leaves both MySQL and the node idle.
+Each lane's cursor, the last task id it passed, is stored with each of its batches' changes, so a
+node that takes the job over resumes every lane where it stood.
 
     RUNNING --every matching task passed, or `total` changed--> DONE
        |  \\--stop (an operator)--> STOPPED
@@ -96,21 +99,24 @@ class Progress:
     total: int                  # tasks matching when it was created (capped by the count shown)
     changed: int                # tasks this job changed
     skipped: int                # tasks of its snapshot no longer changeable when their batch ran (fired)
-    cursor: str                 # the last task id passed ("" before the first batch)
+    cursors: tuple[str, ...]    # per lane, the last task id it passed ("" before its first batch)
     upto: str                   # the snapshot's highest task id
 
     @property
     def remaining(self) -> int:
         return max(0, self.total - self.changed)
 
+    def lane_done(self, lane: int) -> bool:
+        return self.upto == "" or self.cursors[lane] >= self.upto
 
-def batch_size(p: Progress, rate: int, most: int) -> int:
-    """How many tasks the next batch reads: at most `most`, at most a second of the job's rate (so a
-    batch's lease renewal is never more than a second apart at any rate), and no more than it may
-    still change. 0: the job is done."""
-    if p.remaining == 0 or (p.upto == "" or p.cursor >= p.upto):
+
+def batch_size(p: Progress, lane: int, rate: int, most: int) -> int:
+    """How many tasks a lane's next batch reads: at most `most`, at most its share of a second of
+    the job's rate (so its lease renewals are never more than a second apart at any rate), and no
+    more than the job may still change. 0: the lane is done."""
+    if p.remaining == 0 or p.lane_done(lane):
         return 0
-    return max(1, min(most, rate, p.remaining))
+    return max(1, min(most, rate // len(p.cursors), p.remaining))
 
 
 class Pacer:

@@ -121,6 +121,7 @@ class BulkSettings:
     rate: int
     batch: int
     lease_ms: int
+    lanes: int
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ def check(s: Settings) -> None:
     if not 1 <= b.rate <= 100_000 or not 1 <= b.batch <= 10_000 or not 2000 <= b.lease_ms <= 600_000:
         raise ConfigError("DELAYQ_BULK_RATE must be between 1 and 100000, DELAYQ_BULK_BATCH between 1 and 10000 "
                           "and DELAYQ_BULK_LEASE_MS between 2000 and 600000")
+    if not 1 <= b.lanes <= 8:        # each lane is a thread and a MySQL connection of the node
+        raise ConfigError(f"DELAYQ_BULK_LANES must be between 1 and 8, got {b.lanes}")
     if not 1 <= s.scheduling.shards <= 4096:
         raise ConfigError("DELAYQ_SHARDS must be between 1 and 4096")
     if s.log.format not in ("plain", "json"):

@@ -16,6 +16,7 @@ from delayq.lifecycle import Status
 from delayq.store.sqltext import literal_ids
 
 TASK, BACKLOG = tables.task, tables.backlog
+BY_ID = "FORCE INDEX (PRIMARY)"
 
 
 def move_to_backlog(conn: Connection, pairs: Sequence[tuple[str, int]], statuses: Iterable[Status],
@@ -43,12 +44,15 @@ def move_locked(conn: Connection, task_ids: Sequence[str], final: Status, now_ms
     if not task_ids:
         return
     ids = f"task_id IN ({literal_ids(task_ids)})"
+    # By primary key, named: on a table of a few hundred rows MariaDB would rather scan it whole,
+    # locking every row it passes — a claim's, or another bulk lane's — until the commit.
     conn.exec_driver_sql(
         f"INSERT INTO {BACKLOG.name} (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
         "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags, traceparent) "
         "SELECT task_id, topic, shard_id, due_ms, %s, attempt, payload, spec_hash, max_retries, ttr_ms, "
-        f"created_ms, %s, %s, %s, task_key, tags, traceparent FROM {TASK.name} WHERE {ids}",
+        f"created_ms, %s, %s, %s, task_key, tags, traceparent FROM {TASK.name} {BY_ID} WHERE {ids}",
         (int(final), now_ms, message, 1 if final is Status.FAILED else 0))
-    conn.exec_driver_sql(f"DELETE FROM {TASK.name} WHERE {ids}")
+    # A DELETE takes an index hint only in its multi-table form.
+    conn.exec_driver_sql(f"DELETE t FROM {TASK.name} t {BY_ID} WHERE t.{ids}")
 
 

@@ -1,17 +1,21 @@
-"""One batch of a bulk job, in one short transaction:
+"""One batch of a bulk job's lane, in one short transaction:
 
-1. the job row, locked: still RUNNING, still this node's, its cursor where the runner last left
-   it — else the batch changes nothing (the job was stopped, or another node took it over);
-2. the next task ids of its snapshot after the cursor, by primary key, read without locks;
+1. the job row, read without a lock: still RUNNING and this node's, else nothing is done;
+2. the next task ids of the lane's share of its snapshot after the lane's cursor, by primary
+   key, read without locks;
 3. of those, the ones that still match and are in the action's state, locked by primary key —
    the same check as a single cancel or reschedule (delayq.store.requests), so a task a claim
    took first is passed over, and one changed first is claimed by nobody at its old state;
 4. the change (cancel: to the backlog; reschedule: the new due time; redrive: back to DELAY);
-5. the job row: the cursor past the last id read, the counts, the lease renewed, DONE at the end.
+5. the job row, locked: still RUNNING, still this node's, the lane's cursor where the runner
+   last left it — else the batch rolls back (the job was stopped, or another node took it over)
+   — then the lane's cursor past the last id read, the counts, the lease renewed, DONE at the end.
 
-Every task is changed once (docs/ARCHITECTURE.md, invariant 10): a batch's changes and its cursor commit together, and a batch run
-again from an old cursor (a node that lost the job without knowing) finds the cursor moved and
-changes nothing. Only the rows changed are locked, each for the batch's few milliseconds: a
+The job row is locked last, for the batch's commit only, so the lanes' batches run side by side;
+locked first, it would make them take turns. Every task is changed once (docs/ARCHITECTURE.md,
+invariant 10): a batch's changes and its lane's cursor commit together, lanes share no task, and
+a batch run again from an old cursor (a node that lost the job without knowing) finds the cursor
+moved and rolls back. Only the rows changed are locked, each for the batch's few milliseconds: a
 dispatch that wants one waits no longer than for a single cancel.
 """
 from __future__ import annotations
@@ -26,12 +30,21 @@ from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.schema import shard_count
-from delayq.store.backlog import move_locked
-from delayq.store.bulkjobs import JOB, Job, snapshot_where, table_of
+from delayq.store.backlog import BY_ID, move_locked
+from delayq.store.bulkjobs import JOB, Job, cursors_of, lane_cursors, snapshot_where, table_of
 from delayq.store.maintenance import redriven_rows
 
 TASK, BACKLOG = tables.task, tables.backlog
-RUNS = 3            # a batch that deadlocked with a claim runs again (it changed nothing)
+RUNS = 3            # a batch that deadlocked with a claim, or overtook the job's count, runs again
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a lane's next batch is to do: its job, which lane, and where that lane stands."""
+    job: Job
+    lane: int           # lane k of the job's n: the tasks with shard_id % n = k
+    cursor: str         # the last task id this lane passed
+    size: int           # task ids it reads at most
 
 
 @dataclass(frozen=True)
@@ -47,44 +60,69 @@ class BatchResult:
     ours: bool                  # False: the job was stopped or taken over; this batch changed nothing
     changed: tuple[str, ...] = ()
     moved: tuple[Moved, ...] = ()   # of those, the ones now DELAY at a new time
-    cursor: str = ""
-    state: State = State.RUNNING
+    cursor: str = ""            # the lane's, after this batch
+    state: State = State.RUNNING    # the job's
 
 
-def run_batch(engine: Engine, job: Job, node: str, size: int, now_ms: int, lease_ms: int) -> BatchResult:
-    """The job's next batch of at most `size` task ids after job.progress.cursor."""
+class _Rollback(Exception):
+    """Raised inside a batch's transaction to undo it."""
+    def __init__(self, room: int | None = None):
+        super().__init__()
+        self.room = room        # None: the job is not ours; a count: it may change only this many
+
+
+def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: int) -> BatchResult:
+    """The lane's next batch of at most `batch.size` task ids after `batch.cursor`."""
+    room = None
     for run in range(RUNS):
         try:
             with unavailable_on_failure(), engine.begin() as conn:
-                return _batch(conn, job, node, size, now_ms, lease_ms)
+                return _batch(conn, batch, node, now_ms, lease_ms, room)
+        except _Rollback as e:
+            if e.room is None:
+                return BatchResult(ours=False)
+            room = e.room       # other lanes changed the rest of the job's count meanwhile
         except StoreUnavailable as e:
             if e.code not in LOCK_CONFLICTS or run == RUNS - 1:
                 raise
-    raise AssertionError("unreachable")
+    return BatchResult(ours=True, cursor=batch.cursor)      # nothing changed: the next batch looks again
 
 
-def _batch(conn: Connection, job: Job, node: str, size: int, now_ms: int, lease_ms: int) -> BatchResult:
-    p, spec = job.progress, job.spec
-    row = conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.cursor_id, JOB.c.changed, JOB.c.total)
-                       .where(JOB.c.job_id == job.job_id).with_for_update()).first()
-    if row is None or row.state != State.RUNNING.value or row.lease_owner != node or row.cursor_id != p.cursor:
-        return BatchResult(ours=False)
+def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int, room: int | None) -> BatchResult:
+    job, lane = batch.job, batch.lane
+    spec, upto, lanes = job.spec, job.progress.upto, len(job.progress.cursors)
+    seen = conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.changed, JOB.c.total)
+                        .where(JOB.c.job_id == job.job_id)).first()
+    if seen is None or seen.state != State.RUNNING.value or seen.lease_owner != node:
+        raise _Rollback()
     t = table_of(spec.action)
-    where = snapshot_where(spec, t, p.upto, job.created_ms)
-    ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, t.c.task_id > p.cursor)
-                                           .order_by(t.c.task_id).limit(size))]
-    changed, moved = _change(conn, job, ids, where, now_ms, row.total - row.changed) if ids else ((), ())
+    where = snapshot_where(spec, t, upto, job.created_ms)
+    share = [t.c.shard_id % lanes == lane] if lanes > 1 else []
+    ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
+                                           .order_by(t.c.task_id).limit(batch.size))]
+    room = seen.total - seen.changed if room is None else room
+    changed, moved = _change(conn, job, ids, where, now_ms, room) if ids and room > 0 else ((), ())
+    # Last, the job row, locked: the batch commits only if the job and the lane are where it began.
+    row = conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.cursor_id, JOB.c.lane_cursors, JOB.c.changed,
+                              JOB.c.total).where(JOB.c.job_id == job.job_id).with_for_update()).first()
+    if row is None or row.state != State.RUNNING.value or row.lease_owner != node:
+        raise _Rollback()
+    cursors = list(cursors_of(row))
+    if cursors[lane] != batch.cursor:
+        raise _Rollback()
+    if row.changed + len(changed) > row.total:
+        raise _Rollback(room=row.total - row.changed)
     total_changed = row.changed + len(changed)
-    done = len(ids) < size or total_changed >= row.total
-    cursor = p.upto if len(ids) < size else ids[-1]
-    values: dict = {"cursor_id": cursor, "changed": total_changed, "lease_until_ms": now_ms + lease_ms,
+    cursors[lane] = upto if len(ids) < batch.size else ids[-1]
+    done = all(c >= upto for c in cursors) or total_changed >= row.total
+    values: dict = {**lane_cursors(tuple(cursors)), "changed": total_changed, "lease_until_ms": now_ms + lease_ms,
                     "updated_ms": now_ms}
     if done:
         # What it counted and did not change had fired, ended or changed meanwhile.
         values.update(state=State.DONE.value, finished_ms=now_ms, skipped=max(0, row.total - total_changed),
                       lease_owner=None, lease_until_ms=0)
     conn.execute(update(JOB).where(JOB.c.job_id == job.job_id).values(**values))
-    return BatchResult(True, changed, moved, cursor, State.DONE if done else State.RUNNING)
+    return BatchResult(True, changed, moved, cursors[lane], State.DONE if done else State.RUNNING)
 
 
 def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int, room: int
@@ -93,7 +131,7 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
     spec = job.spec
     t = table_of(spec.action)
     if spec.action is Action.REDRIVE:
-        rows = conn.execute(select(BACKLOG).where(BACKLOG.c.task_id.in_(ids), *where).order_by(BACKLOG.c.task_id)
+        rows = conn.execute(select(BACKLOG).with_hint(BACKLOG, BY_ID).where(BACKLOG.c.task_id.in_(ids), *where).order_by(BACKLOG.c.task_id)
                             .limit(room).with_for_update()).mappings().all()
         if not rows:
             return (), ()
@@ -102,7 +140,7 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
         conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows]),
                                            BACKLOG.c.status == int(Status.FAILED)))
         return tuple(r["task_id"] for r in new), tuple(Moved(r["task_id"], r["shard_id"], now_ms) for r in new)
-    locked = conn.execute(select(t.c.task_id, t.c.attempt, t.c.shard_id, t.c.due_ms)
+    locked = conn.execute(select(t.c.task_id, t.c.attempt, t.c.shard_id, t.c.due_ms).with_hint(t, BY_ID)
                           .where(t.c.task_id.in_(ids), *where).order_by(t.c.task_id).limit(room)
                           .with_for_update()).all()
     if not locked:
@@ -112,7 +150,7 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
         move_locked(conn, ids_locked, Status.CANCELLED, now_ms, f"cancelled by bulk job {job.job_id}: {spec.reason}"[:1024])
         return tuple(ids_locked), ()
     due = TASK.c.due_ms + spec.shift_ms if spec.shift_ms is not None else spec.due_at_ms
-    conn.execute(update(TASK).where(TASK.c.task_id.in_(ids_locked), TASK.c.status == int(Status.DELAY))
+    conn.execute(update(TASK).with_hint(BY_ID).where(TASK.c.task_id.in_(ids_locked), TASK.c.status == int(Status.DELAY))
                  .values(due_ms=due, updated_ms=now_ms))
     return tuple(ids_locked), tuple(
         Moved(r.task_id, r.shard_id, r.due_ms + spec.shift_ms if spec.shift_ms is not None else int(spec.due_at_ms or 0))

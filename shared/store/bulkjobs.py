@@ -5,13 +5,14 @@ them, stopped — and the batches that change their tasks (delayq.store.bulkbatc
   id among them; with the creation time that is the job's snapshot (delayq.bulk).
 - `take` gives a node a RUNNING job whose lease has lapsed (none yet, or its node died): an
   UPDATE conditional on that, so of two nodes one gets it.
-- `stop` ends a RUNNING job. A batch holds the job row locked while it changes tasks, so a stop
-  waits for the batch under way and the counts it leaves are final.
+- `stop` ends a RUNNING job. A batch locks the job row last and commits only if it still runs, so
+  a batch under way when the job stops rolls back and the counts a stop leaves are final.
 
 Thread-safe: it holds only its engine.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -57,9 +58,21 @@ def table_of(action: Action):
     return tables.backlog if action is Action.REDRIVE else tables.task
 
 
+def lane_cursors(cursors: tuple[str, ...]) -> dict:
+    """The job row's columns holding these lane cursors."""
+    # cursor_id holds the highest: a node of an earlier version, which knows only that column,
+    # goes on from there if it takes the job over — passing tasks over, never changing one twice.
+    return {"lane_cursors": json.dumps(list(cursors)), "cursor_id": max(cursors)}
+
+
+def cursors_of(r: Row) -> tuple[str, ...]:
+    return (r.cursor_id,) if r.lane_cursors is None else tuple(json.loads(r.lane_cursors))
+
+
 class BulkJobs:
-    def __init__(self, engine: Engine):
-        self._engine = engine
+    def __init__(self, engine: Engine, lanes: int = 1):
+        assert lanes >= 1
+        self._engine, self._lanes = engine, lanes
 
     def count(self, spec: Spec, now_ms: int) -> tuple[int, str]:
         """How many tasks the spec matches now (at most its max_tasks), and the highest of their ids."""
@@ -82,7 +95,7 @@ class BulkJobs:
                 tag=None if f.tag is None else f.tag.encode(), due_from_ms=f.since_ms, due_before_ms=f.until_ms,
                 shift_ms=spec.shift_ms, due_at_ms=spec.due_at_ms, reason=spec.reason, actor=actor[:128],
                 rate=spec.rate, total=total, upto_id=upto, created_ms=now_ms, state=state.value, updated_ms=now_ms,
-                finished_ms=None if total else now_ms))
+                finished_ms=None if total else now_ms, **lane_cursors(("",) * self._lanes)))
         job = self.get(job_id)
         assert job is not None
         return job
@@ -145,6 +158,6 @@ def as_job(r: Row) -> Job:
                    tag=None if r.tag is None else bytes(r.tag).decode())
     spec = Spec(action, f, r.reason, r.rate, r.shift_ms, r.due_at_ms)
     return Job(r.job_id, spec, r.actor, r.created_ms, State(r.state),
-               Progress(r.total, r.changed, r.skipped, r.cursor_id, r.upto_id), r.lease_owner, r.lease_until_ms,
+               Progress(r.total, r.changed, r.skipped, cursors_of(r), r.upto_id), r.lease_owner, r.lease_until_ms,
                r.finished_ms, r.error)
 

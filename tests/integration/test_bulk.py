@@ -2,14 +2,14 @@
 what the job changes, and a cancel by tag reaches every shard; a job whose node is SIGKILLed is
 finished by the other node with every task moved exactly once; a reschedule racing the dispatch
 moves each task or lets it fire, never both, and counts which; a batch run again from an old
-cursor, or by a node that lost the job, changes nothing; a stop leaves a definite count; a
-redrive; bad requests are declared errors naming the field; the command's dry run and refusal."""
+cursor, or by a node that lost the job, changes nothing; two lanes' batches commit side by side,
+each on its share; a stop leaves a definite count; a redrive; bad requests are declared errors naming the field; the command's dry run and refusal."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
@@ -20,7 +20,7 @@ from delayq.bulk import Action, Spec, State
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import Status
-from delayq.store.bulkbatch import run_batch
+from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
@@ -174,31 +174,87 @@ def bare():
         e.dispose()
 
 
-def test_a_batch_run_again_or_by_a_node_that_lost_the_job_changes_nothing(bare):
-    engine, topic, now = bare, "b.t", now_ms()
+def _fill(engine, topic: str, now: int, n: int) -> None:
     with engine.begin() as conn:
         conn.execute(tables.task.insert(), [dict(
             task_id=f"{now:011x}{i:016x}", topic=topic, shard_id=i % 8, due_ms=now + HOUR, status=int(Status.DELAY),
             attempt=0, payload=b"", spec_hash=b"0" * 16, max_retries=0, ttr_ms=1000, created_ms=now - 1,
-            updated_ms=now) for i in range(30)])
+            updated_ms=now) for i in range(n)])
+
+
+def _at(job, cursor: str, size: int, lane: int = 0) -> Batch:
+    return Batch(job, lane, cursor, size)
+
+
+def test_a_batch_run_again_or_by_a_node_that_lost_the_job_changes_nothing(bare):
+    engine, topic, now = bare, "b.t", now_ms()
+    _fill(engine, topic, now, 30)
     jobs = BulkJobs(engine)
     spec = Spec(Action.RESCHEDULE, TaskFilter(topic=topic, status=Status.DELAY), "r", 1000, shift_ms=1000)
     created = jobs.create(spec, "test", now)
     job = jobs.take("a", now, HOUR)
     assert job is not None and job.job_id == created.job_id and job.progress.total == 30
-    first = run_batch(engine, job, "a", 10, now, HOUR)
+    first = run_batch(engine, _at(job, "", 10), "a", now, HOUR)
     assert first.ours and len(first.changed) == 10
-    again = run_batch(engine, job, "a", 10, now, HOUR)          # the same batch, from the same old cursor
+    again = run_batch(engine, _at(job, "", 10), "a", now, HOUR)          # the same batch, from the same old cursor
     assert not again.ours and again.changed == ()
     # Another node takes the job over (the lease lapsed); the first one's next batch changes nothing.
     taken = jobs.take("b", now + 2 * HOUR, HOUR)
-    assert taken is not None and taken.progress.cursor == first.cursor
-    moved_on = dataclasses.replace(job, progress=dataclasses.replace(job.progress, cursor=first.cursor))
-    assert not run_batch(engine, moved_on, "a", 10, now, HOUR).ours
-    while (r := run_batch(engine, taken, "b", 7, now, HOUR)).state is State.RUNNING:
-        taken = dataclasses.replace(taken, progress=dataclasses.replace(taken.progress, cursor=r.cursor))
+    assert taken is not None and taken.progress.cursors == (first.cursor,)
+    assert not run_batch(engine, _at(job, first.cursor, 10), "a", now, HOUR).ours
+    cursor = first.cursor
+    while (r := run_batch(engine, _at(taken, cursor, 7), "b", now, HOUR)).state is State.RUNNING:
+        cursor = r.cursor
     assert jobs.get(job.job_id).progress.changed == 30
     assert _rows(engine, "SELECT DISTINCT due_ms FROM job_delay_task WHERE topic = :t", t=topic) == [(now + HOUR + 1000,)]
+
+
+@pytest.mark.parametrize("action", [Action.RESCHEDULE, Action.CANCEL])
+def test_two_lanes_change_their_own_shares_side_by_side_each_task_once(bare, action):
+    engine, topic, now = bare, f"b.lanes.{action.value}", now_ms()
+    _fill(engine, topic, now, 200)
+    jobs = BulkJobs(engine, lanes=2)
+    spec = Spec(action, TaskFilter(topic=topic, status=Status.DELAY), "r", 1000,
+                shift_ms=1000 if action is Action.RESCHEDULE else None)
+    jobs.create(spec, "test", now)
+    job = jobs.take("a", now, HOUR)
+    assert job is not None and job.progress.cursors == ("", "")
+    # The first batch of each lane, both under way at once: the job row is locked only at the end,
+    # so neither waits for the other's whole batch, and both commit.
+    with engine.connect() as blocker:
+        # A task of lane 1's share, locked: lane 1's batch waits on it after lane 0's has begun.
+        blocker.exec_driver_sql("BEGIN")
+        blocker.exec_driver_sql(f"SELECT task_id FROM job_delay_task WHERE task_id = '{now:011x}{1:016x}' FOR UPDATE")
+        results: dict[int, object] = {}
+        lane1 = threading.Thread(target=lambda: results.update({1: run_batch(engine, _at(job, "", 50, 1), "a", now,
+                                                                                    HOUR)}))
+        lane1.start()
+        # Lane 1's batch under way: its locking read of its tasks waits on the blocked one.
+        wait_until(lambda: _rows(engine, "SELECT COUNT(*) FROM information_schema.processlist WHERE db = DATABASE() "
+                                         "AND info LIKE '%FOR UPDATE' AND info LIKE '%shard_id%'")[0][0] >= 1,
+                   10, 0.02, what="lane 1's batch under way")
+        results[0] = run_batch(engine, _at(job, "", 50, 0), "a", now, HOUR)    # commits while lane 1 waits
+        blocker.exec_driver_sql("ROLLBACK")
+        lane1.join(30)
+    assert results[0].ours and results[1].ours
+    shards = {f"{now:011x}{i:016x}": i % 8 for i in range(200)}
+    assert {shards[t] % 2 for t in results[0].changed} == {0} and {shards[t] % 2 for t in results[1].changed} == {1}
+    assert jobs.get(job.job_id).progress.cursors == (results[0].cursor, results[1].cursor)
+    cursors = [results[0].cursor, results[1].cursor]
+    while True:
+        for lane in (0, 1):
+            if cursors[lane] < job.progress.upto:
+                r = run_batch(engine, _at(job, cursors[lane], 50, lane), "a", now, HOUR)
+                cursors[lane] = r.cursor
+        if r.state is State.DONE:
+            break
+    done = jobs.get(job.job_id)
+    assert (done.state, done.progress.changed, done.progress.skipped) == (State.DONE, 200, 0)
+    if action is Action.RESCHEDULE:
+        assert _rows(engine, "SELECT DISTINCT due_ms FROM job_delay_task WHERE topic = :t", t=topic) == [
+            (now + HOUR + 1000,)]
+    else:
+        assert _rows(engine, "SELECT COUNT(*) FROM job_delay_task_backlog WHERE topic = :t", t=topic) == [(200,)]
 
 
 def test_a_stopped_job_leaves_a_definite_count(cluster, engine):

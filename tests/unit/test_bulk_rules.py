@@ -60,15 +60,18 @@ def test_a_bad_request_names_its_field(kw, field):
     assert e.value.field == field
 
 
-@pytest.mark.parametrize("progress, rate, most, size", [
-    (Progress(1000, 0, 0, "", "z"), 2000, 500, 500),        # the batch cap
-    (Progress(1000, 0, 0, "", "z"), 40, 500, 40),           # a second of the rate
-    (Progress(1000, 990, 0, "m", "z"), 2000, 500, 10),      # no more than the count shown
-    (Progress(1000, 1000, 0, "m", "z"), 2000, 500, 0),      # done: changed all it counted
-    (Progress(1000, 10, 0, "z", "z"), 2000, 500, 0),        # done: passed its snapshot's last id
-    (Progress(0, 0, 0, "", ""), 2000, 500, 0)])             # matched nothing
-def test_the_batch_planner(progress, rate, most, size):
-    assert batch_size(progress, rate, most) == size
+@pytest.mark.parametrize("progress, lane, rate, most, size", [
+    (Progress(1000, 0, 0, ("",), "z"), 0, 2000, 500, 500),         # the batch cap
+    (Progress(1000, 0, 0, ("",), "z"), 0, 40, 500, 40),            # a second of the rate
+    (Progress(1000, 0, 0, ("", ""), "z"), 1, 40, 500, 20),         # a lane's share of it
+    (Progress(1000, 990, 0, ("m",), "z"), 0, 2000, 500, 10),       # no more than the count shown
+    (Progress(1000, 1000, 0, ("m",), "z"), 0, 2000, 500, 0),       # done: changed all it counted
+    (Progress(1000, 10, 0, ("z",), "z"), 0, 2000, 500, 0),         # done: passed its snapshot's last id
+    (Progress(1000, 10, 0, ("m", "z"), "z"), 0, 2000, 500, 500),   # one lane done, the other not
+    (Progress(1000, 10, 0, ("m", "z"), "z"), 1, 2000, 500, 0),
+    (Progress(0, 0, 0, ("",), ""), 0, 2000, 500, 0)])              # matched nothing
+def test_the_batch_planner(progress, lane, rate, most, size):
+    assert batch_size(progress, lane, rate, most) == size
 
 
 def test_the_pace_holds_a_job_to_its_rate_on_a_fake_clock():
@@ -90,9 +93,10 @@ def test_over_ten_simulated_seconds_the_pace_is_the_rate():
 
 # ---- the runner, on fakes ------------------------------------------------------------------------
 
-def _job(action=Action.RESCHEDULE, total=25) -> Job:
+def _job(action=Action.RESCHEDULE, total=25, lanes=1) -> Job:
     spec = Spec(action, TaskFilter(topic="orders", status=action.acts_on), "why", 100_000, shift_ms=1000)
-    return Job("j1", spec, "admin", 0, State.RUNNING, Progress(total, 0, 0, "", "t99"), "n1", 0, None, None)
+    return Job("j1", spec, "admin", 0, State.RUNNING, Progress(total, 0, 0, ("",) * lanes, "t99"), "n1", 0, None,
+               None)
 
 
 class FakeJobs:
@@ -111,21 +115,34 @@ class FakeJobs:
 
 
 class FakeBatches:
-    """Tasks t00..t24; batches of the runner's size, each moving its tasks by a second."""
-    def __init__(self, lose_after: int | None = None, block: threading.Event | None = None):
-        self.calls: list[tuple[str, int]] = []
-        self.lose_after, self.block = lose_after, block
+    """Tasks t00..t24 (of shard i % lanes: lane k's are those with i % lanes = k); batches of the
+    runner's size, each moving its tasks by a second; the job DONE once every lane is past t24."""
+    def __init__(self, lose_after: int | None = None, block: threading.Event | None = None,
+                 together: threading.Barrier | None = None):
+        self.calls: list[tuple[int, str, int]] = []
+        self.lose_after, self.block, self.together = lose_after, block, together
+        self.passed: dict[int, bool] = {}
+        self._lock = threading.Lock()
 
-    def __call__(self, job, node, size, now_ms, lease_ms):
-        self.calls.append((job.progress.cursor, size))
+    def __call__(self, batch, node, now_ms, lease_ms):
+        with self._lock:
+            self.calls.append((batch.lane, batch.cursor, batch.size))
+            lost = self.lose_after is not None and len(self.calls) > self.lose_after
         if self.block is not None:
             self.block.wait(5)
-        if self.lose_after is not None and len(self.calls) > self.lose_after:
+        if self.together is not None:
+            self.together.wait()        # raises BrokenBarrierError unless every lane has a batch under way
+        if lost:
             return BatchResult(ours=False)
-        start = 0 if not job.progress.cursor else int(job.progress.cursor[1:]) + 1
-        ids = [f"t{i:02d}" for i in range(start, min(25, start + size))]
-        return BatchResult(True, tuple(ids), tuple(Moved(t, 3, 1000) for t in ids), ids[-1],
-                           State.DONE if start + size >= 25 else State.RUNNING)
+        lanes = len(batch.job.progress.cursors)
+        start = 0 if not batch.cursor else int(batch.cursor[1:]) + 1
+        ids = [f"t{i:02d}" for i in range(start, 25) if i % lanes == batch.lane][:batch.size]
+        with self._lock:
+            self.passed[batch.lane] = len(ids) < batch.size or ids[-1] >= "t24"
+            done = len(self.passed) == lanes and all(self.passed.values())
+        cursor = ids[-1] if len(ids) == batch.size else "t99"      # a lane that read fewer is done: its upto
+        return BatchResult(True, tuple(ids), tuple(Moved(t, 3, 1000) for t in ids), cursor,
+                           State.DONE if done else State.RUNNING)
 
 
 class FakePlacing:
@@ -165,12 +182,27 @@ def test_the_runner_follows_a_job_from_cursor_to_cursor_and_tells_memory():
         _until(lambda: len(batches.calls) == 3 and runner.running is None)
     finally:
         runner.stop()
-    assert batches.calls == [("", 10), ("t09", 10), ("t19", 5)]     # the last one only what it may still change
+    assert batches.calls == [(0, "", 10), (0, "t09", 10), (0, "t19", 5)]     # the last one only what it may still change
     assert placing.forgot == [f"t{i:02d}" for i in range(25)]
     assert [(e.task_id, e.shard_id, e.due_ms, e.topic) for e in placing.offered] == [
         (f"t{i:02d}", 3, 1000, "orders") for i in range(25)]
     assert jobs.released == []          # done: nothing to hand back
     assert metrics.registry.get_sample_value("delayq_bulk_tasks_total", {"action": "reschedule"}) == 25
+
+
+def test_a_job_of_two_lanes_runs_their_batches_side_by_side_each_task_once():
+    jobs, batches, placing = FakeJobs(_job(lanes=2)), FakeBatches(together=threading.Barrier(2, timeout=5)), FakePlacing()
+    runner = _runner(jobs, batches, placing, batch=5)
+    runner.start()
+    try:
+        _until(lambda: runner.running is None and len(placing.forgot) == 25)
+    finally:
+        runner.stop()
+    # Each lane its own share: lane 0 the even tasks, lane 1 the odd ones, each from its own cursor.
+    assert [c for c in batches.calls if c[0] == 0] == [(0, "", 5), (0, "t08", 5), (0, "t18", 5)]
+    assert [c for c in batches.calls if c[0] == 1] == [(1, "", 5), (1, "t09", 5), (1, "t19", 5)]
+    assert sorted(placing.forgot) == [f"t{i:02d}" for i in range(25)]
+    assert jobs.released == [] and jobs.failed == []
 
 
 def test_a_redrive_offers_memory_its_tasks_and_forgets_none():

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,6 +180,7 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     consumer = ConsumerProcess(f"delayq.{topic}", [topic], logs / f"{name}.recv", AMQP_URL)
     out: dict = {"replication": "semi-sync" if semi_sync else "async", "rate": rate, "seconds": seconds,
                  "kill_after_s": kill_after_s, "mysql_tls": mysql_tls}
+    second_site: Node | None = None
     try:
         producer = Producer(topic, rate, seconds, node)
         feeding = threading.Thread(target=producer.run, name="dr-producer")
@@ -207,10 +209,13 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
         records = consumer.poll()
         second_site.stop()
     finally:
+        # Whatever ended the drill (an error, a timeout, SIGTERM: main), nothing it started outlives it.
         consumer.stop()
         delete_queue(f"delayq.{topic}")
         delete_results_queues(name)
         node.kill()
+        if second_site is not None:
+            second_site.kill()
         dr("down")
     firsts: dict[str, int] = {}
     seen: dict[str, int] = {}
@@ -244,6 +249,8 @@ def main() -> None:
     p.add_argument("--kill-after-s", type=float, default=12)
     p.add_argument("--semi-sync", action="store_true", help="semi-synchronous replication (DELAYQ_DR_SEMI_SYNC=1)")
     a = p.parse_args()
+    # SIGTERM (a test's time limit, an operator) ends the drill through its cleanup, not around it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="delayq-dr-") as logs:
         print(json.dumps(drill(Path(logs), a.rate, a.seconds, a.kill_after_s, a.semi_sync)))
 

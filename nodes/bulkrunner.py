@@ -2,7 +2,7 @@
 
 Any node may run any job. The runner takes a RUNNING job whose lease has lapsed — a new one, or
 one whose node died or stopped — and runs its lanes side by side, each on a thread of its own
-(`bulk-lane-K`) that the runner starts and joins: a lane runs its batches (delayq.store.bulkbatch)
+(`bulk-jobs-lane-K`) that the runner starts and joins: a lane runs its batches (delayq.store.bulkbatch)
 one after another, and the lanes share the job's ops/s (delayq.bulk.Pacer). Each batch renews the
 lease, which is why a lane's batch is never more than its share of a second of the job's rate. A
 job stopped by an operator, or taken over by another node while this one was paused, is dropped
@@ -89,7 +89,7 @@ class BulkRunner(NodeThread):
         log.info("bulk job %s (%s of %s, %d of %d changed, %d lanes) runs here", job.job_id, job.spec.action.value,
                  job.spec.filter.topic, p.changed, p.total, len(p.cursors))
         run = _JobRun(job, Pacer(job.spec.rate, self._monotonic()))
-        lanes = [threading.Thread(target=self._lane, args=(run, k), name=f"bulk-lane-{k}", daemon=True)
+        lanes = [threading.Thread(target=self._lane, args=(run, k), name=f"bulk-jobs-lane-{k}", daemon=True)
                  for k in range(len(p.cursors))]
         for t in lanes:
             t.start()

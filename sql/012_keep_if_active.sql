@@ -9,5 +9,5 @@
 --                never write this index.
 ALTER TABLE job_delay_task ADD COLUMN key_mode TINYINT UNSIGNED NULL;
 ALTER TABLE job_delay_task ADD COLUMN flight_key VARBINARY(255)
-    AS (IF(key_mode = 4 AND status IN (1, 2), task_key, NULL)) PERSISTENT;
+    AS (IF(key_mode = 4 AND status IN (1, 2), task_key, NULL)) STORED;
 ALTER TABLE job_delay_task ADD UNIQUE KEY uq_topic_flight_key (topic, flight_key);

@@ -174,14 +174,16 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     engine.dispose()
     topic = f"dr.{uuid.uuid4().hex[:8]}"
     env = node_env(Database(primary, name, 8), "dr1", DELAYQ_MYSQL_TIMEOUT_MS=2000)
-    node = Node(env, logs / f"{name}-primary-site.log").start()
-    with node.client() as c:
-        c.registerService(CallbackService(topic=topic, ttrMs=0))
-    consumer = ConsumerProcess(f"delayq.{topic}", [topic], logs / f"{name}.recv", AMQP_URL)
+    node = Node(env, logs / f"{name}-primary-site.log")
     out: dict = {"replication": "semi-sync" if semi_sync else "async", "rate": rate, "seconds": seconds,
                  "kill_after_s": kill_after_s, "mysql_tls": mysql_tls}
+    consumer: ConsumerProcess | None = None
     second_site: Node | None = None
     try:
+        node.start()
+        with node.client() as c:
+            c.registerService(CallbackService(topic=topic, ttrMs=0))
+        consumer = ConsumerProcess(f"delayq.{topic}", [topic], logs / f"{name}.recv", AMQP_URL)
         producer = Producer(topic, rate, seconds, node)
         feeding = threading.Thread(target=producer.run, name="dr-producer")
         lag = LagSampler(primary, replica)
@@ -210,7 +212,8 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
         second_site.stop()
     finally:
         # Whatever ended the drill (an error, a timeout, SIGTERM: main), nothing it started outlives it.
-        consumer.stop()
+        if consumer is not None:
+            consumer.stop()
         delete_queue(f"delayq.{topic}")
         delete_results_queues(name)
         node.kill()

@@ -21,6 +21,7 @@ Reported (one JSON line):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -159,33 +160,38 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     ports = (int(os.environ.get("DELAYQ_DR_PRIMARY_PORT", "3321")), int(os.environ.get("DELAYQ_DR_REPLICA_PORT", "3322")))
     security.install()
     logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)    # the site is down: said once
-    dr("reset")
-    dr("up", semi_sync=semi_sync)
-    name = f"delayq_dr_{uuid.uuid4().hex[:8]}"
-    primary, replica = url(ports[0], name), url(ports[1], name)
-    server = engine_of(primary, database=False)
-    schema.create_database(server, name)
-    server.dispose()
-    engine = engine_of(primary)
-    schema.migrate(engine)
-    schema.init_cluster(engine, 8)
-    security.admit(engine)
-    mysql_tls = session_tls(engine)         # the nodes connect with the same URL
-    engine.dispose()
-    topic = f"dr.{uuid.uuid4().hex[:8]}"
-    env = node_env(Database(primary, name, 8), "dr1", DELAYQ_MYSQL_TIMEOUT_MS=2000)
-    node = Node(env, logs / f"{name}-primary-site.log")
-    out: dict = {"replication": "semi-sync" if semi_sync else "async", "rate": rate, "seconds": seconds,
-                 "kill_after_s": kill_after_s, "mysql_tls": mysql_tls}
-    consumer: ConsumerProcess | None = None
-    second_site: Node | None = None
-    try:
+    # Whatever ends the drill (an error, a timeout, SIGTERM: main), nothing it started outlives it:
+    # each thing started is stopped on the way out, in reverse order, each even if another fails.
+    with contextlib.ExitStack() as started:
+        started.callback(dr, "down")
+        dr("reset")
+        dr("up", semi_sync=semi_sync)
+        name = f"delayq_dr_{uuid.uuid4().hex[:8]}"
+        primary, replica = url(ports[0], name), url(ports[1], name)
+        server = engine_of(primary, database=False)
+        schema.create_database(server, name)
+        server.dispose()
+        engine = engine_of(primary)
+        schema.migrate(engine)
+        schema.init_cluster(engine, 8)
+        security.admit(engine)
+        mysql_tls = session_tls(engine)         # the nodes connect with the same URL
+        engine.dispose()
+        topic = f"dr.{uuid.uuid4().hex[:8]}"
+        started.callback(delete_results_queues, name)
+        started.callback(delete_queue, f"delayq.{topic}")
+        env = node_env(Database(primary, name, 8), "dr1", DELAYQ_MYSQL_TIMEOUT_MS=2000)
+        node = Node(env, logs / f"{name}-primary-site.log")
+        started.callback(node.kill)
+        out: dict = {"replication": "semi-sync" if semi_sync else "async", "rate": rate, "seconds": seconds,
+                     "kill_after_s": kill_after_s, "mysql_tls": mysql_tls}
         node.start()
         with node.client() as c:
             c.registerService(CallbackService(topic=topic, ttrMs=0))
         consumer = ConsumerProcess(f"delayq.{topic}", [topic], logs / f"{name}.recv", AMQP_URL)
+        started.callback(consumer.stop)
         producer = Producer(topic, rate, seconds, node)
-        feeding = threading.Thread(target=producer.run, name="dr-producer")
+        feeding = threading.Thread(target=producer.run, name="dr-producer", daemon=True)
         lag = LagSampler(primary, replica)
         feeding.start()
         time.sleep(kill_after_s)
@@ -197,6 +203,7 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
         promoted = now_ms()
         second_site = Node({**env, "DELAYQ_MYSQL_URL": replica, "DELAYQ_NODE_ID": "dr2"},
                            logs / f"{name}-second-site.log")
+        started.callback(second_site.kill)
         producer.node = second_site
         second_site.start()
         ready = now_ms()
@@ -210,16 +217,6 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
                  "every acknowledged task the replica has to fire")
         records = consumer.poll()
         second_site.stop()
-    finally:
-        # Whatever ended the drill (an error, a timeout, SIGTERM: main), nothing it started outlives it.
-        if consumer is not None:
-            consumer.stop()
-        delete_queue(f"delayq.{topic}")
-        delete_results_queues(name)
-        node.kill()
-        if second_site is not None:
-            second_site.kill()
-        dr("down")
     firsts: dict[str, int] = {}
     seen: dict[str, int] = {}
     for r in records:

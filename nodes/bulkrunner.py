@@ -65,6 +65,7 @@ class BulkRunner(NodeThread):
         self._metrics = metrics
         self._s, self._monotonic = settings, monotonic
         self.running: str | None = None      # the job id this node runs now
+        self._now: _JobRun | None = None     # its lanes' shared state, for a stop to end them
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -88,53 +89,64 @@ class BulkRunner(NodeThread):
         p = job.progress
         log.info("bulk job %s (%s of %s, %d of %d changed, %d lanes) runs here", job.job_id, job.spec.action.value,
                  job.spec.filter.topic, p.changed, p.total, len(p.cursors))
-        run = _JobRun(job, Pacer(job.spec.rate, self._monotonic()))
+        run = self._now = _JobRun(job, Pacer(job.spec.rate, self._monotonic()))
+        if self._stop.is_set():         # a stop that came before _now was set did not end this run
+            run.end()
         lanes = [threading.Thread(target=self._lane, args=(run, k), name=f"bulk-jobs-lane-{k}", daemon=True)
                  for k in range(len(p.cursors))]
         for t in lanes:
             t.start()
         for t in lanes:
             t.join()        # each ends within a batch of the job's end or of the runner's stop
-        if run.ended.is_set():
-            return
+        self._now = None
         try:
-            self._jobs.release(job.job_id, self._s.node_id)
+            if run.error is not None:
+                self._jobs.fail(job.job_id, self._s.node_id, run.error, self._clock.now_ms())
+            elif not run.over:          # stopping: another node goes on with it at once
+                self._jobs.release(job.job_id, self._s.node_id)
         except errors.Unavailable as e:
-            log.warning("bulk job %s: could not hand it back (%s); its lease lapses", job.job_id, e)
+            log.warning("bulk job %s: could not end or hand it back (%s); its lease lapses", job.job_id, e)
+
+    def _interrupt(self) -> None:
+        run = self._now
+        if run is not None:
+            run.end()
 
     def _lane(self, run: _JobRun, lane: int) -> None:
+        try:
+            self._batches_of(run, lane)
+        except Exception as e:          # a fault of delayq's: the job ends FAILED and says so
+            log.exception("bulk job %s failed", run.job.job_id)
+            run.end(error=f"{type(e).__name__}: {e}")
+
+    def _batches_of(self, run: _JobRun, lane: int) -> None:
         """One lane's batches, until it is done, the job ends, or the runner stops."""
         job, cursor = run.job, run.job.progress.cursors[lane]
-        while not (self._stop.is_set() or run.ended.is_set()):
+        while not run.ended.is_set():
             size = batch_size(run.progress(lane, cursor), lane, job.spec.rate, self._s.batch)
             if size == 0:
                 return
             pause = run.pace(size, self._monotonic())
-            if pause and self._stop.wait(pause):
+            if (pause and run.ended.wait(pause)) or run.ended.is_set():
                 return
             try:
                 result = self._batches(Batch(job, lane, cursor, size), self._s.node_id, self._clock.now_ms(),
                                        self._s.lease_ms)
             except errors.Unavailable as e:
                 log.warning("bulk job %s: a batch failed (%s); trying again", job.job_id, e)
-                self._stop.wait(RETRY_WAIT_S)
+                run.ended.wait(RETRY_WAIT_S)
                 continue
-            except Exception as e:      # a fault of delayq's: the job ends FAILED and says so
-                log.exception("bulk job %s failed", job.job_id)
-                run.ended.set()
-                self._jobs.fail(job.job_id, self._s.node_id, f"{type(e).__name__}: {e}", self._clock.now_ms())
-                return
             if not result.ours:
-                if not run.ended.is_set():
+                if not run.over:
                     log.info("bulk job %s was stopped or taken over: no longer runs here", job.job_id)
-                run.ended.set()
+                run.end(over=True)
                 return
             self._follow(job, result)
             cursor = result.cursor
             run.count(len(result.changed))
             if result.state is State.DONE:
                 log.info("bulk job %s done: %d of %d changed", job.job_id, run.changed, job.progress.total)
-                run.ended.set()
+                run.end(over=True)
                 return
 
     def _follow(self, job: Job, result: BatchResult) -> None:
@@ -151,13 +163,22 @@ class BulkRunner(NodeThread):
 
 
 class _JobRun:
-    """What the lanes of one job share while it runs here: its pace, its count, whether it ended."""
+    """What the lanes of one job share while it runs here: its pace, its count, how it ended."""
 
     def __init__(self, job: Job, pacer: Pacer):
         self.job, self._pacer = job, pacer
         self.changed = job.progress.changed
-        self.ended = threading.Event()      # done, failed, stopped or taken over: every lane leaves
+        self.ended = threading.Event()      # every lane leaves: the job is over here, or the runner stops
+        self.over = False                   # done, stopped or taken over: nothing to hand back
+        self.error: str | None = None       # a lane's fault: the job ends FAILED with it
         self._lock = threading.Lock()
+
+    def end(self, over: bool = False, error: str | None = None) -> None:
+        with self._lock:
+            self.over = self.over or over or error is not None
+            if error is not None and self.error is None:
+                self.error = error
+        self.ended.set()
 
     def pace(self, n: int, now: float) -> float:
         with self._lock:

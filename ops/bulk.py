@@ -196,7 +196,7 @@ def show_cmd(job_id, endpoints, config_file, as_json) -> None:
 @endpoint
 @with_common
 def stop_cmd(job_id, endpoints, config_file, as_json) -> None:
-    """Stop a running job after its batch under way; prints its final count."""
+    """Stop a running job (a batch under way rolls back); prints its final count."""
     settings = load_settings(config_file)
 
     def go():

@@ -3,8 +3,8 @@ sized, and the pace that holds it to its ops/s limit.
 
 A job cancels, reschedules or redrives the tasks a filter matched when it was created (its
 snapshot: the highest matching task id and the creation time, with the count shown to the
-operator as its ceiling). It runs in lanes, each a share of its tasks by shard (lane k of n: the
-tasks with shard_id % n = k) whose batches go by primary key, the lanes' batches in parallel: a
+operator as its ceiling). It runs in lanes, each a share of its tasks by a hash of the task id
+(lane k of n: crc32(task_id) % n = k) whose batches go by primary key, the lanes' batches in parallel: a
 batch waits on MySQL's round trips, so one lane at a time leaves both MySQL and the node idle.
 Each lane's cursor, the last task id it passed, is stored with each of its batches' changes, so a
 node that takes the job over resumes every lane where it stood.

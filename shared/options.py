@@ -204,7 +204,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_BULK_BATCH", "bulk", "batch", int, 500,
             "Tasks a bulk job changes in one transaction at most (fewer below this many a second)."),
     Setting("DELAYQ_BULK_LANES", "bulk", "lanes", int, 2,
-            "Lanes of a new bulk job, 1 to 8: each changes a share of its tasks (by shard), the lanes' "
+            "Lanes of a new bulk job, 1 to 8: each changes a share of its tasks (by task id), the lanes' "
             "batches side by side. A job keeps the lanes it was created with."),
     Setting("DELAYQ_BULK_LEASE_MS", "bulk", "lease_ms", int, 10_000,
             "How long a bulk job stays its node's without a batch: another node takes over a job whose "

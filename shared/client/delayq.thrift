@@ -523,7 +523,7 @@ service DelayScheduler {
   list<BulkJob> bulkList(1: i32 limit)
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),
-  // Stops a running job after the batch under way; answers it with its final counts.
+  // Stops a running job (a batch under way rolls back); answers it with its final counts.
   BulkJob bulkStop(1: string jobId)
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),

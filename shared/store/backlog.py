@@ -31,7 +31,7 @@ def move_to_backlog(conn: Connection, pairs: Sequence[tuple[str, int]], statuses
     # which deadlocks against a concurrent result for the same task. Locked, the rows cannot
     # change under the two statements that follow, so those need only the ids that matched.
     locked = [task_id for task_id, attempt, status in conn.exec_driver_sql(
-        f"SELECT task_id, attempt, status FROM {TASK.name} WHERE task_id IN ({literal_ids(wanted)}) FOR UPDATE")
+        f"SELECT task_id, attempt, status FROM {TASK.name} {BY_ID} WHERE task_id IN ({literal_ids(wanted)}) FOR UPDATE")
         if attempt == wanted[task_id] and status in codes]
     move_locked(conn, locked, final, now_ms, message)
     return set(locked)

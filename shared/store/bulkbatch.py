@@ -1,8 +1,8 @@
 """One batch of a bulk job's lane, in one short transaction:
 
 1. the job row, read without a lock: still RUNNING and this node's, else nothing is done;
-2. the next task ids of the lane's share of its snapshot after the lane's cursor, by primary
-   key, read without locks;
+2. the next task ids of the lane's share of its snapshot (by a hash of the task id, which
+   nothing changes) after the lane's cursor, by primary key, read without locks;
 3. of those, the ones that still match and are in the action's state, locked by primary key —
    the same check as a single cancel or reschedule (delayq.store.requests), so a task a claim
    took first is passed over, and one changed first is claimed by nobody at its old state;
@@ -31,7 +31,7 @@ from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.schema import shard_count
 from delayq.store.backlog import BY_ID, move_locked
-from delayq.store.bulkjobs import JOB, Job, cursors_of, lane_cursors, snapshot_where, table_of
+from delayq.store.bulkjobs import JOB, Job, cursors_of, lane_cursors, lane_of, snapshot_where, table_of
 from delayq.store.maintenance import redriven_rows
 
 TASK, BACKLOG = tables.task, tables.backlog
@@ -42,7 +42,7 @@ RUNS = 3            # a batch that deadlocked with a claim, or overtook the job'
 class Batch:
     """What a lane's next batch is to do: its job, which lane, and where that lane stands."""
     job: Job
-    lane: int           # lane k of the job's n: the tasks with shard_id % n = k
+    lane: int           # lane k of the job's n: the tasks with lane_of(task_id, n) = k
     cursor: str         # the last task id this lane passed
     size: int           # task ids it reads at most
 
@@ -76,7 +76,11 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
     room = None
     for run in range(RUNS):
         try:
-            with unavailable_on_failure(), engine.begin() as conn:
+            # READ COMMITTED: the job row, read first without a lock, is then locked as it is now
+            # (under REPEATABLE READ with innodb_snapshot_isolation, another lane's commit in between
+            # fails the lock, error 1020), and the locking reads take no gap locks.
+            with unavailable_on_failure(), engine.connect() as conn, \
+                    conn.execution_options(isolation_level="READ COMMITTED").begin():
                 return _batch(conn, batch, node, now_ms, lease_ms, room)
         except _Rollback as e:
             if e.room is None:
@@ -97,7 +101,7 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
         raise _Rollback()
     t = table_of(spec.action)
     where = snapshot_where(spec, t, upto, job.created_ms)
-    share = [t.c.shard_id % lanes == lane] if lanes > 1 else []
+    share = [lane_of(t.c.task_id, lanes) == lane] if lanes > 1 else []
     ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
                                            .order_by(t.c.task_id).limit(batch.size))]
     room = seen.total - seen.changed if room is None else room
@@ -137,6 +141,7 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
             return (), ()
         new = redriven_rows(rows, shard_count(conn), now_ms)
         conn.execute(insert(TASK), new)
+        # A single-table DELETE takes no index hint; the rows are few and locked by the read above.
         conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows]),
                                            BACKLOG.c.status == int(Status.FAILED)))
         return tuple(r["task_id"] for r in new), tuple(Moved(r["task_id"], r["shard_id"], now_ms) for r in new)

@@ -66,7 +66,19 @@ def lane_cursors(cursors: tuple[str, ...]) -> dict:
 
 
 def cursors_of(r: Row) -> tuple[str, ...]:
-    return (r.cursor_id,) if r.lane_cursors is None else tuple(json.loads(r.lane_cursors))
+    """The lanes' cursors of a job row. A job of an earlier version has one lane, at cursor_id; a
+    job that such a node took over has cursor_id past its lanes: every lane goes on from there."""
+    if r.lane_cursors is None:
+        return (r.cursor_id,)
+    cursors = tuple(json.loads(r.lane_cursors))
+    return cursors if r.cursor_id == max(cursors) else (r.cursor_id,) * len(cursors)
+
+
+def lane_of(task_id, lanes: int):
+    """Which lane of `lanes` a task is in, as SQL: by a hash of its id, which never changes — its
+    shard does (a reshard, a rate limit's spread), which would move it into a lane that already
+    passed it, or into one that had not, to be changed twice."""
+    return func.crc32(task_id) % lanes
 
 
 class BulkJobs:
@@ -117,7 +129,8 @@ class BulkJobs:
             return [as_job(r) for r in conn.execute(q.order_by(JOB.c.job_id.desc()).limit(limit))]
 
     def stop(self, job_id: str, now_ms: int) -> Job | None:
-        """Ends the job if it runs (after the batch under way, whose row lock this waits for)."""
+        """Ends the job if it runs: a batch under way rolls back (it finds the job stopped when it
+        locks the job row to commit), so the counts this answers are final."""
         with unavailable_on_failure(), self._engine.begin() as conn:
             conn.execute(update(JOB).where(JOB.c.job_id == job_id, JOB.c.state == State.RUNNING.value)
                          .values(state=State.STOPPED.value, finished_ms=now_ms, updated_ms=now_ms,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import uuid
+import zlib
 
 import pytest
 import sqlalchemy
@@ -182,6 +183,11 @@ def _fill(engine, topic: str, now: int, n: int) -> None:
             updated_ms=now) for i in range(n)])
 
 
+def _lane(task_id: str, lanes: int) -> int:
+    """The lane of a task, as MySQL's CRC32 reckons it (zlib's is the same checksum)."""
+    return zlib.crc32(task_id.encode()) % lanes
+
+
 def _at(job, cursor: str, size: int, lane: int = 0) -> Batch:
     return Batch(job, lane, cursor, size)
 
@@ -224,7 +230,9 @@ def test_two_lanes_change_their_own_shares_side_by_side_each_task_once(bare, act
     with engine.connect() as blocker:
         # A task of lane 1's share, locked: lane 1's batch waits on it after lane 0's has begun.
         blocker.exec_driver_sql("BEGIN")
-        blocker.exec_driver_sql(f"SELECT task_id FROM job_delay_task WHERE task_id = '{now:011x}{1:016x}' FOR UPDATE")
+        ids = [f"{now:011x}{i:016x}" for i in range(200)]
+        of_lane_1 = next(t for t in ids if _lane(t, 2) == 1)
+        blocker.exec_driver_sql(f"SELECT task_id FROM job_delay_task WHERE task_id = '{of_lane_1}' FOR UPDATE")
         results: dict[int, object] = {}
         lane1 = threading.Thread(target=lambda: results.update({1: run_batch(engine, _at(job, "", 50, 1), "a", now,
                                                                                     HOUR)}))
@@ -237,17 +245,9 @@ def test_two_lanes_change_their_own_shares_side_by_side_each_task_once(bare, act
         blocker.exec_driver_sql("ROLLBACK")
         lane1.join(30)
     assert results[0].ours and results[1].ours
-    shards = {f"{now:011x}{i:016x}": i % 8 for i in range(200)}
-    assert {shards[t] % 2 for t in results[0].changed} == {0} and {shards[t] % 2 for t in results[1].changed} == {1}
+    assert {_lane(t, 2) for t in results[0].changed} == {0} and {_lane(t, 2) for t in results[1].changed} == {1}
     assert jobs.get(job.job_id).progress.cursors == (results[0].cursor, results[1].cursor)
-    cursors = [results[0].cursor, results[1].cursor]
-    while True:
-        for lane in (0, 1):
-            if cursors[lane] < job.progress.upto:
-                r = run_batch(engine, _at(job, cursors[lane], 50, lane), "a", now, HOUR)
-                cursors[lane] = r.cursor
-        if r.state is State.DONE:
-            break
+    _finish(engine, job, [results[0].cursor, results[1].cursor], now)
     done = jobs.get(job.job_id)
     assert (done.state, done.progress.changed, done.progress.skipped) == (State.DONE, 200, 0)
     if action is Action.RESCHEDULE:
@@ -255,6 +255,94 @@ def test_two_lanes_change_their_own_shares_side_by_side_each_task_once(bare, act
             (now + HOUR + 1000,)]
     else:
         assert _rows(engine, "SELECT COUNT(*) FROM job_delay_task_backlog WHERE topic = :t", t=topic) == [(200,)]
+
+
+def _finish(engine, job, cursors: list[str], now: int, size: int = 50) -> None:
+    """Runs the job's lanes in turn, a batch each, until it is DONE (at most 100 rounds)."""
+    for _ in range(100):
+        for lane, cursor in enumerate(cursors):
+            if cursor < job.progress.upto:
+                r = run_batch(engine, _at(job, cursor, size, lane), "a", now, HOUR)
+                assert r.ours
+                if r.state is State.DONE:
+                    return
+                cursors[lane] = r.cursor
+    raise AssertionError(f"the job did not end: lanes at {cursors}")
+
+
+def _shifted(engine, topic: str, now: int) -> dict[int, int]:
+    """How many tasks of the topic moved by how many seconds."""
+    moved: dict[int, int] = {}
+    for (due,) in _rows(engine, "SELECT due_ms FROM job_delay_task WHERE topic = :t", t=topic):
+        moved[(due - now - HOUR) // 1000] = moved.get((due - now - HOUR) // 1000, 0) + 1
+    return moved
+
+
+def _reschedule(engine, topic: str, now: int, lanes: int, **kw):
+    jobs = BulkJobs(engine, lanes=lanes)
+    jobs.create(Spec(Action.RESCHEDULE, TaskFilter(topic=topic, status=Status.DELAY), "r", 1000, shift_ms=1000, **kw),
+                "test", now)
+    job = jobs.take("a", now, HOUR)
+    assert job is not None
+    return jobs, job
+
+
+def test_tasks_whose_shard_moves_under_a_job_of_two_lanes_are_changed_once(bare):
+    engine, topic, now = bare, "b.moves", now_ms()
+    _fill(engine, topic, now, 200)
+    jobs, job = _reschedule(engine, topic, now, lanes=2)
+    first = [run_batch(engine, _at(job, "", 40, lane), "a", now, HOUR).cursor for lane in (0, 1)]
+    with engine.begin() as conn:        # a reshard, a rate limit's spread: every task to another shard
+        conn.exec_driver_sql(f"UPDATE job_delay_task SET shard_id = (shard_id + 1) %% 8 WHERE topic = '{topic}'")
+    _finish(engine, job, first, now)
+    assert _shifted(engine, topic, now) == {1: 200}
+    assert jobs.get(job.job_id).progress.changed == 200
+
+
+def test_a_job_an_earlier_version_moved_on_is_taken_back_without_changing_a_task_twice(bare):
+    engine, topic, now = bare, "b.versions", now_ms()
+    _fill(engine, topic, now, 200)
+    jobs, job = _reschedule(engine, topic, now, lanes=2)
+    cursors = [run_batch(engine, _at(job, "", 30, lane), "a", now, HOUR).cursor for lane in (0, 1)]
+    # A node of the earlier version takes the job over: it knows only cursor_id (the lanes' highest)
+    # and goes on from there over every lane's tasks, by primary key.
+    with engine.begin() as conn:
+        ids = [r[0] for r in conn.exec_driver_sql(
+            f"SELECT task_id FROM job_delay_task WHERE topic = '{topic}' AND task_id > '{max(cursors)}' "
+            "ORDER BY task_id LIMIT 50")]
+        listed = ",".join(f"'{i}'" for i in ids)
+        conn.exec_driver_sql(f"UPDATE job_delay_task SET due_ms = due_ms + 1000 WHERE task_id IN ({listed})")
+        conn.exec_driver_sql(f"UPDATE job_bulk SET cursor_id = '{ids[-1]}', changed = changed + 50, "
+                             f"lease_owner = 'old' WHERE job_id = '{job.job_id}'")
+    taken = jobs.take("a", now + 2 * HOUR, HOUR)
+    assert taken is not None and taken.progress.cursors == (ids[-1], ids[-1])
+    _finish(engine, taken, list(taken.progress.cursors), now)
+    shifted = _shifted(engine, topic, now)
+    assert set(shifted) <= {0, 1}, f"tasks changed twice: {shifted}"      # passed over, maybe; never twice
+    assert shifted[1] == jobs.get(job.job_id).progress.changed
+
+
+def test_two_lanes_racing_for_the_last_of_the_count_change_exactly_the_count(bare):
+    engine, topic, now = bare, "b.count", now_ms()
+    _fill(engine, topic, now, 200)
+    jobs, job = _reschedule(engine, topic, now, lanes=2, max_tasks=150)
+    assert job.progress.total == 150
+
+    def lane(k: int) -> None:
+        cursor = ""
+        for _ in range(50):
+            r = run_batch(engine, _at(job, cursor, 7, k), "a", now, HOUR)
+            if not r.ours or r.state is State.DONE or r.cursor >= job.progress.upto:
+                return
+            cursor = r.cursor
+    threads = [threading.Thread(target=lane, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    done = jobs.get(job.job_id)
+    assert (done.state, done.progress.changed) == (State.DONE, 150)
+    assert _shifted(engine, topic, now) == {0: 50, 1: 150}
 
 
 def test_a_stopped_job_leaves_a_definite_count(cluster, engine):

@@ -85,10 +85,17 @@ def test_a_drill_ended_by_sigterm_leaves_no_node_and_no_server_running(tmp_path)
         wait_for(lambda: _nodes_on(port), 60, 0.2, "the drill's node to start")
         os.killpg(proc.pid, signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
+        left, status = _nodes_on(port), _dr(env, "status")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert _nodes_on(port) == [], stderr[-2000:]
-    status = subprocess.run([str(ROOT / "scripts" / "dr.sh"), "status"], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=30)
-    assert "primary: down" in status.stdout and "replica: down" in status.stdout, status.stdout
+        for pid in _nodes_on(env["DELAYQ_DR_PRIMARY_PORT"]):     # what a failed drill left: not for the next test
+            os.kill(pid, signal.SIGKILL)
+        _dr(env, "down")
+    assert left == [], stderr[-2000:]
+    assert "primary: down" in status and "replica: down" in status, status
+
+
+def _dr(env: dict[str, str], *args: str) -> str:
+    return subprocess.run([str(ROOT / "scripts" / "dr.sh"), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60).stdout

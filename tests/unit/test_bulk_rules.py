@@ -254,8 +254,44 @@ def test_a_fault_ends_the_job_failed():
     assert jobs.failed == ["ValueError: bad row"]
 
 
+def test_a_fault_in_one_lane_ends_the_job_failed_once_and_stops_the_other():
+    calls, runner = FakeBatches(), None
+
+    def lane_1_breaks(batch, node, now_ms, lease_ms):
+        if batch.lane == 1:
+            raise ValueError("bad row")
+        _until(lambda: runner._now is None or runner._now.ended.is_set())   # lane 0: under way as lane 1 fails
+        return calls(batch, node, now_ms, lease_ms)
+    jobs = FakeJobs(_job(lanes=2))
+    runner = _runner(jobs, lane_1_breaks, FakePlacing(), batch=2)
+    runner.start()
+    try:
+        _until(lambda: jobs.failed and runner.running is None)
+    finally:
+        runner.stop()
+    assert jobs.failed == ["ValueError: bad row"] and jobs.released == []
+    assert len(calls.calls) == 1        # lane 0 left after the batch it was in, not after its 7
+
+
+def test_a_job_that_cannot_be_marked_failed_leaves_the_runner_running():
+    class Unreachable(FakeJobs):
+        def fail(self, job_id, node, error, now_ms):
+            raise errors.StoreUnavailable("MySQL unavailable: gone", None)
+
+    def broken(*args):
+        raise ValueError("bad row")
+    jobs = Unreachable(_job())
+    runner = _runner(jobs, broken, FakePlacing())
+    runner.start()
+    try:
+        _until(lambda: runner.running is None and jobs.job is None)
+        assert runner.alive         # its lease lapses and another node (or this one) takes the job again
+    finally:
+        runner.stop()
+
+
 def test_progress_is_a_value():
-    p = Progress(10, 1, 0, "a", "z")
+    p = Progress(10, 1, 0, ("a",), "z")
     assert dataclasses.replace(p, changed=10).remaining == 0
 
 

@@ -164,3 +164,12 @@ def test_the_key_bulk_console_and_retention_scenarios_report_their_figures_again
     assert 0 < got[("keys", "submit_with_key_vs_without")]["value"] < 10
     assert "| console | search_p95 |" in out.read_text()
     assert got[("retention", "partition_rows")]["value"] == 5_000
+
+
+def test_the_lanes_bench_cancels_every_task_at_each_lane_count():
+    proc = subprocess.run([sys.executable, "-m", "bench.lanes", "--tasks", "3000", "--lanes", "1", "3",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]      # it asserts every task of each job was cancelled
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(out["tasks_per_s"]) == {"1", "3"} and all(r[0] > 0 for r in out["tasks_per_s"].values()), out
+    assert out["ratio_to_one_lane"]["1"] == 1.0, out

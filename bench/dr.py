@@ -193,6 +193,7 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
         producer = Producer(topic, rate, seconds, node)
         feeding = threading.Thread(target=producer.run, name="dr-producer", daemon=True)
         lag = LagSampler(primary, replica)
+        started.callback(lag.stop)
         feeding.start()
         time.sleep(kill_after_s)
         lag.stop()
@@ -242,6 +243,12 @@ def drill(logs: Path, rate: float = 100, seconds: float = 20, kill_after_s: floa
     return out
 
 
+def _leave(*_) -> None:
+    """SIGTERM: end through the drill's cleanup, which a second SIGTERM does not cut short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(143)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=float, default=200)
@@ -250,7 +257,7 @@ def main() -> None:
     p.add_argument("--semi-sync", action="store_true", help="semi-synchronous replication (DELAYQ_DR_SEMI_SYNC=1)")
     a = p.parse_args()
     # SIGTERM (a test's time limit, an operator) ends the drill through its cleanup, not around it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _leave)
     with tempfile.TemporaryDirectory(prefix="delayq-dr-") as logs:
         print(json.dumps(drill(Path(logs), a.rate, a.seconds, a.kill_after_s, a.semi_sync)))
 

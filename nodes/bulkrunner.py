@@ -92,18 +92,29 @@ class BulkRunner(NodeThread):
         run = self._now = _JobRun(job, Pacer(job.spec.rate, self._monotonic()))
         if self._stop.is_set():         # a stop that came before _now was set did not end this run
             run.end()
-        lanes = [threading.Thread(target=self._lane, args=(run, k), name=f"bulk-jobs-lane-{k}", daemon=True)
-                 for k in range(len(p.cursors))]
-        for t in lanes:
-            t.start()
-        for t in lanes:
-            t.join()        # each ends within a batch of the job's end or of the runner's stop
-        self._now = None
+        lanes: list[threading.Thread] = []
+        try:
+            for k in range(len(p.cursors)):
+                lanes.append(threading.Thread(target=self._lane, args=(run, k), name=f"bulk-jobs-lane-{k}",
+                                              daemon=True))
+                lanes[-1].start()
+        except BaseException:       # a lane that could not start: the others end with the run
+            run.end()
+            raise
+        finally:
+            for t in lanes:
+                t.join()    # each ends within a batch of the job's end or of the runner's stop
+            self._now = None
         try:
             if run.error is not None:
                 self._jobs.fail(job.job_id, self._s.node_id, run.error, self._clock.now_ms())
-            elif not run.over:          # stopping: another node goes on with it at once
+            elif not run.over and self._stop.is_set():      # another node goes on with it at once
                 self._jobs.release(job.job_id, self._s.node_id)
+            elif not run.over:
+                # Every lane past its snapshot, yet the job not DONE: no batch commits that way, but
+                # were a row left so, handing it back would have it taken again at once, in a loop.
+                log.warning("bulk job %s: every lane is past its last task but the job did not end; "
+                            "it is left to its lease", job.job_id)
         except errors.Unavailable as e:
             log.warning("bulk job %s: could not end or hand it back (%s); its lease lapses", job.job_id, e)
 

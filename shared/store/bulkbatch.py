@@ -76,11 +76,12 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
     room = None
     for run in range(RUNS):
         try:
-            # READ COMMITTED: the job row, read first without a lock, is then locked as it is now
-            # (under REPEATABLE READ with innodb_snapshot_isolation, another lane's commit in between
-            # fails the lock, error 1020), and the locking reads take no gap locks.
-            with unavailable_on_failure(), engine.connect() as conn, \
-                    conn.execution_options(isolation_level="READ COMMITTED").begin():
+            with unavailable_on_failure(), engine.begin() as conn:
+                # READ COMMITTED: the job row, read first without a lock, is then locked as it is
+                # now (under REPEATABLE READ with innodb_snapshot_isolation, another lane's commit in
+                # between fails the lock, error 1020), and the locking reads take no gap locks. For
+                # this transaction only: the connection goes back to the pool as it came.
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 return _batch(conn, batch, node, now_ms, lease_ms, room)
         except _Rollback as e:
             if e.room is None:

@@ -67,11 +67,13 @@ def lane_cursors(cursors: tuple[str, ...]) -> dict:
 
 def cursors_of(r: Row) -> tuple[str, ...]:
     """The lanes' cursors of a job row. A job of an earlier version has one lane, at cursor_id; a
-    job that such a node took over has cursor_id past its lanes: every lane goes on from there."""
+    job that such a node took over has cursor_id past its lanes: every lane goes on from there.
+    (cursor_id below the lanes, which no version writes, leaves them where they are: a lane never
+    goes back.)"""
     if r.lane_cursors is None:
         return (r.cursor_id,)
     cursors = tuple(json.loads(r.lane_cursors))
-    return cursors if r.cursor_id == max(cursors) else (r.cursor_id,) * len(cursors)
+    return cursors if r.cursor_id <= max(cursors) else (r.cursor_id,) * len(cursors)
 
 
 def lane_of(task_id, lanes: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import types
 
 import pytest
 
@@ -20,7 +21,7 @@ from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
 from delayq.store.bulkbatch import BatchResult, Moved
-from delayq.store.bulkjobs import Job
+from delayq.store.bulkjobs import Job, cursors_of
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.fakes import Clients
 
@@ -288,6 +289,16 @@ def test_a_job_that_cannot_be_marked_failed_leaves_the_runner_running():
         assert runner.alive         # its lease lapses and another node (or this one) takes the job again
     finally:
         runner.stop()
+
+
+@pytest.mark.parametrize("cursor_id, lanes, cursors", [
+    ("m", None, ("m",)),                        # a job of an earlier version: one lane
+    ("m", '["k", "m"]', ("k", "m")),            # as this version leaves it: cursor_id the highest lane
+    ("p", '["k", "m"]', ("p", "p")),            # an earlier version's node moved it on: every lane from there
+    ("a", '["k", "m"]', ("k", "m"))])           # below the lanes (no version writes it): no lane goes back
+def test_a_job_rows_lane_cursors(cursor_id, lanes, cursors):
+    row = types.SimpleNamespace(cursor_id=cursor_id, lane_cursors=lanes)
+    assert cursors_of(row) == cursors
 
 
 def test_progress_is_a_value():

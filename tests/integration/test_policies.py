@@ -153,8 +153,12 @@ def test_late_tasks_are_caught_up_at_a_bounded_rate_without_delaying_tasks_due_n
         arrived = {m.headers["x-delayq-task-id"]: m.at_ms for m in collector.snapshot()}
         lateness = arrived[punctual.taskId] - punctual.dueAtMs
         assert lateness < 100, f"the punctual task was {lateness} ms late behind the catch-up"
-        spread = max(arrived[t] for t in backlog) - min(arrived[t] for t in backlog)
-        assert spread >= 1000, f"400 late tasks at 200/s took {spread} ms: the rate limit is not applied"
+        # When the node published each late one (arrivals at the collector add the broker's and this
+        # process's own stalls, which bunch them): 200 at once (a second's burst), then 200 more at
+        # 200/s, so about a second from the first to the last; without the limit, within a few ms.
+        fired = {m.headers["x-delayq-task-id"]: m.headers["x-delayq-dispatched-at"] for m in collector.snapshot()}
+        spread = max(fired[t] for t in backlog) - min(fired[t] for t in backlog)
+        assert spread >= 900, f"400 late tasks at 200/s went out in {spread} ms: the rate limit is not applied"
     finally:
         collector.close()
 

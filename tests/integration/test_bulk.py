@@ -25,6 +25,7 @@ from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
+from delayq.testing.lanes import run_lanes
 from conftest import Collector, NodeFactory, per_node, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -328,18 +329,7 @@ def test_two_lanes_racing_for_the_last_of_the_count_change_exactly_the_count(bar
     jobs, job = _reschedule(engine, topic, now, lanes=2, max_tasks=150)
     assert job.progress.total == 150
 
-    def lane(k: int) -> None:
-        cursor = ""
-        for _ in range(50):
-            r = run_batch(engine, _at(job, cursor, 7, k), "a", now, HOUR)
-            if not r.ours or r.state is State.DONE or r.cursor >= job.progress.upto:
-                return
-            cursor = r.cursor
-    threads = [threading.Thread(target=lane, args=(k,)) for k in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_lanes(engine, job, "a", 7, lambda: now, HOUR, max_batches=50, timeout_s=60)
     done = jobs.get(job.job_id)
     assert (done.state, done.progress.changed) == (State.DONE, 150)
     assert _shifted(engine, topic, now) == {0: 50, 1: 150}

@@ -96,10 +96,8 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
 def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int, room: int | None) -> BatchResult:
     job, lane = batch.job, batch.lane
     spec, upto, lanes = job.spec, job.progress.upto, len(job.progress.cursors)
-    seen = conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.changed, JOB.c.total)
-                        .where(JOB.c.job_id == job.job_id)).first()
-    if seen is None or seen.state != State.RUNNING.value or seen.lease_owner != node:
-        raise _Rollback()
+    seen = _ours(conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.changed, JOB.c.total)
+                              .where(JOB.c.job_id == job.job_id)).first(), node)
     t = table_of(spec.action)
     where = snapshot_where(spec, t, upto, job.created_ms)
     share = [lane_of(t.c.task_id, lanes) == lane] if lanes > 1 else []
@@ -108,10 +106,8 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
     room = seen.total - seen.changed if room is None else room
     changed, moved = _change(conn, job, ids, where, now_ms, room) if ids and room > 0 else ((), ())
     # Last, the job row, locked: the batch commits only if the job and the lane are where it began.
-    row = conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.cursor_id, JOB.c.lane_cursors, JOB.c.changed,
-                              JOB.c.total).where(JOB.c.job_id == job.job_id).with_for_update()).first()
-    if row is None or row.state != State.RUNNING.value or row.lease_owner != node:
-        raise _Rollback()
+    row = _ours(conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.cursor_id, JOB.c.lane_cursors, JOB.c.changed,
+                                    JOB.c.total).where(JOB.c.job_id == job.job_id).with_for_update()).first(), node)
     cursors = list(cursors_of(row))
     if cursors[lane] != batch.cursor:
         raise _Rollback()
@@ -128,6 +124,13 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
                       lease_owner=None, lease_until_ms=0)
     conn.execute(update(JOB).where(JOB.c.job_id == job.job_id).values(**values))
     return BatchResult(True, changed, moved, cursors[lane], State.DONE if done else State.RUNNING)
+
+
+def _ours(row, node: str):
+    """The job's row, if the job still runs and is this node's; else the batch rolls back."""
+    if row is None or row.state != State.RUNNING.value or row.lease_owner != node:
+        raise _Rollback()
+    return row
 
 
 def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int, room: int

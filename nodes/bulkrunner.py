@@ -32,7 +32,7 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
-from delayq.store.bulkbatch import Batch, BatchResult
+from delayq.store.bulkbatch import READ_S, Batch, BatchResult
 from delayq.store.bulkjobs import BulkJobs, Job
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,13 @@ class BulkRunner(NodeThread):
                 result = self._batches(Batch(job, lane, cursor, size), self._s.node_id, self._clock.now_ms(),
                                        self._s.lease_ms)
             except errors.Unavailable as e:
+                if isinstance(e, errors.StoreUnavailable) and e.code in errors.STATEMENT_TIMEOUTS:
+                    # Reading again would take as long: the job ends, saying why.
+                    log.error("bulk job %s: its next tasks could not be read within %g s", job.job_id, READ_S)
+                    run.end(error=f"its next tasks could not be read within {READ_S:g} s: so few of the table's "
+                                  "tasks match the filter (a rare tag, a narrow due range among millions) that a "
+                                  "walk by task id finds too few at a time")
+                    return
                 log.warning("bulk job %s: a batch failed (%s); trying again", job.job_id, e)
                 run.ended.wait(RETRY_WAIT_S)
                 continue

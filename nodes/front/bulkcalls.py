@@ -11,7 +11,8 @@ Runs on the CallPool's threads; holds no state of its own.
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 from delayq import bulk, errors
 from delayq.access.grants import Client, Permission
@@ -22,7 +23,7 @@ from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import current
 from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.keycalls import task_filter
-from delayq.store.bulkjobs import BulkJobs, Job
+from delayq.store.bulkjobs import COUNT_S, BulkJobs, Job
 from delayq.store.maintenance import TaskFilter
 
 _ACTIONS = {ttypes.BulkAction.CANCEL: Action.CANCEL, ttypes.BulkAction.RESCHEDULE: Action.RESCHEDULE,
@@ -32,6 +33,18 @@ _STATES = {State.RUNNING: ttypes.BulkState.RUNNING, State.DONE: ttypes.BulkState
            State.STOPPED: ttypes.BulkState.STOPPED, State.FAILED: ttypes.BulkState.FAILED}
 MAX_JOB_ID = 32
 SCAN_PAGES = 10      # pages of the newest jobs a non-admin's bulkList looks through at most
+
+
+@contextlib.contextmanager
+def _counted() -> Iterator[None]:
+    """A count the server stopped at its limit is the filter's fault: too many tasks to count."""
+    try:
+        yield
+    except errors.StoreUnavailable as e:
+        if e.code not in errors.STATEMENT_TIMEOUTS:
+            raise
+        raise errors.InvalidRequest("filter", f"matches more tasks than MySQL counts within {COUNT_S:g} s: narrow it "
+                                    "with a due range (a job for each part), a key prefix or a tag") from None
 
 
 class BulkCalls:
@@ -46,12 +59,15 @@ class BulkCalls:
     @declared
     def bulkCount(self, request: ttypes.BulkRequest) -> int:
         spec = self._spec(self._access.client(current()), request)
-        return self._jobs.count(spec, self._clock.now_ms())[0]
+        with _counted():
+            return self._jobs.count(spec)[0]
 
     @declared
     def bulkStart(self, request: ttypes.BulkRequest) -> ttypes.BulkJob:
         client = self._access.client(current())
-        job = self._jobs.create(self._spec(client, request), client.name, self._clock.now_ms())
+        spec = self._spec(client, request)
+        with _counted():
+            job = self._jobs.create(spec, client.name, self._clock.now_ms())
         self._started()
         return as_thrift(job)
 

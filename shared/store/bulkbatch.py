@@ -30,12 +30,18 @@ from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.schema import shard_count
+from delayq.statementlimits import time_limited
 from delayq.store.backlog import BY_ID, move_locked
 from delayq.store.bulkjobs import JOB, Job, cursors_of, lane_cursors, lane_of, snapshot_where, table_of
 from delayq.store.maintenance import redriven_rows
 
 TASK, BACKLOG = tables.task, tables.backlog
 RUNS = 3            # a batch that deadlocked with a claim, or overtook the job's count, runs again
+# A lane's next ids are read by primary key, checking the filter on each row passed: a filter that
+# few tasks of a big table match can read for seconds. The server stops that read after READ_S
+# (its code in delayq.errors.STATEMENT_TIMEOUTS) and the job ends FAILED, saying so, rather than
+# reading again every second (delayq.nodes.bulkrunner).
+READ_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,10 @@ class _Rollback(Exception):
         self.room = room        # None: the job is not ours; a count: it may change only this many
 
 
-def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: int) -> BatchResult:
-    """The lane's next batch of at most `batch.size` task ids after `batch.cursor`."""
+def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: int, read_s: float = READ_S
+              ) -> BatchResult:
+    """The lane's next batch of at most `batch.size` task ids after `batch.cursor`; its read of
+    them stopped after read_s."""
     room = None
     for run in range(RUNS):
         try:
@@ -82,7 +90,7 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
                 # between fails the lock, error 1020), and the locking reads take no gap locks. For
                 # this transaction only: the connection goes back to the pool as it came.
                 conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                return _batch(conn, batch, node, now_ms, lease_ms, room)
+                return _batch(conn, batch, node, now_ms, lease_ms, room, read_s)
         except _Rollback as e:
             if e.room is None:
                 return BatchResult(ours=False)
@@ -93,7 +101,8 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
     return BatchResult(ours=True, cursor=batch.cursor)      # nothing changed: the next batch looks again
 
 
-def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int, room: int | None) -> BatchResult:
+def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int, room: int | None,
+           read_s: float) -> BatchResult:
     job, lane = batch.job, batch.lane
     spec, upto, lanes = job.spec, job.progress.upto, len(job.progress.cursors)
     seen = _ours(conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.changed, JOB.c.total)
@@ -101,8 +110,9 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
     t = table_of(spec.action)
     where = snapshot_where(spec, t, upto, job.created_ms)
     share = [lane_of(t.c.task_id, lanes) == lane] if lanes > 1 else []
-    ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
-                                           .order_by(t.c.task_id).limit(batch.size))]
+    with time_limited(conn, read_s):
+        ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
+                                               .order_by(t.c.task_id).limit(batch.size))]
     room = seen.total - seen.changed if room is None else room
     changed, moved = _change(conn, job, ids, where, now_ms, room) if ids and room > 0 else ((), ())
     # Last, the job row, locked: the batch commits only if the job and the lane are where it began.

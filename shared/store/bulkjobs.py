@@ -2,7 +2,12 @@
 them, stopped — and the batches that change their tasks (delayq.store.bulkbatch).
 
 - `count` and `create` read the matching tasks in one statement: how many, and the highest task
-  id among them; with the creation time that is the job's snapshot (delayq.bulk).
+  id among them; with the creation time that is the job's snapshot (delayq.bulk). The server stops
+  the count after COUNT_S (StoreUnavailable, its code in delayq.errors.STATEMENT_TIMEOUTS), under
+  the node's and the client's 5 s, rather than running on after both gave up on it. It reads no
+  creation time: a filter of a topic, a state and a due range is counted from the index
+  (topic, status, due_ms) alone, 2.5 times faster on 10M tasks (8.4 s against 3.4 s here). A task
+  counted that a node with its clock ahead created after the job's time is not changed: `skipped`.
 - `take` gives a node a RUNNING job whose lease has lapsed (none yet, or its node died): an
   UPDATE conditional on that, so of two nodes one gets it.
 - `stop` ends a RUNNING job. A batch locks the job row last and commits only if it still runs, so
@@ -21,9 +26,11 @@ from sqlalchemy import Engine, Row, func, or_, select, update
 from delayq import tables
 from delayq.bulk import Action, Progress, Spec, State
 from delayq.db import unavailable_on_failure
+from delayq.statementlimits import time_limited
 from delayq.store.maintenance import TaskFilter
 
 JOB = tables.bulk_job
+COUNT_S = 3.0       # a count of a job's tasks that has not ended by then is stopped
 
 
 @dataclass(frozen=True)
@@ -46,9 +53,12 @@ def new_job_id(now_ms: int) -> str:
     return f"{now_ms:011x}{os.urandom(6).hex()}"
 
 
-def snapshot_where(spec: Spec, table, upto: str | None, created_ms: int) -> list:
-    """The conditions of a job's tasks: its filter, its action's state, created by the snapshot."""
-    cond = [*spec.filter.where(table), table.c.created_ms <= created_ms]
+def snapshot_where(spec: Spec, table, upto: str | None, created_ms: int | None) -> list:
+    """The conditions of a job's tasks: its filter, its action's state, created by the snapshot
+    (None: any creation time)."""
+    cond = spec.filter.where(table)
+    if created_ms is not None:
+        cond.append(table.c.created_ms <= created_ms)
     if upto is not None:
         cond.append(table.c.task_id <= upto)
     return cond
@@ -84,21 +94,21 @@ def lane_of(task_id, lanes: int):
 
 
 class BulkJobs:
-    def __init__(self, engine: Engine, lanes: int = 1):
+    def __init__(self, engine: Engine, lanes: int = 1, count_s: float = COUNT_S):
         assert lanes >= 1
-        self._engine, self._lanes = engine, lanes
+        self._engine, self._lanes, self._count_s = engine, lanes, count_s
 
-    def count(self, spec: Spec, now_ms: int) -> tuple[int, str]:
+    def count(self, spec: Spec) -> tuple[int, str]:
         """How many tasks the spec matches now (at most its max_tasks), and the highest of their ids."""
         t = table_of(spec.action)
-        with unavailable_on_failure(), self._engine.connect() as conn:
+        with unavailable_on_failure(), self._engine.connect() as conn, time_limited(conn, self._count_s):
             n, upto = conn.execute(select(func.count(), func.max(t.c.task_id))
-                                   .where(*snapshot_where(spec, t, None, now_ms))).one()
+                                   .where(*snapshot_where(spec, t, None, None))).one()
         n = int(n or 0)
         return (n if spec.max_tasks is None else min(n, spec.max_tasks)), upto or ""
 
     def create(self, spec: Spec, actor: str, now_ms: int) -> Job:
-        total, upto = self.count(spec, now_ms)
+        total, upto = self.count(spec)
         f = spec.filter
         job_id = new_job_id(now_ms)
         # A job that matches nothing is DONE at once: it is recorded all the same, as asked.

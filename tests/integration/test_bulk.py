@@ -16,10 +16,12 @@ import zlib
 import pytest
 import sqlalchemy
 
+from bench import fill
 from delayq import config, db as dbm, tables
 from delayq.bulk import Action, Spec, State
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.errors import STATEMENT_TIMEOUTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import BulkJobs
@@ -333,6 +335,32 @@ def test_two_lanes_racing_for_the_last_of_the_count_change_exactly_the_count(bar
     done = jobs.get(job.job_id)
     assert (done.state, done.progress.changed) == (State.DONE, 150)
     assert _shifted(engine, topic, now) == {0: 50, 1: 150}
+
+
+def test_a_count_and_a_read_of_a_lanes_next_tasks_are_stopped_by_the_server_at_their_limits(bare):
+    """Past its limit the server stops the statement with an error of STATEMENT_TIMEOUTS, which the
+    node answers as a declared error (the count) or ends the job with (a batch's read): neither runs
+    on after the node's 5 s read timeout gave up on it."""
+    engine, now = bare, now_ms()
+    filler = fill.long_engine(engine.url.render_as_string(hide_password=False))
+    try:
+        fill.pending(filler, "b.big", 200_000, 8, now + HOUR, HOUR, tags="bench", now_ms=now)
+        with filler.begin() as conn:     # one task of the tag, the last one: a walk by task id reads them all
+            conn.exec_driver_sql("UPDATE job_delay_task SET tags = 'bench,rare' WHERE task_id = 'pk0000199999'")
+    finally:
+        filler.dispose()
+    rare = Spec(Action.CANCEL, TaskFilter(topic="b.big", status=Status.DELAY, tag="rare"), "r", 1000)
+    with pytest.raises(StoreUnavailable) as stopped:
+        BulkJobs(engine, count_s=0.001).count(rare)
+    assert stopped.value.code in STATEMENT_TIMEOUTS
+    jobs = BulkJobs(engine)
+    assert jobs.count(rare) == (1, "pk0000199999")         # within the usual limit
+    jobs.create(rare, "test", now)
+    job = jobs.take("a", now, HOUR)
+    with pytest.raises(StoreUnavailable) as stopped:
+        run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR, read_s=0.001)
+    assert stopped.value.code in STATEMENT_TIMEOUTS
+    assert run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR).changed == ("pk0000199999",)
 
 
 def test_a_stopped_job_leaves_a_definite_count(cluster, engine):

@@ -255,6 +255,24 @@ def test_a_fault_ends_the_job_failed():
     assert jobs.failed == ["ValueError: bad row"]
 
 
+def test_a_read_the_server_stopped_at_its_limit_ends_the_job_failed_saying_why_and_is_not_tried_again():
+    calls = []
+
+    def stopped(*args):
+        calls.append(args)
+        raise errors.StoreUnavailable("Query execution was interrupted (max_statement_time exceeded)", 1969)
+    jobs = FakeJobs(_job())
+    runner = _runner(jobs, stopped, FakePlacing())
+    runner.start()
+    try:
+        _until(lambda: jobs.failed)
+    finally:
+        runner.stop()
+    assert len(calls) == 1 and jobs.failed == [
+        "its next tasks could not be read within 3 s: so few of the table's tasks match the filter (a rare tag, a "
+        "narrow due range among millions) that a walk by task id finds too few at a time"]
+
+
 def test_a_fault_in_one_lane_ends_the_job_failed_once_and_stops_the_other():
     calls, runner = FakeBatches(), None
 
@@ -312,11 +330,15 @@ class FakeStore:
     """BulkJobs in memory: jobs by id, each created RUNNING with the count asked for."""
     def __init__(self):
         self.jobs: dict[str, Job] = {}
+        self.too_many = False       # the server stops the count at its limit
 
-    def count(self, spec, now_ms):
+    def count(self, spec):
+        if self.too_many:
+            raise errors.StoreUnavailable("Query execution was interrupted (max_statement_time exceeded)", 1969)
         return 7, "t7"
 
     def create(self, spec, actor, now_ms):
+        self.count(spec)
         job = Job(f"j{len(self.jobs):04d}", spec, actor, now_ms, State.RUNNING, Progress(7, 0, 0, "", "t7"), None, 0,
                   None, None)
         self.jobs[job.job_id] = job
@@ -373,6 +395,12 @@ def test_bulk_jobs_take_the_single_calls_grants_and_redrive_is_admins():
     _as("root")
     hidden = calls.bulkStart(_req(ttypes.BulkAction.REDRIVE, "b.t"))
     assert calls.bulkStop(job.jobId).state == ttypes.BulkState.STOPPED
+    calls._jobs.too_many = True                          # a count the server stopped: the filter's fault, said so
+    for call in (calls.bulkCount, calls.bulkStart):
+        with pytest.raises(ttypes.InvalidRequest) as e:
+            call(_req())
+        assert e.value.field == "filter" and "within 3 s: narrow it" in e.value.reason
+    calls._jobs.too_many = False
     _as("reader")
     with pytest.raises(ttypes.InvalidRequest) as e:      # a job of a topic it may not read: no such job
         calls.bulkGet(hidden.jobId)

@@ -32,7 +32,7 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
-from delayq.store.bulkbatch import READ_S, Batch, BatchResult
+from delayq.store.bulkbatch import READ_S, Batch, BatchResult, ReadStopped
 from delayq.store.bulkjobs import BulkJobs, Job
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,7 @@ class BulkRunner(NodeThread):
     def _batches_of(self, run: _JobRun, lane: int) -> None:
         """One lane's batches, until it is done, the job ends, or the runner stops."""
         job, cursor = run.job, run.job.progress.cursors[lane]
+        stopped_at: str | None = None       # the cursor where the last read was stopped at its limit
         while not run.ended.is_set():
             size = batch_size(run.progress(lane, cursor), lane, job.spec.rate, self._s.batch)
             if size == 0:
@@ -143,14 +144,18 @@ class BulkRunner(NodeThread):
             try:
                 result = self._batches(Batch(job, lane, cursor, size), self._s.node_id, self._clock.now_ms(),
                                        self._s.lease_ms)
-            except errors.Unavailable as e:
-                if isinstance(e, errors.StoreUnavailable) and e.code in errors.STATEMENT_TIMEOUTS:
-                    # Reading again would take as long: the job ends, saying why.
-                    log.error("bulk job %s: its next tasks could not be read within %g s", job.job_id, READ_S)
+            except ReadStopped as e:
+                if stopped_at == cursor:       # again at the same place: reading again would take as long
+                    log.error("bulk job %s: %s, twice", job.job_id, e)
                     run.end(error=f"its next tasks could not be read within {READ_S:g} s: so few of the table's "
-                                  "tasks match the filter (a rare tag, a narrow due range among millions) that a "
-                                  "walk by task id finds too few at a time")
+                                  "tasks match the filter (a rare tag among millions) that a walk by task id "
+                                  "finds too few at a time")
                     return
+                stopped_at = cursor         # once may be a stall (a lock, a busy server): once more
+                log.warning("bulk job %s: %s; trying again", job.job_id, e)
+                run.ended.wait(RETRY_WAIT_S)
+                continue
+            except errors.Unavailable as e:
                 log.warning("bulk job %s: a batch failed (%s); trying again", job.job_id, e)
                 run.ended.wait(RETRY_WAIT_S)
                 continue

@@ -44,7 +44,8 @@ def _counted() -> Iterator[None]:
         if e.code not in errors.STATEMENT_TIMEOUTS:
             raise
         raise errors.InvalidRequest("filter", f"matches more tasks than MySQL counts within {COUNT_S:g} s: narrow it "
-                                    "with a due range (a job for each part), a key prefix or a tag") from None
+                                    "with a due range (a job for each part) or a key prefix; a tag is checked on "
+                                    "each task, so it does not make the count shorter") from None
 
 
 class BulkCalls:

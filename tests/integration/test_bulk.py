@@ -21,12 +21,19 @@ from delayq import config, db as dbm, tables
 from delayq.bulk import Action, Spec, State
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import STATEMENT_TIMEOUTS, StoreUnavailable
+from delayq.access.grants import Client, Permission
+from delayq.clock import SYSTEM_CLOCK
 from delayq.lifecycle import Status
-from delayq.store.bulkbatch import Batch, run_batch
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.bulkcalls import BulkCalls
+from delayq.nodes.front.caller import Caller, serving
+from delayq.nodes.front.errors import CallAnswers
+from delayq.nodes.metrics import Metrics
+from delayq.store.bulkbatch import Batch, ReadStopped, run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
+from delayq.testing.fakes import Clients
 from delayq.testing.lanes import run_lanes
 from conftest import Collector, NodeFactory, per_node, wait_until
 
@@ -337,10 +344,22 @@ def test_two_lanes_racing_for_the_last_of_the_count_change_exactly_the_count(bar
     assert _shifted(engine, topic, now) == {0: 50, 1: 150}
 
 
+def _admin_calls(jobs: BulkJobs) -> BulkCalls:
+    """The node's bulk calls on these jobs, called as an admin."""
+    admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
+    access = Access(Clients(admin), Metrics(), enabled=True)  # type: ignore[arg-type]
+    access.load()
+    caller = Caller(("127.0.0.1", 1))
+    caller.name, caller.credential = "root", "digest"
+    serving(caller)
+    return BulkCalls(jobs, access, CallAnswers(Metrics()), SYSTEM_CLOCK, default_rate=2000,
+                     max_horizon_ms=86_400_000)
+
+
 def test_a_count_and_a_read_of_a_lanes_next_tasks_are_stopped_by_the_server_at_their_limits(bare):
-    """Past its limit the server stops the statement with an error of STATEMENT_TIMEOUTS, which the
-    node answers as a declared error (the count) or ends the job with (a batch's read): neither runs
-    on after the node's 5 s read timeout gave up on it."""
+    """Past its limit the server stops the statement: a count so stopped is answered InvalidRequest
+    on the filter, a batch's read so stopped changes nothing; neither runs on after the node's 5 s
+    read timeout gave up on it, and every connection goes back to the pool with its own limit."""
     engine, now = bare, now_ms()
     filler = fill.long_engine(engine.url.render_as_string(hide_password=False))
     try:
@@ -349,18 +368,46 @@ def test_a_count_and_a_read_of_a_lanes_next_tasks_are_stopped_by_the_server_at_t
             conn.exec_driver_sql("UPDATE job_delay_task SET tags = 'bench,rare' WHERE task_id = 'pk0000199999'")
     finally:
         filler.dispose()
-    rare = Spec(Action.CANCEL, TaskFilter(topic="b.big", status=Status.DELAY, tag="rare"), "r", 1000)
-    with pytest.raises(StoreUnavailable) as stopped:
-        BulkJobs(engine, count_s=0.001).count(rare)
-    assert stopped.value.code in STATEMENT_TIMEOUTS
+    request = ttypes.BulkRequest(action=ttypes.BulkAction.CANCEL, filter=ttypes.TaskFilter(topic="b.big", tag="rare"),
+                                 reason="r")
+    with pytest.raises(ttypes.InvalidRequest) as refused:
+        _admin_calls(BulkJobs(engine, count_s=0.001)).bulkCount(request)
+    assert refused.value.field == "filter" and "more tasks than MySQL counts" in refused.value.reason
+    calls = _admin_calls(BulkJobs(engine))
+    assert calls.bulkCount(request) == 1                # within the usual limit
+    job_id = calls.bulkStart(request).jobId
     jobs = BulkJobs(engine)
-    assert jobs.count(rare) == (1, "pk0000199999")         # within the usual limit
-    jobs.create(rare, "test", now)
-    job = jobs.take("a", now, HOUR)
-    with pytest.raises(StoreUnavailable) as stopped:
+    job = jobs.take("a", now_ms(), HOUR)
+    assert job is not None and job.job_id == job_id
+    with pytest.raises(ReadStopped):
         run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR, read_s=0.001)
-    assert stopped.value.code in STATEMENT_TIMEOUTS
+    assert jobs.get(job_id).progress.cursors == ("",) and jobs.get(job_id).progress.changed == 0
+    held = [engine.connect() for _ in range(engine.pool.size() + engine.pool.overflow())]
+    try:                                               # every pooled connection is back at the server's limit
+        assert {c.exec_driver_sql("SELECT @@SESSION.max_statement_time").scalar() for c in held} == {
+            held[0].exec_driver_sql("SELECT @@GLOBAL.max_statement_time").scalar()}
+    finally:
+        for c in held:
+            c.close()
     assert run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR).changed == ("pk0000199999",)
+
+
+def test_a_task_created_after_the_jobs_time_by_a_node_whose_clock_is_behind_is_never_beyond_the_count(bare):
+    """The count takes every matching task; the batches only those created by the job's time. A task
+    created 'later' by a clock ahead is counted and left (skipped); never more than the count."""
+    engine, topic, now = bare, "b.skew", now_ms()
+    _fill(engine, topic, now, 10)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE job_delay_task SET created_ms = {now + 60_000} "
+                             f"WHERE task_id = '{now:011x}{3:016x}'")
+    jobs = BulkJobs(engine, lanes=2)
+    jobs.create(Spec(Action.CANCEL, TaskFilter(topic=topic, status=Status.DELAY), "r", 1000), "test", now)
+    job = jobs.take("a", now, HOUR)
+    assert job is not None and job.progress.total == 10
+    _finish(engine, job, list(job.progress.cursors), now)
+    done = jobs.get(job.job_id)
+    assert (done.state, done.progress.changed, done.progress.skipped) == (State.DONE, 9, 1)
+    assert _rows(engine, "SELECT task_id FROM job_delay_task WHERE topic = :t", t=topic) == [(f"{now:011x}{3:016x}",)]
 
 
 def test_a_stopped_job_leaves_a_definite_count(cluster, engine):

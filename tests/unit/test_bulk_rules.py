@@ -14,13 +14,14 @@ from delayq.access.grants import Client, Permission
 from delayq.bulk import Action, Pacer, Progress, Spec, State, batch_size, check
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import Status
+from delayq.nodes import bulkrunner
 from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.bulkcalls import BulkCalls
 from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
-from delayq.store.bulkbatch import BatchResult, Moved
+from delayq.store.bulkbatch import BatchResult, Moved, ReadStopped
 from delayq.store.bulkjobs import Job, cursors_of
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.fakes import Clients
@@ -255,12 +256,21 @@ def test_a_fault_ends_the_job_failed():
     assert jobs.failed == ["ValueError: bad row"]
 
 
-def test_a_read_the_server_stopped_at_its_limit_ends_the_job_failed_saying_why_and_is_not_tried_again():
-    calls = []
+def _stopped_reads(times: int):
+    """Batches whose read is stopped at its limit `times` times in a row, then FakeBatches'."""
+    calls, batches = [], FakeBatches()
 
-    def stopped(*args):
-        calls.append(args)
-        raise errors.StoreUnavailable("Query execution was interrupted (max_statement_time exceeded)", 1969)
+    def run(batch, *args):
+        calls.append(batch.cursor)
+        if len(calls) <= times:
+            raise ReadStopped("the read of lane 0's next tasks was stopped after 3 s", 1969)
+        return batches(batch, *args)
+    return run, calls
+
+
+def test_a_read_stopped_twice_at_the_same_place_ends_the_job_failed_saying_why(monkeypatch):
+    monkeypatch.setattr(bulkrunner, "RETRY_WAIT_S", 0.01)
+    stopped, calls = _stopped_reads(2)
     jobs = FakeJobs(_job())
     runner = _runner(jobs, stopped, FakePlacing())
     runner.start()
@@ -268,9 +278,22 @@ def test_a_read_the_server_stopped_at_its_limit_ends_the_job_failed_saying_why_a
         _until(lambda: jobs.failed)
     finally:
         runner.stop()
-    assert len(calls) == 1 and jobs.failed == [
-        "its next tasks could not be read within 3 s: so few of the table's tasks match the filter (a rare tag, a "
-        "narrow due range among millions) that a walk by task id finds too few at a time"]
+    assert calls == ["", ""] and jobs.failed == [
+        "its next tasks could not be read within 3 s: so few of the table's tasks match the filter (a rare tag "
+        "among millions) that a walk by task id finds too few at a time"]
+
+
+def test_a_read_stopped_once_is_tried_again_and_the_job_goes_on(monkeypatch):
+    monkeypatch.setattr(bulkrunner, "RETRY_WAIT_S", 0.01)
+    stopped, calls = _stopped_reads(1)
+    jobs, placing = FakeJobs(_job()), FakePlacing()
+    runner = _runner(jobs, stopped, placing)
+    runner.start()
+    try:
+        _until(lambda: runner.running is None and len(placing.forgot) == 25)
+    finally:
+        runner.stop()
+    assert calls == ["", "", "t09", "t19"] and jobs.failed == []
 
 
 def test_a_fault_in_one_lane_ends_the_job_failed_once_and_stops_the_other():

@@ -243,17 +243,22 @@ def test_a_stopping_runner_hands_its_job_back():
     assert len(batches.calls) == 1 and jobs.released == ["j1"]
 
 
-def test_a_fault_ends_the_job_failed():
-    def broken(*args):
-        raise ValueError("bad row")
+def _failed_with(batches) -> list[str]:
+    """Runs a job on these batches until it is marked FAILED; what it was marked with."""
     jobs = FakeJobs(_job())
-    runner = _runner(jobs, broken, FakePlacing())
+    runner = _runner(jobs, batches, FakePlacing())
     runner.start()
     try:
         _until(lambda: jobs.failed)
     finally:
         runner.stop()
-    assert jobs.failed == ["ValueError: bad row"]
+    return jobs.failed
+
+
+def test_a_fault_ends_the_job_failed():
+    def broken(*args):
+        raise ValueError("bad row")
+    assert _failed_with(broken) == ["ValueError: bad row"]
 
 
 def _stopped_reads(times: int):
@@ -271,16 +276,10 @@ def _stopped_reads(times: int):
 def test_a_read_stopped_twice_at_the_same_place_ends_the_job_failed_saying_why(monkeypatch):
     monkeypatch.setattr(bulkrunner, "RETRY_WAIT_S", 0.01)
     stopped, calls = _stopped_reads(2)
-    jobs = FakeJobs(_job())
-    runner = _runner(jobs, stopped, FakePlacing())
-    runner.start()
-    try:
-        _until(lambda: jobs.failed)
-    finally:
-        runner.stop()
-    assert calls == ["", ""] and jobs.failed == [
+    assert _failed_with(stopped) == [
         "its next tasks could not be read within 3 s: so few of the table's tasks match the filter (a rare tag "
         "among millions) that a walk by task id finds too few at a time"]
+    assert calls == ["", ""]
 
 
 def test_a_read_stopped_once_is_tried_again_and_the_job_goes_on(monkeypatch):

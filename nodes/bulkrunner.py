@@ -32,7 +32,7 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.threads import NodeThread
-from delayq.store.bulkbatch import READ_S, Batch, BatchResult, ReadStopped
+from delayq.store.bulkbatch import READ_S, Batch, BatchResult
 from delayq.store.bulkjobs import BulkJobs, Job
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class BulkRunner(NodeThread):
             try:
                 result = self._batches(Batch(job, lane, cursor, size), self._s.node_id, self._clock.now_ms(),
                                        self._s.lease_ms)
-            except ReadStopped as e:
+            except errors.StatementStopped as e:     # the batch's read of its next ids
                 if stopped_at == cursor:       # again at the same place: reading again would take as long
                     log.error("bulk job %s: %s, twice", job.job_id, e)
                     run.end(error=f"its next tasks could not be read within {READ_S:g} s: so few of the table's "

@@ -108,6 +108,12 @@ class StoreUnavailable(Unavailable):
         self.code = code        # the MySQL error number, when there was one (1213: deadlock)
 
 
+class StatementStopped(StoreUnavailable):
+    """The server stopped a statement of a time_limited block at its limit (code in
+    STATEMENT_TIMEOUTS): a read that no index narrows enough, which reading again would not end
+    sooner. Callers answer it as the request's fault, or give up."""
+
+
 class BrokerUnavailable(Unavailable):
     pass
 

@@ -7,10 +7,11 @@ import contextlib
 from typing import Iterator
 
 import pymysql.err
+import sqlalchemy.exc
 from sqlalchemy import Connection
 
 from delayq.db import UNAVAILABLE_ERRORS
-from delayq.errors import ConfigError
+from delayq.errors import STATEMENT_TIMEOUTS, ConfigError, StatementStopped
 
 
 # A session's limit on each statement's time: MariaDB's max_statement_time (seconds, every
@@ -37,8 +38,7 @@ def set_statement_limit(cursor, variable: str, seconds: float) -> None:
 
 @contextlib.contextmanager
 def time_limited(conn: Connection, seconds: float) -> Iterator[None]:
-    """The server stops each statement of the block on conn after `seconds`, with an error whose
-    code is in delayq.errors.STATEMENT_TIMEOUTS (a StoreUnavailable under unavailable_on_failure),
+    """The server stops each statement of the block on conn after `seconds` (StatementStopped),
     rather than running on after the client's read timeout gave up on it (MySQL: SELECTs only;
     the block is meant for reads). The connection's own limit is set again after it (the
     console's engine sets one for all its reads)."""
@@ -48,6 +48,12 @@ def time_limited(conn: Connection, seconds: float) -> Iterator[None]:
         set_statement_limit(cursor, variable, seconds)
         try:
             yield
+        except (sqlalchemy.exc.DBAPIError, pymysql.err.MySQLError) as e:
+            orig = e if isinstance(e, pymysql.err.MySQLError) else e.orig
+            code = getattr(orig, "args", (None,))[0]
+            if code not in STATEMENT_TIMEOUTS:
+                raise
+            raise StatementStopped(f"a statement was stopped after {seconds:g} s", code) from None
         finally:
             with contextlib.suppress(*UNAVAILABLE_ERRORS):   # a lost connection is dropped by the pool anyway
                 set_statement_limit(cursor, variable, before)

@@ -40,9 +40,7 @@ def _counted() -> Iterator[None]:
     """A count the server stopped at its limit is the filter's fault: too many tasks to count."""
     try:
         yield
-    except errors.StoreUnavailable as e:
-        if e.code not in errors.STATEMENT_TIMEOUTS:
-            raise
+    except errors.StatementStopped:
         raise errors.InvalidRequest("filter", f"matches more tasks than MySQL counts within {COUNT_S:g} s: narrow it "
                                     "with a due range (a job for each part) or a key prefix; a tag is checked on "
                                     "each task, so it does not make the count shorter") from None

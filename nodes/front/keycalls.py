@@ -82,9 +82,7 @@ class KeyCalls:
         query = pages.query_of("listTasks", f)
         try:
             found = self._requests.matching(f, pages.decode(query, pageToken), n + 1)
-        except errors.StoreUnavailable as e:
-            if e.code not in errors.STATEMENT_TIMEOUTS:
-                raise
+        except errors.StatementStopped:
             raise errors.InvalidTask("filter", "too few tasks match it to fill a page within "
                                      f"{LIST_STATEMENT_S:g} s: narrow it with a due range, a state or a key prefix") from None
         return self._page(query, found, n, by_due=True)

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from delayq import tables
 from delayq.bulk import Action, State
 from delayq.db import unavailable_on_failure
-from delayq.errors import LOCK_CONFLICTS, STATEMENT_TIMEOUTS, StoreUnavailable
+from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.schema import shard_count
 from delayq.statementlimits import time_limited
@@ -40,13 +39,9 @@ TASK, BACKLOG = tables.task, tables.backlog
 RUNS = 3            # a batch that deadlocked with a claim, or overtook the job's count, runs again
 # A lane's next ids are read by primary key, checking the filter on each row passed: a filter that
 # few tasks of a big table match (a rare tag) can read for seconds. The server stops that read after
-# READ_S (ReadStopped); stopped twice at the same place, the job ends FAILED, saying so, rather than
-# reading again every second (delayq.nodes.bulkrunner).
+# READ_S (StatementStopped); stopped twice at the same place, the job ends FAILED, saying so, rather
+# than reading again every second (delayq.nodes.bulkrunner).
 READ_S = 3.0
-
-
-class ReadStopped(StoreUnavailable):
-    """The server stopped a batch's read of its lane's next task ids at its time limit."""
 
 
 @dataclass(frozen=True)
@@ -115,15 +110,9 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
     t = table_of(spec.action)
     where = snapshot_where(spec, t, upto, job.created_ms)
     share = [lane_of(t.c.task_id, lanes) == lane] if lanes > 1 else []
-    try:
-        with time_limited(conn, read_s):
-            ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
-                                                   .order_by(t.c.task_id).limit(batch.size))]
-    except sqlalchemy.exc.DBAPIError as e:
-        code = getattr(e.orig, "args", (None,))[0]
-        if code not in STATEMENT_TIMEOUTS:
-            raise
-        raise ReadStopped(f"the read of lane {lane}'s next tasks was stopped after {read_s:g} s", code) from None
+    with time_limited(conn, read_s):        # the batch's one limited statement (StatementStopped)
+        ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
+                                               .order_by(t.c.task_id).limit(batch.size))]
     room = seen.total - seen.changed if room is None else room
     changed, moved = _change(conn, job, ids, where, now_ms, room) if ids and room > 0 else ((), ())
     # Last, the job row, locked: the batch commits only if the job and the lane are where it began.

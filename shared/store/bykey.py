@@ -110,7 +110,7 @@ class KeyRequests:
         """Up to limit tasks matching f, by due time then task id, after the position `after`
         (due_ms, task_id). A filter the indexes cannot narrow (a tag: no index holds tags) reads
         in due order until the page is full; each read stops after time_limit_s on the server
-        (StoreUnavailable, its code in delayq.errors.STATEMENT_TIMEOUTS)."""
+        (StatementStopped)."""
         parts = []
         with unavailable_on_failure(), self._engine.begin() as conn, time_limited(conn, time_limit_s):
             for t, status, index in _ordered_reads(f):

@@ -21,6 +21,7 @@ from delayq import config, db as dbm, tables
 from delayq.bulk import Action, Spec, State
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.errors import StatementStopped
 from delayq.access.grants import Client, Permission
 from delayq.clock import SYSTEM_CLOCK
 from delayq.lifecycle import Status
@@ -29,7 +30,7 @@ from delayq.nodes.front.bulkcalls import BulkCalls
 from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
-from delayq.store.bulkbatch import Batch, ReadStopped, run_batch
+from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
@@ -379,7 +380,7 @@ def test_a_count_and_a_read_of_a_lanes_next_tasks_are_stopped_by_the_server_at_t
     jobs = BulkJobs(engine)
     job = jobs.take("a", now_ms(), HOUR)
     assert job is not None and job.job_id == job_id
-    with pytest.raises(ReadStopped):
+    with pytest.raises(StatementStopped):
         run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR, read_s=0.001)
     assert jobs.get(job_id).progress.cursors == ("",) and jobs.get(job_id).progress.changed == 0
     held = [engine.connect() for _ in range(engine.pool.size() + engine.pool.overflow())]

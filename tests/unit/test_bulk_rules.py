@@ -21,7 +21,7 @@ from delayq.nodes.front.bulkcalls import BulkCalls
 from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
-from delayq.store.bulkbatch import BatchResult, Moved, ReadStopped
+from delayq.store.bulkbatch import BatchResult, Moved
 from delayq.store.bulkjobs import Job, cursors_of
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.fakes import Clients
@@ -268,7 +268,7 @@ def _stopped_reads(times: int):
     def run(batch, *args):
         calls.append(batch.cursor)
         if len(calls) <= times:
-            raise ReadStopped("the read of lane 0's next tasks was stopped after 3 s", 1969)
+            raise errors.StatementStopped("a statement was stopped after 3 s", 1969)
         return batches(batch, *args)
     return run, calls
 
@@ -356,7 +356,7 @@ class FakeStore:
 
     def count(self, spec):
         if self.too_many:
-            raise errors.StoreUnavailable("Query execution was interrupted (max_statement_time exceeded)", 1969)
+            raise errors.StatementStopped("a statement was stopped after 3 s", 1969)
         return 7, "t7"
 
     def create(self, spec, actor, now_ms):

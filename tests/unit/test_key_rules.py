@@ -11,7 +11,7 @@ import pytest
 
 from delayq.access.grants import Client, Permission
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import InvalidTask, StoreUnavailable
+from delayq.errors import InvalidTask, StatementStopped, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.front import pages
@@ -197,8 +197,8 @@ class _Requests:
 
     def matching(self, f, after, limit):
         self.calls.append(("matching", f.topic, f.tag))
-        if f.tag == "rare":         # what MySQL answers when a read ran past its time limit
-            raise StoreUnavailable("MySQL unavailable: max_statement_time exceeded", 1969)
+        if f.tag == "rare":         # what the store raises when MySQL stopped a read at its time limit
+            raise StatementStopped("a statement was stopped after 3 s", 1969)
         if f.tag == "down":
             raise StoreUnavailable("MySQL unavailable: lost connection", 2013)
         return []

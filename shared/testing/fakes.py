@@ -26,6 +26,7 @@ from delayq.access.grants import Client
 from delayq.errors import StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
+from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.overdue import Attempt, AttemptDeadline
@@ -260,3 +261,11 @@ class Clients:
 
     def load(self) -> tuple[str, dict[str, Client]]:
         return self.version_, dict(self.clients)
+
+
+def call_as(name: str | None) -> None:
+    """This thread serves calls of the client `name` (None: a caller with no identity), as the
+    CallPool sets its caller before each call."""
+    caller = Caller(("127.0.0.1", 1))
+    caller.name, caller.credential = name, "digest"
+    serving(caller)

@@ -27,14 +27,13 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.lifecycle import Status
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.bulkcalls import BulkCalls
-from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
 from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
-from delayq.testing.fakes import Clients
+from delayq.testing.fakes import Clients, call_as
 from delayq.testing.lanes import run_lanes
 from conftest import Collector, NodeFactory, per_node, wait_until
 
@@ -350,9 +349,7 @@ def _admin_calls(jobs: BulkJobs) -> BulkCalls:
     admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
     access = Access(Clients(admin), Metrics(), enabled=True)  # type: ignore[arg-type]
     access.load()
-    caller = Caller(("127.0.0.1", 1))
-    caller.name, caller.credential = "root", "digest"
-    serving(caller)
+    call_as("root")
     return BulkCalls(jobs, access, CallAnswers(Metrics()), SYSTEM_CLOCK, default_rate=2000,
                      max_horizon_ms=86_400_000)
 

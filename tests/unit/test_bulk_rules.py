@@ -18,13 +18,12 @@ from delayq.nodes import bulkrunner
 from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.bulkcalls import BulkCalls
-from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
 from delayq.store.bulkbatch import BatchResult, Moved
 from delayq.store.bulkjobs import Job, cursors_of
 from delayq.store.maintenance import TaskFilter
-from delayq.testing.fakes import Clients
+from delayq.testing.fakes import Clients, call_as
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -378,19 +377,13 @@ class FakeStore:
         return self.jobs[job_id]
 
 
-def _bulk_calls(*clients: Client):
+def _bulk_calls(*clients: Client, store: FakeStore | None = None):
     access = Access(Clients(*clients), Metrics(), enabled=True)  # type: ignore[arg-type]
     access.load()
     started: list[int] = []
-    calls = BulkCalls(FakeStore(), access, CallAnswers(Metrics()), FakeClock(), default_rate=2000,  # type: ignore[arg-type]
+    calls = BulkCalls(store or FakeStore(), access, CallAnswers(Metrics()), FakeClock(), default_rate=2000,  # type: ignore[arg-type]
                       max_horizon_ms=86_400_000, started=lambda: started.append(1))
     return calls, started
-
-
-def _as(name: str | None) -> None:
-    caller = Caller(("127.0.0.1", 1))
-    caller.name, caller.credential = name, "digest"
-    serving(caller)
 
 
 def _req(action=ttypes.BulkAction.CANCEL, topic="a.t") -> ttypes.BulkRequest:
@@ -401,8 +394,9 @@ def test_bulk_jobs_take_the_single_calls_grants_and_redrive_is_admins():
     ops = Client("ops", "digest", grants=frozenset({(Permission.CANCEL, "a.*"), (Permission.READ, "a.*")}))
     reader = Client("reader", "digest", grants=frozenset({(Permission.READ, "a.*")}))
     admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
-    calls, started = _bulk_calls(ops, reader, admin)
-    _as("ops")
+    store = FakeStore()
+    calls, started = _bulk_calls(ops, reader, admin, store=store)
+    call_as("ops")
     assert calls.bulkCount(_req()) == 7
     job = calls.bulkStart(_req())
     assert (job.createdBy, job.total, started) == ("ops", 7, [1])
@@ -410,24 +404,24 @@ def test_bulk_jobs_take_the_single_calls_grants_and_redrive_is_admins():
         with pytest.raises(ttypes.Forbidden) as e:
             calls.bulkStart(request)
         assert (e.value.permission, e.value.topic) == refused
-    _as("reader")
+    call_as("reader")
     assert calls.bulkGet(job.jobId).jobId == job.jobId and [j.jobId for j in calls.bulkList(None)] == [job.jobId]
     with pytest.raises(ttypes.Forbidden):
         calls.bulkStop(job.jobId)
-    _as("root")
+    call_as("root")
     hidden = calls.bulkStart(_req(ttypes.BulkAction.REDRIVE, "b.t"))
     assert calls.bulkStop(job.jobId).state == ttypes.BulkState.STOPPED
-    calls._jobs.too_many = True                          # a count the server stopped: the filter's fault, said so
+    store.too_many = True                          # a count the server stopped: the filter's fault, said so
     for call in (calls.bulkCount, calls.bulkStart):
         with pytest.raises(ttypes.InvalidRequest) as e:
             call(_req())
         assert e.value.field == "filter" and "within 3 s: narrow it" in e.value.reason
-    calls._jobs.too_many = False
-    _as("reader")
+    store.too_many = False
+    call_as("reader")
     with pytest.raises(ttypes.InvalidRequest) as e:      # a job of a topic it may not read: no such job
         calls.bulkGet(hidden.jobId)
     assert e.value.field == "jobId" and [j.jobId for j in calls.bulkList(None)] == [job.jobId]
-    _as(None)                                            # no identity: told so, whatever it sent
+    call_as(None)                                            # no identity: told so, whatever it sent
     for call in (lambda: calls.bulkCount(None), lambda: calls.bulkGet(""), lambda: calls.bulkList(0),
                  lambda: calls.bulkStop("x")):
         with pytest.raises(ttypes.Unauthenticated):
@@ -438,10 +432,10 @@ def test_a_reader_lists_its_topics_jobs_even_under_a_hundred_newer_jobs_of_other
     reader = Client("reader", "digest", grants=frozenset({(Permission.READ, "a.*")}))
     admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
     calls, _ = _bulk_calls(reader, admin)
-    _as("root")
+    call_as("root")
     mine = [calls.bulkStart(_req(topic="a.t")).jobId for _ in range(3)]
     others = [calls.bulkStart(_req(topic="b.t")).jobId for _ in range(150)]
     assert len(calls.bulkList(None)) == 100 and calls.bulkList(None)[0].jobId == others[-1]
-    _as("reader")
+    call_as("reader")
     assert [j.jobId for j in calls.bulkList(None)] == mine[::-1]
     assert [j.jobId for j in calls.bulkList(2)] == mine[:0:-1]

@@ -16,7 +16,6 @@ from delayq.lifecycle import Status
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.front import pages
 from delayq.nodes.front.access import Access
-from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.front.keycalls import KeyCalls, task_filter
 from delayq.nodes.front.placing import Placing
@@ -29,7 +28,7 @@ from delayq.store.dedup import Action, Holder, decide
 from delayq.store.keyed import _after_replacements
 from delayq.store.maintenance import prefix_end
 from delayq.store.values import KeyMode, Outcome, Submitted
-from delayq.testing.fakes import Clients, ManualClock
+from delayq.testing.fakes import Clients, ManualClock, call_as
 
 LIMITS = Limits(1024, 86_400_000)
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -209,9 +208,7 @@ def _key_calls(changed=()):
     ops = Client("ops", "digest", grants=frozenset({(Permission.READ, "a.*"), (Permission.CANCEL, "a.*")}))
     access = Access(Clients(ops), Metrics(), enabled=True)  # type: ignore[arg-type]
     access.load()
-    caller = Caller(("127.0.0.1", 1))
-    caller.name, caller.credential = "ops", "digest"
-    serving(caller)
+    call_as("ops")
     ownership = Ownership("n1")
     ownership.set({0: 1}, range(2))
     queue = DelayQueue(clock, shards=[0])

@@ -3,9 +3,10 @@
 In a database of its own (dropped after), with no node and no other load, it fills `tasks` DELAY
 tasks of one topic, keyed and tagged `cancel-me` (bench.fill.pending, as the bulk scenario fills
 them), then cancels them by that tag with a bulk job of each lane count in turn, the lanes'
-batches (500 tasks; delayq.testing.lanes) on threads of their own, as a node's runner runs them — the database's side of a bulk cancel alone. Rounds
-alternate the lane counts, so that the host's drift falls on each alike. Prints one JSON line:
-tasks/s per lane count and round, and each count's best as a ratio to one lane's.
+batches (500 tasks; delayq.testing.lanes) on threads of their own, as a node's runner runs them:
+the database's side of a bulk cancel alone. Rounds alternate the lane counts, so that the host's
+drift falls on each alike. Prints one JSON line: tasks/s per lane count and round, and each
+count's best as a ratio to one lane's.
 """
 from __future__ import annotations
 

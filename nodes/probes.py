@@ -94,6 +94,8 @@ class Probes:
         except Unavailable as e:
             checks["mysql"] = str(e)
         checks["rabbitmq"] = None if n.publisher.ready and n.dispatcher.ready else "publisher channel not open"
+        # A node whose Thrift server stopped fires its tasks but takes no call: not ready to be sent any.
+        checks["thrift"] = None if n.server.alive else "the Thrift server stopped"
         return checks
 
     def detail(self) -> dict:

@@ -18,8 +18,9 @@ from delayq.nodes.threads import NodeThread
 
 log = logging.getLogger(__name__)
 
-# What reading a request that is not a well-formed call of the IDL can raise.
-UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, struct.error)
+# What reading a request that is not a well-formed call of the IDL can raise (TypeError: thrift's
+# skip() of a field whose type byte names no type).
+UNREADABLE = (TException, ValueError, EOFError, OverflowError, KeyError, TypeError, struct.error)
 
 
 class InlineInbox(Protocol):

@@ -155,7 +155,7 @@ class ThriftServer:
                     else:
                         self._serve(key.data, mask)
                 for inbox in self._inline:
-                    inbox.serve_pending()        # what this pass read, as one group
+                    self._serve_inline(inbox)
                 now = time.monotonic()
                 if now >= next_sweep:
                     self._sweep(now)
@@ -164,6 +164,15 @@ class ThriftServer:
             log.exception("the Thrift server's I/O thread failed")
         finally:
             self._close_all()
+
+    def _serve_inline(self, inbox: InlineInbox) -> None:
+        """What this pass read for an inline inbox, as one group. The inbox answers or closes each
+        call itself, whatever a call holds; were it to fail all the same, the calls it held would
+        go unanswered (their clients time out), but the I/O thread goes on serving everyone else."""
+        try:
+            inbox.serve_pending()
+        except Exception:  # noqa: BLE001 - logged; one failure must not stop every connection
+            log.exception("serving the calls waiting for the I/O thread failed")
 
     def _accept(self) -> None:
         assert self._listener is not None

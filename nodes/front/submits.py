@@ -144,7 +144,12 @@ class SubmitBatcher(Inbox):
         """This call and the next ones from more(), decoded, up to max_rows tasks."""
         group, rows = [], 0
         while call is not None:
-            request = self._decode(call)
+            try:
+                request = self._decode(call)
+            except Exception:  # noqa: BLE001 - one client's bytes must not stop the I/O thread serving
+                log.exception("closing connection: its request could not be read")
+                call.drop("internal error", "internal_error")
+                request = None
             if request is not None:
                 group.append(request)
                 rows += len(request.specs or ())

@@ -30,6 +30,7 @@ import ssl
 from typing import Any, Callable, Sequence
 
 from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TException
 from thrift.transport import TSocket, TSSLSocket, TTransport
 
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
@@ -202,6 +203,17 @@ class DelayqClient:
                     self.close()
                     raise            # the node may have applied it: retrying could submit twice
                 last = e
+            except TException:
+                raise                # declared by the node and read whole: the connection serves on
+            except Exception as e:
+                # Raised while the request was being written (a string that is not valid Unicode):
+                # its first bytes may wait in the transport's buffer, to go out ahead of the next
+                # call, so the connection is not used again. Nothing reached the node.
+                self.close()
+                refused = _invalid_text(method, args) if isinstance(e, UnicodeEncodeError) else None
+                if refused is not None:
+                    raise refused from e
+                raise
             self.close()
             self._index += 1
         assert last is not None
@@ -218,6 +230,29 @@ class DelayqClient:
 # returns is lost to an "exists already", a revoked grant is "not held" the second time, a bulk job
 # would be started twice.
 _ONCE = frozenset({"addClient", "revokeClient", "rotateClient", "bulkStart"})
+
+
+def _invalid_text(method: str, args: tuple) -> ttypes.InvalidTask | None:
+    """A submit's InvalidTask naming the first task field (and the task's index in a batch)
+    whose text cannot be sent as UTF-8, as the node would name a field it refuses."""
+    if method not in ("submit", "submitBatch") or not args:
+        return None
+    tasks = [args[0]] if method == "submit" else list(args[0] or ())
+    for index, task in enumerate(tasks):
+        for field, value in vars(task).items():
+            texts = value if isinstance(value, list) else [value]
+            if any(isinstance(t, str) and not _encodes(t) for t in texts):
+                return ttypes.InvalidTask(field=field, reason="is not valid Unicode text (a lone surrogate)",
+                                          index=index if method == "submitBatch" else None)
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _idempotent(method: str, args: tuple) -> bool:

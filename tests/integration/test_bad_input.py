@@ -2,11 +2,13 @@
 half written."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
 import threading
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -194,6 +196,36 @@ def test_an_oversized_frame_closes_the_connection_and_the_node_keeps_serving(nod
         assert _closed_by_peer(s)
     with node.client() as c:
         assert c.submit(TaskSpec(topic=known, delayMs=60_000)).created
+
+
+@pytest.mark.parametrize("method", ["submit", "submitBatch"])
+def test_a_call_that_cannot_be_read_sent_before_any_login_leaves_the_node_serving(node, known, method):
+    # A field type byte that names no type (0x80): reading it once stopped the node's Thrift
+    # server for every client, while /readyz still answered ok.
+    head = TTransport.TMemoryBuffer()
+    TBinaryProtocol.TBinaryProtocol(head).writeMessageBegin(method, TMessageType.CALL, 1)
+    body = head.getvalue() + b"\x80\x00\x01\x00"
+    with ClientSecurity.from_env().context().wrap_socket(
+            socket.create_connection(("127.0.0.1", node.port), timeout=5), server_hostname="127.0.0.1") as s:
+        s.sendall(struct.pack("!i", len(body)) + body)
+        assert _closed_by_peer(s)
+    with node.client() as c:
+        assert c.submit(TaskSpec(topic=known, delayMs=60_000)).created
+    with urllib.request.urlopen(f"http://127.0.0.1:{node.env['DELAYQ_HTTP_PORT']}/readyz", timeout=5) as r:
+        ready = json.load(r)
+    assert ready["status"] == "ok", ready
+
+
+def test_a_string_that_is_not_unicode_is_refused_by_the_client_naming_the_field_and_the_client_serves_on(node, known):
+    with node.client() as c:
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submit(TaskSpec(topic=known, delayMs=60_000, key="a\ud800b"))
+        assert (e.value.field, e.value.index) == ("key", None)
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.submitBatch([TaskSpec(topic=known, delayMs=60_000), TaskSpec(topic=known, tags=["ok", "\udfff"])])
+        assert (e.value.field, e.value.index) == ("tags", 1)
+        # Nothing of the refused requests went out ahead of this one.
+        assert c.submit(TaskSpec(topic=known, delayMs=60_000, key="order-42")).created
 
 
 def test_a_silent_client_is_disconnected_and_cannot_starve_others(node, known):

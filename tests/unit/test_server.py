@@ -263,6 +263,31 @@ def test_a_bad_frame_closes_its_connection_and_the_server_keeps_serving(frame, r
             trans.close()
 
 
+def _call_with_body(name: str, body: bytes) -> bytes:
+    """A framed call of `name` whose arguments are these raw bytes."""
+    buf = TTransport.TMemoryBuffer()
+    TBinaryProtocol.TBinaryProtocol(buf).writeMessageBegin(name, 1, 1)
+    frame = buf.getvalue() + body
+    return struct.pack("!i", len(frame)) + frame
+
+
+@pytest.mark.parametrize("method", ["submit", "submitBatch", "get"])
+def test_a_call_whose_field_type_names_no_type_closes_its_connection_and_the_server_keeps_serving(method):
+    # Field type 0x80: thrift's skip() raises TypeError, which once stopped the I/O thread for
+    # submits (served on it) and so the whole Thrift server.
+    with Front(Handler()) as f:
+        with f.raw() as s:
+            s.sendall(_call_with_body(method, b"\x80\x00\x01\x00"))
+            assert _closed_by_peer(s)
+        wait_until(lambda: f.closed == ["unreadable"], 5, what="the close counted as unreadable")
+        assert f.server.alive
+        c, trans = f.client()
+        try:
+            assert c.submit(_spec(1)).taskId == "id-1"
+        finally:
+            trans.close()
+
+
 def _served(f: Front) -> bool:
     """A new client connects and is answered (False: refused or closed)."""
     try:

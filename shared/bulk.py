@@ -4,10 +4,11 @@ sized, and the pace that holds it to its ops/s limit.
 A job cancels, reschedules or redrives the tasks a filter matched when it was created (its
 snapshot: the highest matching task id and the creation time, with the count shown to the
 operator as its ceiling). It runs in lanes, each a share of its tasks by a hash of the task id
-(lane k of n: crc32(task_id) % n = k) whose batches go by primary key, the lanes' batches in parallel: a
-batch waits on MySQL's round trips, so one lane at a time leaves both MySQL and the node idle.
-Each lane's cursor, the last task id it passed, is stored with each of its batches' changes, so a
-node that takes the job over resumes every lane where it stood.
+(lane k of n: crc32(task_id) % n = k), the lanes' batches in parallel: a batch waits on MySQL's
+round trips, so one lane at a time leaves both MySQL and the node idle. A lane walks its tasks in
+an order an index holds (its walk: by key or by task id; delayq.store.bulkwalk), and
+its cursor, the last place it passed, is stored with each of its batches' changes, so a node that
+takes the job over resumes every lane where it stood.
 
     RUNNING --every matching task passed, or `total` changed--> DONE
        |  \\--stop (an operator)--> STOPPED
@@ -93,13 +94,35 @@ def check(action: Action, f: TaskFilter, reason: str | None, rate: int | None, d
                 reason, rate, shift_ms, due_at_ms, max_tasks)
 
 
+# A lane's cursor is a string. By task id: "" before the first batch, then the last task id
+# passed (the lane is done at the snapshot's highest id). By key: WALK_BY_KEY, followed by the JSON
+# of the last place passed once there is one; PAST_END when the lane has passed its last task.
+# Task ids sort below "~" (letters, digits and ".:_-"), so a node of an earlier version, which
+# knows only the walk by task id, finds each lane of a walk by key past its end: it changes none of
+# its tasks and leaves the job to a node that knows the walk.
+WALK_BY_KEY, PAST_END = "~k", "~~"
+
+
+def first_cursor(spec: Spec) -> str:
+    """Where each lane of a new job starts, which also says how it walks (delayq.store.bulkwalk):
+    by key when the filter has a key prefix, else by task id."""
+    return WALK_BY_KEY if spec.filter.key_prefix is not None else ""
+
+
+def lane_done(cursor: str, upto: str) -> bool:
+    """The lane at this cursor has passed every task of a job whose snapshot ends at task id upto."""
+    if upto == "" or cursor == PAST_END:
+        return True
+    return cursor < "~" and cursor >= upto
+
+
 @dataclass(frozen=True)
 class Progress:
     """Where a job stands, as its row holds it."""
     total: int                  # tasks matching when it was created (capped by the count shown)
     changed: int                # tasks this job changed
     skipped: int                # tasks of its snapshot no longer changeable when their batch ran (fired)
-    cursors: tuple[str, ...]    # per lane, the last task id it passed ("" before its first batch)
+    cursors: tuple[str, ...]    # per lane, the last place it passed (see first_cursor)
     upto: str                   # the snapshot's highest task id
 
     @property
@@ -107,7 +130,7 @@ class Progress:
         return max(0, self.total - self.changed)
 
     def lane_done(self, lane: int) -> bool:
-        return self.upto == "" or self.cursors[lane] >= self.upto
+        return lane_done(self.cursors[lane], self.upto)
 
 
 def batch_size(p: Progress, lane: int, rate: int, most: int) -> int:

@@ -188,5 +188,5 @@ bulk_job = Table(
     Column("updated_ms", BigInteger, nullable=False),
     Column("finished_ms", BigInteger),
     Column("error", String(255)),
-    Column("lane_cursors", String(1024)),
+    Column("lane_cursors", String(8192)),
 )

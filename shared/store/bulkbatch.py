@@ -2,19 +2,20 @@
 
 1. the job row, read without a lock: still RUNNING and this node's, else nothing is done;
 2. the next task ids of the lane's share of its snapshot (by a hash of the task id, which
-   nothing changes) after the lane's cursor, by primary key, read without locks;
+   nothing changes) after the lane's cursor, in its walk's order (delayq.store.bulkwalk: by key,
+   by due time or by task id), read without locks;
 3. of those, the ones that still match and are in the action's state, locked by primary key —
    the same check as a single cancel or reschedule (delayq.store.requests), so a task a claim
    took first is passed over, and one changed first is claimed by nobody at its old state;
 4. the change (cancel: to the backlog; reschedule: the new due time; redrive: back to DELAY);
 5. the job row, locked: still RUNNING, still this node's, the lane's cursor where the runner
    last left it — else the batch rolls back (the job was stopped, or another node took it over)
-   — then the lane's cursor past the last id read, the counts, the lease renewed, DONE at the end.
+   — then the lane's cursor past the last task read, the counts, the lease renewed, DONE at the end.
 
 The job row is locked last, for the batch's commit only, so the lanes' batches run side by side;
 locked first, it would make them take turns. Every task is changed once (docs/ARCHITECTURE.md,
-invariant 10): a batch's changes and its lane's cursor commit together, lanes share no task, and
-a batch run again from an old cursor (a node that lost the job without knowing) finds the cursor
+invariant 10): a batch's changes and its lane's cursor commit together, lanes share no task, a
+walk meets no task twice (delayq.store.bulkwalk says why for each), and a batch run again from an old cursor (a node that lost the job without knowing) finds the cursor
 moved and rolls back. Only the rows changed are locked, each for the batch's few milliseconds: a
 dispatch that wants one waits no longer than for a single cancel.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from delayq import tables
-from delayq.bulk import Action, State
+from delayq.bulk import Action, State, lane_done
 from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
@@ -33,6 +34,7 @@ from delayq.schema import shard_count
 from delayq.statementlimits import time_limited
 from delayq.store.backlog import BY_ID, move_locked
 from delayq.store.bulkjobs import JOB, Job, cursors_of, lane_cursors, lane_of, snapshot_where, table_of
+from delayq.store.bulkwalk import next_ids
 from delayq.store.maintenance import redriven_rows
 
 TASK, BACKLOG = tables.task, tables.backlog
@@ -111,8 +113,8 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
     where = snapshot_where(spec, t, upto, job.created_ms)
     share = [lane_of(t.c.task_id, lanes) == lane] if lanes > 1 else []
     with time_limited(conn, read_s):        # the batch's one limited statement (StatementStopped)
-        ids = [r.task_id for r in conn.execute(select(t.c.task_id).where(*where, *share, t.c.task_id > batch.cursor)
-                                               .order_by(t.c.task_id).limit(batch.size))]
+        step = next_ids(conn, t, [*where, *share], batch.cursor, batch.size, upto)
+    ids = step.ids
     room = seen.total - seen.changed if room is None else room
     changed, moved = _change(conn, job, ids, where, now_ms, room) if ids and room > 0 else ((), ())
     # Last, the job row, locked: the batch commits only if the job and the lane are where it began.
@@ -124,8 +126,8 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
     if row.changed + len(changed) > row.total:
         raise _Rollback(room=row.total - row.changed)
     total_changed = row.changed + len(changed)
-    cursors[lane] = upto if len(ids) < batch.size else ids[-1]
-    done = all(c >= upto for c in cursors) or total_changed >= row.total
+    cursors[lane] = step.cursor
+    done = all(lane_done(c, upto) for c in cursors) or total_changed >= row.total
     values: dict = {**lane_cursors(tuple(cursors)), "changed": total_changed, "lease_until_ms": now_ms + lease_ms,
                     "updated_ms": now_ms}
     if done:

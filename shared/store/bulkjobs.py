@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, Row, func, or_, select, update
 
 from delayq import tables
-from delayq.bulk import Action, Progress, Spec, State
+from delayq.bulk import Action, Progress, Spec, State, first_cursor
 from delayq.db import unavailable_on_failure
 from delayq.statementlimits import time_limited
 from delayq.store.maintenance import TaskFilter
@@ -73,7 +73,8 @@ def lane_cursors(cursors: tuple[str, ...]) -> dict:
     """The job row's columns holding these lane cursors."""
     # cursor_id holds the highest: a node of an earlier version, which knows only that column,
     # goes on from there if it takes the job over — passing tasks over, never changing one twice.
-    return {"lane_cursors": json.dumps(list(cursors)), "cursor_id": max(cursors)}
+    # A walk by key or by due time (cursors from "~") holds "~" there: past every task id.
+    return {"lane_cursors": json.dumps(list(cursors)), "cursor_id": min(max(cursors), "~")}
 
 
 def cursors_of(r: Row) -> tuple[str, ...]:
@@ -120,7 +121,7 @@ class BulkJobs:
                 tag=None if f.tag is None else f.tag.encode(), due_from_ms=f.since_ms, due_before_ms=f.until_ms,
                 shift_ms=spec.shift_ms, due_at_ms=spec.due_at_ms, reason=spec.reason, actor=actor[:128],
                 rate=spec.rate, total=total, upto_id=upto, created_ms=now_ms, state=state.value, updated_ms=now_ms,
-                finished_ms=None if total else now_ms, **lane_cursors(("",) * self._lanes)))
+                finished_ms=None if total else now_ms, **lane_cursors((first_cursor(spec),) * self._lanes)))
         job = self.get(job_id)
         assert job is not None
         return job

@@ -7,7 +7,7 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
-from delayq.bulk import State
+from delayq.bulk import State, lane_done
 from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import Job
 
@@ -23,7 +23,7 @@ def run_lanes(engine: Engine, job: Job, node: str, size: int, now: Callable[[], 
         cursor = job.progress.cursors[k]
         try:
             for _ in range(max_batches):
-                if cursor >= job.progress.upto:
+                if lane_done(cursor, job.progress.upto):
                     return
                 r = run_batch(engine, Batch(job, k, cursor, size), node, now(), lease_ms)
                 if not r.ours or r.state is State.DONE:

@@ -18,7 +18,7 @@ import sqlalchemy
 
 from bench import fill
 from delayq import config, db as dbm, tables
-from delayq.bulk import Action, Spec, State
+from delayq.bulk import Action, Spec, State, lane_done
 from delayq.client import CallbackService, TaskSpec
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import StatementStopped
@@ -267,12 +267,12 @@ def test_two_lanes_change_their_own_shares_side_by_side_each_task_once(bare, act
         assert _rows(engine, "SELECT COUNT(*) FROM job_delay_task_backlog WHERE topic = :t", t=topic) == [(200,)]
 
 
-def _finish(engine, job, cursors: list[str], now: int, size: int = 50) -> None:
+def _finish(engine, job, cursors: list[str], now: int, size: int = 50, node: str = "a") -> None:
     """Runs the job's lanes in turn, a batch each, until it is DONE (at most 100 rounds)."""
     for _ in range(100):
         for lane, cursor in enumerate(cursors):
-            if cursor < job.progress.upto:
-                r = run_batch(engine, _at(job, cursor, size, lane), "a", now, HOUR)
+            if not lane_done(cursor, job.progress.upto):
+                r = run_batch(engine, _at(job, cursor, size, lane), node, now, HOUR)
                 assert r.ours
                 if r.state is State.DONE:
                     return
@@ -330,6 +330,70 @@ def test_a_job_an_earlier_version_moved_on_is_taken_back_without_changing_a_task
     shifted = _shifted(engine, topic, now)
     assert set(shifted) <= {0, 1}, f"tasks changed twice: {shifted}"      # passed over, maybe; never twice
     assert shifted[1] == jobs.get(job.job_id).progress.changed
+
+
+def test_a_job_by_key_prefix_reads_the_prefix_by_key_and_changes_each_task_once_across_a_take_over(bare):
+    # The prefix's tasks, one in three, are spread among another topic's and other keys' by task id:
+    # a walk by task id would read them all.
+    engine, topic, now = bare, "b.bykey", now_ms()
+    with engine.begin() as conn:
+        conn.execute(tables.task.insert(), [dict(
+            task_id=f"{now:011x}{i:016x}", topic=topic if i % 2 else "b.other", shard_id=i % 8, due_ms=now + HOUR,
+            status=int(Status.DELAY), attempt=0, payload=b"", spec_hash=b"0" * 16, max_retries=0, ttr_ms=1000,
+            created_ms=now - 1, updated_ms=now, task_key=f"{'acct-7' if i % 3 == 0 else 'acct-8'}/{i}".encode())
+            for i in range(1200)])
+        conn.exec_driver_sql("ANALYZE TABLE job_delay_task")
+    wanted = {f"{now:011x}{i:016x}" for i in range(1200) if i % 2 and i % 3 == 0}
+    jobs = BulkJobs(engine, lanes=2)
+    jobs.create(Spec(Action.RESCHEDULE, TaskFilter(topic=topic, status=Status.DELAY, key_prefix=b"acct-7/"), "r", 1000,
+                     shift_ms=1000), "test", now)
+    job = jobs.take("a", now, HOUR)
+    assert job is not None and job.progress.total == len(wanted) == 200
+    reads: list[tuple[str, object]] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        if "FORCE INDEX (idx_topic_key)" in statement:
+            reads.append((statement, parameters))
+    sqlalchemy.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        first = [run_batch(engine, _at(job, job.progress.cursors[lane], 30, lane), "a", now, HOUR) for lane in (0, 1)]
+    finally:
+        sqlalchemy.event.remove(engine, "before_cursor_execute", seen)
+    # Node a's lease lapses; node b takes the job over and goes on from each lane's place.
+    taken = jobs.take("b", now + 2 * HOUR, HOUR)
+    assert taken is not None and taken.progress.cursors == (first[0].cursor, first[1].cursor)
+    _finish(engine, taken, list(taken.progress.cursors), now, size=30, node="b")
+    done = jobs.get(job.job_id)
+    assert (done.state, done.progress.changed, done.progress.skipped) == (State.DONE, 200, 0)
+    moved = {r[0] for r in _rows(engine, "SELECT task_id FROM job_delay_task WHERE due_ms = :d", d=now + HOUR + 1000)}
+    assert moved == wanted
+    assert _rows(engine, "SELECT COUNT(*) FROM job_delay_task WHERE due_ms NOT IN (:a, :b)", a=now + HOUR,
+                 b=now + HOUR + 1000) == [(0,)]
+    # Each lane's read was a range of the key's index from its place, not a sort of the prefix's tasks.
+    assert len(reads) == 2
+    with engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        for statement, parameters in reads:
+            with raw.cursor() as cur:
+                cur.execute("EXPLAIN " + statement, parameters)
+                names = [d[0] for d in cur.description]
+                plan = [dict(zip(names, r)) for r in cur.fetchall()]
+            assert [(p["key"], "filesort" in (p["Extra"] or "")) for p in plan] == [("idx_topic_key", False)], plan
+
+
+def test_a_node_of_an_earlier_version_finds_a_job_by_key_at_its_end_and_changes_nothing(bare):
+    engine, topic, now = bare, "b.bykey.old", now_ms()
+    _fill(engine, topic, now, 20)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE job_delay_task SET task_key = CONCAT('k/', task_id) WHERE topic = '{topic}'")
+    jobs = BulkJobs(engine, lanes=2)
+    job = jobs.create(Spec(Action.CANCEL, TaskFilter(topic=topic, status=Status.DELAY, key_prefix=b"k/"), "r", 1000),
+                      "test", now)
+    row = _rows(engine, "SELECT cursor_id, lane_cursors, upto_id FROM job_bulk WHERE job_id = :j", j=job.job_id)[0]
+    # What an earlier version reads: cursor_id, or each lane's cursor, at or past the snapshot's last
+    # task id: every lane done, nothing to change.
+    assert row.cursor_id >= row.upto_id and all(c >= row.upto_id for c in json.loads(row.lane_cursors))
 
 
 def test_two_lanes_racing_for_the_last_of_the_count_change_exactly_the_count(bare):

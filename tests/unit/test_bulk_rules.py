@@ -11,7 +11,7 @@ import pytest
 
 from delayq import errors
 from delayq.access.grants import Client, Permission
-from delayq.bulk import Action, Pacer, Progress, Spec, State, batch_size, check
+from delayq.bulk import PAST_END, WALK_BY_KEY, Action, Pacer, Progress, Spec, State, batch_size, check, first_cursor, lane_done
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import Status
 from delayq.nodes import bulkrunner
@@ -439,3 +439,19 @@ def test_a_reader_lists_its_topics_jobs_even_under_a_hundred_newer_jobs_of_other
     call_as("reader")
     assert [j.jobId for j in calls.bulkList(None)] == mine[::-1]
     assert [j.jobId for j in calls.bulkList(2)] == mine[:0:-1]
+
+
+@pytest.mark.parametrize("action", list(Action))
+def test_a_job_with_a_key_prefix_walks_by_key_and_any_other_by_task_id(action):
+    keyed = TaskFilter(topic="t", status=action.acts_on, key_prefix=b"acct-7/")
+    assert first_cursor(Spec(action, keyed, "r", 10)) == WALK_BY_KEY
+    assert first_cursor(Spec(action, TaskFilter(topic="t", status=action.acts_on, tag="x"), "r", 10)) == ""
+
+
+def test_a_lane_is_done_past_its_walks_end_and_by_task_id_at_the_snapshots_last_id():
+    upto = "19abc0000000000000000000005"
+    assert not lane_done("", upto) and not lane_done("19abc0000000000000000000004", upto)
+    assert lane_done(upto, upto) and lane_done(PAST_END, upto)
+    # A walk by key is under way wherever it stands, though its cursor sorts above every task id.
+    assert not lane_done(WALK_BY_KEY, upto) and not lane_done(WALK_BY_KEY + '["6b",1,"zz"]', upto)
+    assert lane_done(WALK_BY_KEY, "")       # a job that matched nothing

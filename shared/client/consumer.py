@@ -18,7 +18,11 @@ delayq.client.heartbeats), and `task.set_progress(b"...")` goes with the next on
 told through `task.cancelled` (a threading.Event; `task.cancelled_why` says why) when delayq says
 the task was cancelled, or that its attempt is over (timed out, ended), or when three heartbeats
 in a row failed. Python cannot stop a thread from outside: the handler must look at the event
-itself. After three failed heartbeats the attempt is given up: neither reported nor acked; once
+itself. A handler that returns after it was told (cancelled, or over) is taken to have stopped:
+RETRY is reported, not SUCCESS, so a cancelled task ends CANCELLED; one that returned before the
+helper was told reports SUCCESS.
+
+After three failed heartbeats the attempt is given up: neither reported nor acked; once
 its handler returns, `run()` closes the connection (the broker hands the consumer's unacked
 messages to others) and raises HeartbeatsLost, as ATF's executor stops itself: delayq will
 dispatch the task again, and this process must not run it meanwhile.
@@ -114,8 +118,19 @@ def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
                     ttr_ms=None if ttr is None else int(ttr))
 
 
+# Why the helper told a handler to stop, for which a normal return is reported RETRY, not SUCCESS:
+# the documented handler returns when told, its work abandoned. After a cancel, RETRY ends the
+# task CANCELLED (any end but SUCCESS does); after a stale answer, the attempt is over and a RETRY
+# changes nothing (a SUCCESS would finish a timed-out task that waits to go again).
+STOPPED = {"cancelled": "the task was cancelled while it ran", "stale": "the attempt was over for delayq"}
+
+
 class _Run:
-    """One handler call on a thread of its own: its outcome once `done` is set."""
+    """One handler call on a thread of its own: its outcome once `done` is set.
+
+    A handler that returns normally reports SUCCESS, unless the helper had told it to stop
+    (STOPPED) before it returned: then RETRY, saying so. A handler that returned before the
+    helper was told keeps its SUCCESS (AttemptState orders the two)."""
 
     def __init__(self, handler: Callable[[Delivery], None], task: Delivery):
         self.done = threading.Event()
@@ -126,6 +141,10 @@ class _Run:
     def _call(self) -> None:
         try:
             self._handler(self._task)
+            why = self._task.state.returned()
+            if why in STOPPED:
+                self.status = ResultStatus.RETRY
+                self.message = f"stopped: the handler returned after it was told {STOPPED[why]}"
         except RetryLater as e:
             self.status, self.message = ResultStatus.RETRY, str(e)
         except Exception as e:  # noqa: BLE001 - a handler's failure is reported, not fatal to the consumer

@@ -51,6 +51,35 @@ def test_tasks_fire_and_results_return_over_amqps(tls_node):
         delete_queue(f"delayq.{topic}", amqp.parameters(amqps_url(), CA))
 
 
+def test_the_consumer_connects_and_reports_where_the_environment_says(tls_node, tmp_path, monkeypatch):
+    """No connection argument: the URL (from the file DELAYQ_AMQP_URL_FILE names: TLS, vhost and
+    user delayq), its CA and the cluster's results queue (DELAYQ_CLUSTER) come from the same
+    variables the nodes read, as docs/consumers.md sets them."""
+    topic = f"tls-{uuid.uuid4().hex[:6]}"
+    with tls_node.client() as c:
+        c.registerService(CallbackService(topic=topic, ttrMs=10_000))
+    url_file = tmp_path / "amqp.url"
+    url_file.write_text(amqps_url() + "\n")
+    monkeypatch.delenv("DELAYQ_AMQP_URL", raising=False)
+    monkeypatch.setenv("DELAYQ_AMQP_URL_FILE", str(url_file))
+    monkeypatch.setenv("DELAYQ_AMQP_CA_FILE", CA)
+    monkeypatch.setenv("DELAYQ_CLUSTER", tls_node.env["DELAYQ_CLUSTER"])
+    seen = []
+    consumer = TaskConsumer(topic, lambda task: seen.append(task.task_id), results="amqp")
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    try:
+        assert consumer.wait_ready(10)
+        with tls_node.client() as c:
+            task_id = c.submit(TaskSpec(topic=topic, delayMs=300, payload=b"from the environment")).taskId
+            wait_until(lambda: c.get(task_id).status == TaskStatus.FINISHED, 15, what="the task to finish")
+        assert seen == [task_id]
+    finally:
+        consumer.stop()
+        thread.join(5)
+        delete_queue(f"delayq.{topic}", amqp.parameters(amqps_url(), CA))
+
+
 def test_an_exchange_outside_delayqs_permissions_is_refused_at_registration(tls_node):
     with tls_node.client() as c, pytest.raises(ttypes.InvalidService) as e:
         c.registerService(CallbackService(topic=f"tls-{uuid.uuid4().hex[:6]}", exchange="billing.events"))

@@ -4,13 +4,15 @@
         ...                                   # raise RetryLater to retry, any other error is FATAL
         if task.cancelled.is_set(): ...       # long work: stop when delayq says so
     TaskConsumer("order.cancel", handle, results=DelayqClient(["127.0.0.1:9090"])).run()
-    TaskConsumer("order.cancel", handle, results="amqp").run()   # report over delayq.results.default
+    TaskConsumer("order.cancel", handle, results="amqp").run()   # report over delayq.results.<cluster>
 
-It declares the durable queue delayq.<topic> bound to the service's exchange and routing key,
-consumes with a prefetch, calls the handler, reports SUCCESS / RETRY / FATAL for the attempt, and
-acks after the report. A second delivery of an attempt it already finished (same message id) is
-acked and dropped. `stop()` (thread-safe, also on SIGTERM through `run(install_signals=True)`)
-finishes the message in hand and returns from `run()`.
+It connects where the environment says, as the nodes read it (DELAYQ_AMQP_URL or
+DELAYQ_AMQP_URL_FILE, DELAYQ_AMQP_CA_FILE, DELAYQ_CLUSTER: delayq.client.consumersettings) unless
+given as arguments, declares the durable queue delayq.<topic> bound to the service's exchange and
+routing key, consumes with a prefetch, calls the handler, reports SUCCESS / RETRY / FATAL for the
+attempt, and acks after the report. A second delivery of an attempt it already finished (same
+message id) is acked and dropped. `stop()` (thread-safe, also on SIGTERM through
+`run(install_signals=True)`) finishes the message in hand and returns from `run()`.
 
 Long tasks (docs/consumers.md): with a DelayqClient for `results`, a handler still running at half
 its attempt's time-to-run is kept alive by heartbeats (`touch`, from a twin of that client;
@@ -18,7 +20,11 @@ delayq.client.heartbeats), and `task.set_progress(b"...")` goes with the next on
 told through `task.cancelled` (a threading.Event; `task.cancelled_why` says why) when delayq says
 the task was cancelled, or that its attempt is over (timed out, ended), or when three heartbeats
 in a row failed. Python cannot stop a thread from outside: the handler must look at the event
-itself. After three failed heartbeats the attempt is given up: neither reported nor acked; once
+itself. A handler that returns after it was told (cancelled, or over) is taken to have stopped:
+RETRY is reported, not SUCCESS, so a cancelled task ends CANCELLED; one that returned before the
+helper was told reports SUCCESS.
+
+After three failed heartbeats the attempt is given up: neither reported nor acked; once
 its handler returns, `run()` closes the connection (the broker hands the consumer's unacked
 messages to others) and raises HeartbeatsLost, as ATF's executor stops itself: delayq will
 dispatch the task again, and this process must not run it meanwhile.
@@ -47,6 +53,7 @@ import pika.exceptions
 
 from delayq import topology
 from delayq.client import amqp
+from delayq.client.consumersettings import ConsumerSettings
 from delayq.client.gen.delayq_thrift.ttypes import ResultStatus
 from delayq.client.heartbeats import AttemptState, Heartbeat
 from delayq.client.reporting import Reporter
@@ -114,8 +121,19 @@ def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
                     ttr_ms=None if ttr is None else int(ttr))
 
 
+# Why the helper told a handler to stop, for which a normal return is reported RETRY, not SUCCESS:
+# the documented handler returns when told, its work abandoned. After a cancel, RETRY ends the
+# task CANCELLED (any end but SUCCESS does); after a stale answer, the attempt is over and a RETRY
+# changes nothing (a SUCCESS would finish a timed-out task that waits to go again).
+STOPPED = {"cancelled": "the task was cancelled while it ran", "stale": "the attempt was over for delayq"}
+
+
 class _Run:
-    """One handler call on a thread of its own: its outcome once `done` is set."""
+    """One handler call on a thread of its own: its outcome once `done` is set.
+
+    A handler that returns normally reports SUCCESS, unless the helper had told it to stop
+    (STOPPED) before it returned: then RETRY, saying so. A handler that returned before the
+    helper was told keeps its SUCCESS (AttemptState orders the two)."""
 
     def __init__(self, handler: Callable[[Delivery], None], task: Delivery):
         self.done = threading.Event()
@@ -126,6 +144,10 @@ class _Run:
     def _call(self) -> None:
         try:
             self._handler(self._task)
+            why = self._task.state.returned()
+            if why in STOPPED:
+                self.status = ResultStatus.RETRY
+                self.message = f"stopped: the handler returned after it was told {STOPPED[why]}"
         except RetryLater as e:
             self.status, self.message = ResultStatus.RETRY, str(e)
         except Exception as e:  # noqa: BLE001 - a handler's failure is reported, not fatal to the consumer
@@ -137,25 +159,28 @@ class _Run:
 
 class TaskConsumer:
     def __init__(self, topic: str, handler: Callable[[Delivery], None], *, results=None,
-                 amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F", exchange: str = topology.DEFAULT_EXCHANGE,
+                 amqp_url: str | None = None, exchange: str = topology.DEFAULT_EXCHANGE,
                  amqp_ca_file: str | None = None,
                  routing_key: str | None = None, prefetch: int = 32, remember: int = 10_000,
                  report_timeout_s: float = 5.0, cluster: str | None = None, heartbeats=None,
-                 reconnect_for_s: float = 120.0, clock: Callable[[], float] = time.monotonic):
-        """heartbeats: the client that touches running attempts (default: a twin of a DelayqClient
-        `results`; none with "amqp" or None: only Thrift answers whether to go on). clock: the
-        monotonic clock heartbeats are timed by (tests drive it)."""
+                 reconnect_for_s: float = 120.0, clock: Callable[[], float] = time.monotonic,
+                 settings: ConsumerSettings | None = None):
+        """amqp_url, amqp_ca_file, cluster: None takes them from `settings` (default: read from the
+        environment, delayq.client.consumersettings). heartbeats: the client that touches running
+        attempts (default: a twin of a DelayqClient `results`; none with "amqp" or None: only
+        Thrift answers whether to go on). clock: the monotonic clock heartbeats are timed by (tests
+        drive it)."""
         self.topic = topic
         self._handler = handler
         twin = getattr(results, "twin", None)
         self._beats = heartbeats if heartbeats is not None else (twin() if callable(twin) else None)
-        self._params = amqp.parameters(amqp_url, amqp_ca_file if amqp_ca_file is not None
-                                       else os.environ.get("DELAYQ_AMQP_CA_FILE", ""))
+        self.settings = (settings or ConsumerSettings.from_env()).given(amqp_url, amqp_ca_file, cluster)
+        self._params = amqp.parameters(self.settings.amqp_url, self.settings.amqp_ca_file)
         # Where results go: a DelayqClient (Thrift reportResult), "amqp" (the delayq.results queue,
         # for consumers that speak only RabbitMQ), or None to only ack.
         self._reporter = None if results is None else Reporter(
             results, getattr(self._params.credentials, "username", None), report_timeout_s=report_timeout_s,
-            cluster=cluster)
+            cluster=self.settings.cluster)
         self._params.socket_timeout = 5
         self._params.heartbeat = 30
         # How RabbitMQ lists the connection (rabbitmqctl list_connections client_properties).
@@ -226,6 +251,9 @@ class TaskConsumer:
                 self._reporter.open(conn)
             self._channel.basic_qos(prefetch_count=self._prefetch)
             self._channel.basic_consume(queue, self._on_message)
+            p = self._params
+            log.info("consuming %s on %s://%s:%d, vhost %s, as %s", queue, "amqps" if p.ssl_options else "amqp",
+                     p.host, p.port, p.virtual_host, getattr(p.credentials, "username", "?"))
             self._ready.set()
             while not self._stopping.is_set():
                 conn.process_data_events(time_limit=0.2)

@@ -48,12 +48,18 @@ Touch = Callable[[str, int, int, bytes | None], ttypes.TouchResult]
 
 class AttemptState:
     """What the handler and the helper share about one running attempt: the handler reads
-    `cancelled` and sets progress; the helper sets `cancelled` and sends the progress."""
+    `cancelled` and sets progress; the helper sets `cancelled` and sends the progress.
+
+    States: running, told (`cancelled` set, `why` says why), returned (`returned()` was called).
+    The one lock orders a cancel and the handler's return: either the helper told the handler
+    before it returned (`returned()` answers why), or the handler returned first (it answers None)
+    and its result stands, whatever the helper learns after."""
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
         self.why: str | None = None          # why cancelled was set
         self._progress: bytes | None = None
+        self._returned = False
         self._lock = threading.Lock()
 
     def set_progress(self, progress: bytes) -> None:
@@ -75,9 +81,16 @@ class AttemptState:
                 self._progress = progress
 
     def cancel(self, why: str) -> None:
-        if not self.cancelled.is_set():
-            self.why = why
-            self.cancelled.set()
+        with self._lock:
+            if not self.cancelled.is_set() and not self._returned:
+                self.why = why
+                self.cancelled.set()
+
+    def returned(self) -> str | None:
+        """The handler returned: why it had been told to stop by then (None: it had not been)."""
+        with self._lock:
+            self._returned = True
+            return self.why
 
 
 class Heartbeat:

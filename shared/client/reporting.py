@@ -30,7 +30,7 @@ class Reporter:
     def __init__(self, results: Any, user: str | None, *, report_timeout_s: float, cluster: str | None):
         """results: a DelayqClient or "amqp"; user: the AMQP user, vouched for by RabbitMQ as the
         reporter (the nodes check it for `report`); cluster: whose results queue (None: asked of a
-        node when first opened)."""
+        node when first opened, which takes the `admin` grant; DELAYQ_CLUSTER spares asking)."""
         self._results, self._user = results, user
         self._timeout_s = report_timeout_s
         self._cluster = cluster
@@ -77,7 +77,7 @@ class Reporter:
             return self._results.cluster().cluster
         except (TException, OSError) as e:
             log.warning("cannot ask a node for its cluster's name (%s): results fall back to "
-                        "delayq.results.default; pass cluster= to be sure", e)
+                        "delayq.results.default; set DELAYQ_CLUSTER (or pass cluster=) to the cluster's name", e)
             return "default"
 
     def _publish(self, task_id: str, attempt: int, status: int, message: str) -> None:

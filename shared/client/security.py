@@ -39,8 +39,8 @@ class ClientSecurity:
         env = os.environ if environ is None else environ
         return cls(insecure=env.get("DELAYQ_INSECURE", "").strip().lower() in ("1", "true", "yes", "on"),
                    ca_file=env.get("DELAYQ_TLS_CA_FILE", ""), cert_file=env.get("DELAYQ_TLS_CLIENT_CERT_FILE", ""),
-                   key_file=env.get("DELAYQ_TLS_CLIENT_KEY_FILE", ""), token=_secret(env, "DELAYQ_TOKEN"),
-                   zk_auth=_secret(env, "DELAYQ_ZK_AUTH"))
+                   key_file=env.get("DELAYQ_TLS_CLIENT_KEY_FILE", ""), token=env_secret(env, "DELAYQ_TOKEN"),
+                   zk_auth=env_secret(env, "DELAYQ_ZK_AUTH"))
 
     def context(self) -> ssl.SSLContext | None:
         """The TLS context for a node's port (None: plaintext, insecure mode). The node's
@@ -55,7 +55,7 @@ class ClientSecurity:
         return ctx
 
 
-def _secret(env: Mapping[str, str], name: str) -> str:
+def env_secret(env: Mapping[str, str], name: str) -> str:
     """env[name], else the content of the file env[name + "_FILE"] names, else ""."""
     if env.get(name):
         return env[name]

@@ -220,6 +220,34 @@ def test_a_handler_running_three_times_its_ttr_is_dispatched_once_with_heartbeat
 
 
 @pytest.mark.timeout(30)
+def test_a_task_cancelled_while_its_documented_handler_runs_ends_cancelled_not_finished(node):
+    """The handler of docs/consumers.md returns when told: its work abandoned, the helper reports
+    RETRY rather than SUCCESS, and the cancel ends the task CANCELLED."""
+    topic = register(node, ttrMs=2000, maxRetries=3)
+    working, why = threading.Event(), []
+
+    def handle(task):
+        working.set()
+        for _ in range(300):                       # at most 30 s of work, in chunks
+            if task.cancelled.is_set():
+                why.append(task.cancelled_why)
+                return
+            time.sleep(0.1)
+    consumer = TaskConsumer(topic, handle, results=DelayqClient([node.endpoint], timeout_s=5), amqp_url=AMQP_URL)
+    with consuming(consumer) as raised, node.client() as c:
+        ref = c.submit(TaskSpec(topic=topic, delayMs=0, payload=b"long"))
+        assert working.wait(10), "the handler did not start"
+        assert c.cancel(ref.taskId) == CancelResult.ALREADY_DISPATCHED
+        ended = wait_until(lambda: (i := c.get(ref.taskId)).status != TaskStatus.READY and
+                           i.status != TaskStatus.RUNNING and i, 10, what="the attempt to end")
+        assert why == ["cancelled"]
+        assert ended.status == TaskStatus.CANCELLED
+        [a] = ended.attempts
+        assert (a.attempt, a.result) == (1, "RETRY") and "cancelled" in a.message
+        assert not raised
+
+
+@pytest.mark.timeout(30)
 def test_a_helper_that_cannot_heartbeat_three_times_gives_the_attempt_up_and_stops(node):
     topic = register(node, ttrMs=1500, maxRetries=3)
     told = threading.Event()

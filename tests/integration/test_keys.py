@@ -244,6 +244,22 @@ def test_find_by_key_and_list_tasks_page_through_live_and_ended_tasks(node, topi
         assert sorted(t.result for t in out.tasks) == [ttypes.KeyedResult.CANCELLED] * 4
 
 
+def test_max_debounce_bounds_the_first_replace_submit_of_a_chain_too(node, topic, collector):
+    """docs/clients.md: a REPLACE chain is due at most its first submit plus maxDebounceMs — the
+    first submit included, not only the replacements after it."""
+    with node.client() as c:
+        t0 = now_ms()
+        first = c.submit(TaskSpec(topic=topic, delayMs=60_000, key="deb", maxDebounceMs=1_000,
+                                  onKeyConflict=ttypes.KeyConflict.REPLACE))
+        t1 = now_ms()
+        again = c.submit(TaskSpec(topic=topic, delayMs=60_000, key="deb", maxDebounceMs=1_000,
+                                  onKeyConflict=ttypes.KeyConflict.REPLACE))
+        assert first.outcome == C and t0 + 1_000 <= first.dueAtMs <= t1 + 1_000
+        assert again.outcome == R and again.dueAtMs == first.dueAtMs     # the chain's bound, not 60 s out
+        assert c.get(again.taskId).dueAtMs == first.dueAtMs
+    wait_until(lambda: again.taskId in collector.task_ids(), 10, what="the debounced task, a second after its first submit")
+
+
 def test_a_batch_replacing_its_own_key_answers_each_task_with_the_one_that_fires(node, topic, engine):
     with node.client() as c:
         refs = c.submitBatch([TaskSpec(topic=topic, delayMs=3_600_000, key="b", payload=b"%d" % i,

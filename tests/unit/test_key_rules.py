@@ -133,9 +133,18 @@ def test_replace_keeps_pushing_back_but_never_past_the_chains_first_submit_plus_
     assert answers == [30_000, 50_000, 60_000, 70_000]
 
 
-def test_replace_of_a_fired_holder_starts_a_new_chain():
+def test_replace_of_a_fired_holder_starts_a_new_chain_bounded_from_now():
     d = decide(KeyMode.REPLACE, _holder(Status.READY, since=0), NOW + 5, NOW, max_debounce_ms=1)
-    assert d == (Action.TAKE_OVER, NOW + 5, NOW)
+    assert d == (Action.TAKE_OVER, NOW + 1, NOW)
+    assert decide(KeyMode.REPLACE, _holder(Status.READY, since=0), NOW + 5, NOW, max_debounce_ms=10) == \
+        (Action.TAKE_OVER, NOW + 5, NOW)
+
+
+def test_the_first_submit_of_a_chain_is_due_at_most_max_debounce_from_now():
+    assert decide(KeyMode.REPLACE, None, NOW + 60_000, NOW, max_debounce_ms=10_000) == \
+        (Action.INSERT, NOW + 10_000, NOW)
+    assert decide(KeyMode.REPLACE, None, NOW + 5_000, NOW, max_debounce_ms=10_000).due_ms == NOW + 5_000
+    assert decide(KeyMode.REPLACE, None, NOW + 5_000, NOW, max_debounce_ms=0).due_ms == NOW
 
 
 # ---- page tokens and filters -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from delayq import errors
 from delayq.lifecycle import Status
 from delayq.store.maintenance import TaskFilter
+from delayq.textrules import control_reason, first_control
 
 MAX_REASON = 255                # characters of a job's reason
 MAX_RATE = 100_000              # ops/s a job may be given
@@ -71,8 +72,13 @@ def check(action: Action, f: TaskFilter, reason: str | None, rate: int | None, d
     if f.since_ms is not None and f.until_ms is not None and f.since_ms >= f.until_ms:
         raise errors.InvalidRequest("filter.dueBeforeMs", "must be later than dueFromMs")
     reason = (reason or "").strip()
-    if not reason or len(reason) > MAX_REASON or any(ord(ch) < 32 for ch in reason):
+    if not reason:
         raise errors.InvalidRequest("reason", f"is required: 1-{MAX_REASON} printable characters")
+    if len(reason) > MAX_REASON:
+        raise errors.InvalidRequest("reason", f"is {len(reason)} characters, at most {MAX_REASON} allowed")
+    bad = first_control(reason)
+    if bad is not None:
+        raise errors.InvalidRequest("reason", control_reason(bad))
     if rate is None:
         rate = default_rate
     if not 1 <= rate <= MAX_RATE:

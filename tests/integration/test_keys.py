@@ -100,7 +100,8 @@ def test_key_and_tags_survive_a_retry(node):
 
 @pytest.mark.parametrize("field, spec", [
     ("key", dict(key="k" * 256)), ("tags", dict(tags=[f"t{i}" for i in range(9)])), ("key", dict(key="a\x00b")),
-    ("tags", dict(tags=["a\x00"])), ("onKeyConflict", dict(key="k", onKeyConflict=7)),
+    ("tags", dict(tags=["a\x00"])), ("key", dict(key="next\x85line")), ("key", dict(key="a\u2028b")),
+    ("tags", dict(tags=["a\u2029"])), ("onKeyConflict", dict(key="k", onKeyConflict=7)),
     ("onKeyConflict", dict(onKeyConflict=ttypes.KeyConflict.REJECT)), ("traceparent", dict(traceparent="00-x"))])
 def test_bad_key_input_is_an_invalid_task_naming_the_field(node, topic, field, spec):
     with node.client() as c:
@@ -113,6 +114,19 @@ def test_bad_key_input_is_an_invalid_task_naming_the_field(node, topic, field, s
         with pytest.raises(ttypes.InvalidTask) as e:
             c.findByKey(topic, "k" * 256, None)
         assert e.value.field == "key"
+
+
+def test_every_call_that_takes_a_key_or_tag_refuses_c1_controls_and_line_separators(node, topic):
+    with node.client() as c:
+        for call, field in [(lambda: c.findByKey(topic, "a\x85", None), "key"),
+                            (lambda: c.cancelByKey(topic, "a\u2028"), "key"),
+                            (lambda: c.rescheduleByKey(topic, "a\u2029", now_ms() + 1000), "key"),
+                            (lambda: c.listTasks(ttypes.TaskFilter(topic=topic, keyPrefix="a\x85"), None, None), "keyPrefix"),
+                            (lambda: c.listTasks(ttypes.TaskFilter(topic=topic, tag="a\x9f"), None, None), "tag"),
+                            (lambda: c.listTasks(ttypes.TaskFilter(topic=topic, tag="a,b"), None, None), "tag")]:
+            with pytest.raises(ttypes.InvalidTask) as e:
+                call()
+            assert e.value.field == field
 
 
 @pytest.fixture(scope="module")

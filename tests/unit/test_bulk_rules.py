@@ -30,11 +30,11 @@ pytestmark = pytest.mark.timeout(10)
 F = TaskFilter(topic="orders", tag="eu")
 
 
-DAY = 86_400_000
+NOW, DAY = 1_700_000_000_000, 86_400_000
 
 
 def _check(action=Action.CANCEL, f=F, reason="tenant closed", rate=None, **kw):
-    return check(action, f, reason, rate, 2000, max_horizon_ms=DAY, **kw)
+    return check(action, f, reason, rate, 2000, max_horizon_ms=DAY, now_ms=NOW, **kw)
 
 
 def test_a_request_becomes_a_spec_acting_on_its_actions_state():
@@ -57,12 +57,20 @@ def test_a_request_becomes_a_spec_acting_on_its_actions_state():
     (dict(action=Action.RESCHEDULE, shift_ms=0), "shiftMs"),
     (dict(action=Action.RESCHEDULE, shift_ms=86_400_001), "shiftMs"),
     (dict(action=Action.RESCHEDULE, due_at_ms=-1), "dueAtMs"),
+    (dict(action=Action.RESCHEDULE, due_at_ms=NOW + DAY + 1), "dueAtMs"),        # beyond the horizon
     (dict(reason="next\x85line"), "reason"), (dict(reason="a\u2028b"), "reason"),
     (dict(shift_ms=1000), "shiftMs")])
 def test_a_bad_request_names_its_field(kw, field):
     with pytest.raises(errors.InvalidRequest) as e:
         _check(**kw)
     assert e.value.field == field
+
+
+def test_a_due_time_up_to_the_horizon_from_now_is_taken_and_one_past_it_refused_saying_so():
+    assert _check(Action.RESCHEDULE, due_at_ms=NOW + DAY).due_at_ms == NOW + DAY
+    with pytest.raises(errors.InvalidRequest) as e:
+        _check(Action.RESCHEDULE, due_at_ms=NOW + DAY + 1)
+    assert e.value.reason == f"is beyond the horizon of {DAY} ms from now"
 
 
 def test_a_reason_too_long_is_told_so_not_that_it_is_required():

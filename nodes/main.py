@@ -213,8 +213,9 @@ class NodeRuntime:
                                 paths=None if zkp is None else zkp.paths, reshards=reshards)
         # Bulk jobs: any node runs any job (delayq.nodes.bulkrunner); one started here wakes ours.
         jobs = BulkJobs(self.engine, s.bulk.lanes)
-        self.bulk_jobs = BulkRunner(jobs, functools.partial(bulkbatch.run_batch, self.engine), placing, clock,
-                                    self.metrics, RunnerSettings(s.node.node_id, s.bulk.batch, s.bulk.lease_ms))
+        batches = functools.partial(bulkbatch.run_batch, self.engine, max_horizon_ms=s.limits.max_horizon_ms)
+        self.bulk_jobs = BulkRunner(jobs, batches, placing, clock, self.metrics,
+                                    RunnerSettings(s.node.node_id, s.bulk.batch, s.bulk.lease_ms))
         self.service = Service(self.handler, self.keys, self.topics, self.admin, BulkCalls(
             jobs, self.access, answers, clock, default_rate=s.bulk.rate, max_horizon_ms=s.limits.max_horizon_ms,
             started=self.bulk_jobs.wake))

@@ -9,6 +9,7 @@ from typing import NamedTuple, Sequence
 
 from delayq.errors import InvalidService, InvalidTask
 from delayq.store.values import KeyMode
+from delayq.textrules import control_reason, first_control
 
 TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 TASK_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
@@ -16,7 +17,6 @@ EXCHANGE_RE = re.compile(r"[A-Za-z0-9._:-]{1,255}")
 MAX_KEY_BYTES, MAX_TAGS, MAX_TAG_BYTES = 255, 8, 64
 # W3C Trace Context, version 00's layout (a later version is read the same way, its extra fields refused).
 TRACEPARENT_RE = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_RETRIES = 100
 MAX_TTR_MS = 24 * 3600 * 1000
 _INT32 = 2**31 - 1
@@ -109,8 +109,9 @@ def check_key(key: str | None, index: int | None = None, field: str = "key") -> 
         raise InvalidTask(field, "must not be empty (leave it unset for no key)", index)
     if len(raw) > MAX_KEY_BYTES:
         raise InvalidTask(field, f"is {len(raw)} bytes of UTF-8, at most {MAX_KEY_BYTES} allowed", index)
-    if _CONTROL.search(key):
-        raise InvalidTask(field, "must not hold control characters (NUL, newline...)", index)
+    bad = first_control(key)
+    if bad is not None:
+        raise InvalidTask(field, control_reason(bad), index)
     return raw
 
 
@@ -121,14 +122,23 @@ def check_tags(tags: Sequence[str] | None, index: int | None = None) -> bytes | 
     if len(tags) > MAX_TAGS:
         raise InvalidTask("tags", f"holds {len(tags)} tags, at most {MAX_TAGS} allowed", index)
     for tag in tags:
-        if tag is None or not tag:
-            raise InvalidTask("tags", "a tag must not be empty", index)
-        if len(tag.encode()) > MAX_TAG_BYTES:
-            raise InvalidTask("tags", f"tag {tag[:16]!r}... is {len(tag.encode())} bytes, at most {MAX_TAG_BYTES} "
-                              "allowed", index)
-        if "," in tag or _CONTROL.search(tag):
-            raise InvalidTask("tags", f"tag {tag[:16]!r} must not hold a comma or control characters", index)
+        check_tag(tag, index)
     return ",".join(dict.fromkeys(tags)).encode()
+
+
+def check_tag(tag: str | None, index: int | None = None, field: str = "tags") -> str:
+    """One tag: a task's (field `tags`) or a filter's (field `tag`)."""
+    if tag is None or not tag:
+        raise InvalidTask(field, "a tag must not be empty", index)
+    if len(tag.encode()) > MAX_TAG_BYTES:
+        raise InvalidTask(field, f"tag {tag[:16]!r}... is {len(tag.encode())} bytes, at most {MAX_TAG_BYTES} "
+                          "allowed", index)
+    if "," in tag:
+        raise InvalidTask(field, f"tag {tag[:16]!r} must not hold a comma", index)
+    bad = first_control(tag)
+    if bad is not None:
+        raise InvalidTask(field, f"tag {tag[:16]!r} {control_reason(bad)}", index)
+    return tag
 
 
 def split_tags(stored: bytes | None) -> list[str] | None:

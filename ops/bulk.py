@@ -55,9 +55,11 @@ def cancel_cmd(**kw) -> None:
 
 
 @bulk.command("reschedule")
-@click.option("--later", help="Move each task this much later: 30s, 5m, 2h, 1d.")
+@click.option("--later", help="Move each task this much later: 30s, 5m, 2h, 1d (a task it would take past the "
+              "horizon, DELAYQ_MAX_HORIZON_MS from when its batch runs, is left as it is and counted as skipped).")
 @click.option("--earlier", help="Move each task this much earlier.")
-@click.option("--at", "at", help="Move every task to this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
+@click.option("--at", "at", help="Move every task to this time: ISO 8601 (UTC unless it says otherwise) or epoch ms; "
+              "at most the horizon (DELAYQ_MAX_HORIZON_MS) from now.")
 @_job_options
 def reschedule_cmd(later, earlier, at, **kw) -> None:
     """Move TOPIC's tasks that have not fired (DELAY) and match the options."""
@@ -101,7 +103,9 @@ def _launch(action: int, kw: dict, shift_ms: int | None = None, due_at_ms: int |
             return c.bulkStart(request)
     job = run(start, as_json)
     if not as_json:
-        click.echo(f"job {job.jobId}: {verb} {job.total} tasks at {job.opsPerSecond}/s")
+        click.echo(f"job {job.jobId}: {verb} {job.total} tasks at {job.opsPerSecond}/s" +
+                   ("; a task the shift would take past the horizon is left as it is (skipped)"
+                    if job.shiftMs is not None else ""))
     if not kw["no_wait"]:
         job = _follow(settings, kw["endpoints"], job, as_json)
     _show(job, as_json)
@@ -139,6 +143,13 @@ def as_dict(j: ttypes.BulkJob) -> dict:
             "createdAtMs": j.createdAtMs, "finishedAtMs": j.finishedAtMs, "runningOn": j.runningOn, "error": j.error}
 
 
+def _why_skipped(d: dict) -> str:
+    """Why a job's skipped tasks were left: a shift also leaves those it would take past the horizon."""
+    if d["shiftMs"] is not None:
+        return "left as they were: fired or changed meanwhile, or the shift would take them past the horizon"
+    return "had fired or changed meanwhile"
+
+
 def _show(j: ttypes.BulkJob, as_json: bool) -> None:
     d = as_dict(j)
     if as_json:
@@ -147,8 +158,8 @@ def _show(j: ttypes.BulkJob, as_json: bool) -> None:
     narrowed = " ".join(f"{k}={d[k]}" for k in ("keyPrefix", "tag", "shiftMs") if d[k] is not None)
     narrowed += "".join(f" {k}={utc_time(d[k])}" for k in ("dueFromMs", "dueBeforeMs", "dueAtMs") if d[k] is not None)
     click.echo(f"job {d['jobId']}  {d['state']}  {d['action'].lower()} {d['topic']} {narrowed}".rstrip())
-    click.echo(f"  changed {d['changed']} of {d['total']}" + (f", {d['skipped']} had fired or changed meanwhile"
-                                                             if d["skipped"] else "") + f"  at {d['opsPerSecond']}/s")
+    click.echo(f"  changed {d['changed']} of {d['total']}" + (f", {d['skipped']} {_why_skipped(d)}" if d["skipped"]
+                                                             else "") + f"  at {d['opsPerSecond']}/s")
     click.echo(f"  by {d['createdBy']} at {utc_time(d['createdAtMs'])}: {d['reason']}")
     if d["runningOn"]:
         click.echo(f"  running on {d['runningOn']}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from delayq import errors
 from delayq.lifecycle import Status
 from delayq.store.maintenance import TaskFilter
+from delayq.textrules import control_reason, first_control
 
 MAX_REASON = 255                # characters of a job's reason
 MAX_RATE = 100_000              # ops/s a job may be given
@@ -63,8 +64,10 @@ class Spec:
 
 def check(action: Action, f: TaskFilter, reason: str | None, rate: int | None, default_rate: int, *,
           shift_ms: int | None = None, due_at_ms: int | None = None, max_tasks: int | None = None,
-          max_horizon_ms: int) -> Spec:
-    """A job's request checked: InvalidRequest names the field at fault."""
+          max_horizon_ms: int, now_ms: int) -> Spec:
+    """A job's request checked: InvalidRequest names the field at fault. A new due time (dueAtMs)
+    beyond the horizon from now is refused as a submit's is; a shift's is known only task by task,
+    when its batch runs (delayq.store.bulkbatch leaves a task it would take past the horizon)."""
     if not f.topic:
         raise errors.InvalidRequest("filter.topic", "is required: a bulk job acts on one topic's tasks")
     if f.status is not None and f.status is not action.acts_on:
@@ -72,8 +75,13 @@ def check(action: Action, f: TaskFilter, reason: str | None, rate: int | None, d
     if f.since_ms is not None and f.until_ms is not None and f.since_ms >= f.until_ms:
         raise errors.InvalidRequest("filter.dueBeforeMs", "must be later than dueFromMs")
     reason = (reason or "").strip()
-    if not reason or len(reason) > MAX_REASON or any(ord(ch) < 32 for ch in reason):
+    if not reason:
         raise errors.InvalidRequest("reason", f"is required: 1-{MAX_REASON} printable characters")
+    if len(reason) > MAX_REASON:
+        raise errors.InvalidRequest("reason", f"is {len(reason)} characters, at most {MAX_REASON} allowed")
+    bad = first_control(reason)
+    if bad is not None:
+        raise errors.InvalidRequest("reason", control_reason(bad))
     if rate is None:
         rate = default_rate
     if not 1 <= rate <= MAX_RATE:
@@ -87,6 +95,8 @@ def check(action: Action, f: TaskFilter, reason: str | None, rate: int | None, d
             raise errors.InvalidRequest("shiftMs", f"must be non-zero and at most {max_horizon_ms} ms either way")
         if due_at_ms is not None and due_at_ms < 0:
             raise errors.InvalidRequest("dueAtMs", f"must not be negative, got {due_at_ms}")
+        if due_at_ms is not None and due_at_ms > now_ms + max_horizon_ms:
+            raise errors.InvalidRequest("dueAtMs", f"is beyond the horizon of {max_horizon_ms} ms from now")
     elif shift_ms is not None or due_at_ms is not None:
         raise errors.InvalidRequest("shiftMs", f"only a reschedule moves tasks, not a {action.value}")
     return Spec(action, TaskFilter(topic=f.topic, since_ms=f.since_ms, until_ms=f.until_ms, status=action.acts_on,
@@ -121,7 +131,8 @@ class Progress:
     """Where a job stands, as its row holds it."""
     total: int                  # tasks matching when it was created (capped by the count shown)
     changed: int                # tasks this job changed
-    skipped: int                # tasks of its snapshot no longer changeable when their batch ran (fired)
+    skipped: int                # tasks of its snapshot left unchanged: fired or changed before their batch ran,
+                                # or (a shift) their new due time past the horizon then
     cursors: tuple[str, ...]    # per lane, the last place it passed (see first_cursor)
     upto: str                   # the snapshot's highest task id
 

@@ -143,7 +143,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MAX_PAYLOAD_BYTES", "limits", "max_payload_bytes", int, 65536,
             "Largest payload accepted."),
     Setting("DELAYQ_MAX_HORIZON_MS", "limits", "max_horizon_ms", int, 30 * 24 * 3600 * 1000,
-            "Latest due time accepted, from now."),
+            "Latest due time accepted, from now: by a submit, a reschedule, a bulk reschedule (a shift leaves a task "
+            "it would take past it)."),
     Setting("DELAYQ_MAX_BATCH", "limits", "max_batch", int, 1000, "Tasks in one submitBatch at most."),
     Setting("DELAYQ_MAX_FRAME_BYTES", "limits", "max_frame_bytes", int, 8 * 1024 * 1024,
             "Largest Thrift frame; a larger one closes the connection."),

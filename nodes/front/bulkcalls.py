@@ -112,11 +112,11 @@ class BulkCalls:
         try:
             f = task_filter(r.filter)
         except errors.InvalidTask as e:
-            field = "tag" if e.field == "tags" else e.field     # the filter's field, not a task's
-            raise errors.InvalidRequest(f"filter.{field}", e.reason) from None
+            raise errors.InvalidRequest(f"filter.{e.field}", e.reason) from None
         self._may_change(client, action, f.topic or "")
         return bulk.check(action, f, r.reason, r.opsPerSecond, self._default_rate, shift_ms=r.shiftMs,
-                          due_at_ms=r.dueAtMs, max_tasks=r.maxTasks, max_horizon_ms=self._max_horizon_ms)
+                          due_at_ms=r.dueAtMs, max_tasks=r.maxTasks, max_horizon_ms=self._max_horizon_ms,
+                          now_ms=self._clock.now_ms())
 
     def _may_change(self, client: Client, action: Action, topic: str) -> None:
         if client.holds(Permission.ADMIN):

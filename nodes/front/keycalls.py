@@ -22,8 +22,8 @@ from delayq.nodes.front.caller import current
 from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.front.placing import Placing
 from delayq.nodes.memory.delayqueue import Entry
-from delayq.nodes.validation import (MAX_TAG_BYTES, Limits, TaskRequest, check_key, check_tags, check_topic,
-                                     due_time, split_tags)
+from delayq.nodes.validation import (Limits, TaskRequest, check_key, check_tag, check_topic, due_time,
+                                     split_tags)
 from delayq.store.bykey import LIST_STATEMENT_S, Changed, Found, KeyRequests, KeyResult
 from delayq.store.maintenance import TaskFilter
 
@@ -48,9 +48,8 @@ def task_filter(f: ttypes.TaskFilter | None) -> TaskFilter:
     topic = check_topic(f.topic)
     if f.status is not None and f.status not in ttypes.TaskStatus._VALUES_TO_NAMES:
         raise errors.InvalidTask("status", f"unknown task status {f.status}")
-    if f.tag is not None and (len(f.tag.encode()) > MAX_TAG_BYTES or not f.tag):
-        raise errors.InvalidTask("tag", f"must be 1-{MAX_TAG_BYTES} bytes")
-    check_tags([f.tag] if f.tag is not None else None)
+    if f.tag is not None:
+        check_tag(f.tag, field="tag")
     for field, value in (("dueFromMs", f.dueFromMs), ("dueBeforeMs", f.dueBeforeMs)):
         if value is not None and value < 0:
             raise errors.InvalidTask(field, f"must not be negative, got {value}")

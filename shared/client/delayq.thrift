@@ -274,8 +274,9 @@ struct BulkRequest {
   1: required BulkAction action,
   2: required TaskFilter filter,
   3: required string reason,               // why, 1-255 characters: kept with the job and audited
-  4: optional i64 shiftMs,                 // reschedule: each task moves by this much (either way)
-  5: optional i64 dueAtMs,                 // reschedule: every task moves to this instant
+  4: optional i64 shiftMs,                 // reschedule: each task moves by this much (either way); one
+                                           // it would take past the horizon when its batch runs is skipped
+  5: optional i64 dueAtMs,                 // reschedule: every task moves to this instant (within the horizon)
   6: optional i32 opsPerSecond,            // default: DELAYQ_BULK_RATE; 1 to 100000
   7: optional i64 maxTasks,                // changes at most this many: the count the operator was shown
 }
@@ -288,7 +289,8 @@ struct BulkJob {
   5: required BulkState state,
   6: required i64 total,                   // tasks it counted when created (at most maxTasks): it changes no more
   7: required i64 changed,                 // tasks it changed so far
-  8: required i64 skipped,                 // once DONE: counted, but fired, ended or changed before their batch
+  8: required i64 skipped,                 // once DONE: counted, but fired, ended or changed before their batch,
+                                           // or (shiftMs) its new due time past the horizon then: left as it was
   9: required i32 opsPerSecond,
   10: required string createdBy,
   11: required i64 createdAtMs,

@@ -8,6 +8,10 @@
    the same check as a single cancel or reschedule (delayq.store.requests), so a task a claim
    took first is passed over, and one changed first is claimed by nobody at its old state;
 4. the change (cancel: to the backlog; reschedule: the new due time; redrive: back to DELAY);
+   a reschedule passes over a task whose new due time would lie beyond the horizon
+   (DELAYQ_MAX_HORIZON_MS) from the batch's time, as a submit or a single reschedule refuses one:
+   a shift's new times are known only task by task, so the job cannot be refused up front, and
+   such a task is left as it is and counted as skipped;
 5. the job row, locked: still RUNNING, still this node's, the lane's cursor where the runner
    last left it — else the batch rolls back (the job was stopped, or another node took it over)
    — then the lane's cursor past the last task read, the counts, the lease renewed, DONE at the end.
@@ -79,10 +83,10 @@ class _Rollback(Exception):
         self.room = room        # None: the job is not ours; a count: it may change only this many
 
 
-def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: int, read_s: float = READ_S
-              ) -> BatchResult:
+def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: int, read_s: float = READ_S, *,
+              max_horizon_ms: int) -> BatchResult:
     """The lane's next batch of at most `batch.size` task ids after `batch.cursor`; its read of
-    them stopped after read_s."""
+    them stopped after read_s. A reschedule moves no task past now_ms + max_horizon_ms."""
     room = None
     for run in range(RUNS):
         try:
@@ -92,7 +96,7 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
                 # between fails the lock, error 1020), and the locking reads take no gap locks. For
                 # this transaction only: the connection goes back to the pool as it came.
                 conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                return _batch(conn, batch, node, now_ms, lease_ms, room, read_s)
+                return _batch(conn, batch, node, now_ms, lease_ms, room, read_s, now_ms + max_horizon_ms)
         except _Rollback as e:
             if e.room is None:
                 return BatchResult(ours=False)
@@ -104,7 +108,7 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
 
 
 def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int, room: int | None,
-           read_s: float) -> BatchResult:
+           read_s: float, latest_ms: int) -> BatchResult:
     job, lane = batch.job, batch.lane
     spec, upto, lanes = job.spec, job.progress.upto, len(job.progress.cursors)
     seen = _ours(conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.changed, JOB.c.total)
@@ -116,7 +120,7 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
         step = next_ids(conn, t, [*where, *share], batch.cursor, batch.size, upto)
     ids = step.ids
     room = seen.total - seen.changed if room is None else room
-    changed, moved = _change(conn, job, ids, where, now_ms, room) if ids and room > 0 else ((), ())
+    changed, moved = _change(conn, job, ids, where, now_ms, room, latest_ms) if ids and room > 0 else ((), ())
     # Last, the job row, locked: the batch commits only if the job and the lane are where it began.
     row = _ours(conn.execute(select(JOB.c.state, JOB.c.lease_owner, JOB.c.cursor_id, JOB.c.lane_cursors, JOB.c.changed,
                                     JOB.c.total).where(JOB.c.job_id == job.job_id).with_for_update()).first(), node)
@@ -131,7 +135,8 @@ def _batch(conn: Connection, batch: Batch, node: str, now_ms: int, lease_ms: int
     values: dict = {**lane_cursors(tuple(cursors)), "changed": total_changed, "lease_until_ms": now_ms + lease_ms,
                     "updated_ms": now_ms}
     if done:
-        # What it counted and did not change had fired, ended or changed meanwhile.
+        # What it counted and did not change had fired, ended or changed meanwhile, or a reschedule
+        # would have taken it past the horizon.
         values.update(state=State.DONE.value, finished_ms=now_ms, skipped=max(0, row.total - total_changed),
                       lease_owner=None, lease_until_ms=0)
     conn.execute(update(JOB).where(JOB.c.job_id == job.job_id).values(**values))
@@ -145,11 +150,18 @@ def _ours(row, node: str):
     return row
 
 
-def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int, room: int
+def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int, room: int, latest_ms: int
             ) -> tuple[tuple[str, ...], tuple[Moved, ...]]:
-    """The batch's changes, at most `room` of them: never more than the count the job showed."""
+    """The batch's changes, at most `room` of them: never more than the count the job showed; a
+    reschedule's new due times no later than latest_ms (the horizon from the batch's time)."""
     spec = job.spec
     t = table_of(spec.action)
+    if spec.action is Action.RESCHEDULE:
+        # Part of the locking read's condition, so `room` counts only the tasks that will change.
+        if spec.shift_ms is not None:
+            where = [*where, t.c.due_ms <= latest_ms - spec.shift_ms]
+        elif spec.due_at_ms is not None and spec.due_at_ms > latest_ms:
+            return (), ()       # refused at the request; a node with a shorter horizon leaves them too
     if spec.action is Action.REDRIVE:
         rows = conn.execute(select(BACKLOG).with_hint(BACKLOG, BY_ID).where(BACKLOG.c.task_id.in_(ids), *where).order_by(BACKLOG.c.task_id)
                             .limit(room).with_for_update()).mappings().all()

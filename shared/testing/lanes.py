@@ -11,9 +11,11 @@ from delayq.bulk import State, lane_done
 from delayq.store.bulkbatch import Batch, run_batch
 from delayq.store.bulkjobs import Job
 
+HORIZON_MS = 30 * 24 * 3600 * 1000      # DELAYQ_MAX_HORIZON_MS's default
+
 
 def run_lanes(engine: Engine, job: Job, node: str, size: int, now: Callable[[], int], lease_ms: int,
-              max_batches: int = 1_000_000, timeout_s: float = 600) -> None:
+              max_batches: int = 1_000_000, timeout_s: float = 600, max_horizon_ms: int = HORIZON_MS) -> None:
     """Runs every lane of job (taken by `node`) until the job is DONE, the lane is past the job's
     last task, or the job is no longer the node's; at most max_batches per lane. Raises what a
     lane raised, or TimeoutError when a lane is still running after timeout_s."""
@@ -25,7 +27,8 @@ def run_lanes(engine: Engine, job: Job, node: str, size: int, now: Callable[[], 
             for _ in range(max_batches):
                 if lane_done(cursor, job.progress.upto):
                     return
-                r = run_batch(engine, Batch(job, k, cursor, size), node, now(), lease_ms)
+                r = run_batch(engine, Batch(job, k, cursor, size), node, now(), lease_ms,
+                              max_horizon_ms=max_horizon_ms)
                 if not r.ours or r.state is State.DONE:
                     return
                 cursor = r.cursor

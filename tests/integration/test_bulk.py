@@ -29,12 +29,13 @@ from delayq.nodes.front.access import Access
 from delayq.nodes.front.bulkcalls import BulkCalls
 from delayq.nodes.front.errors import CallAnswers
 from delayq.nodes.metrics import Metrics
-from delayq.store.bulkbatch import Batch, run_batch
+from delayq.store import bulkbatch
+from delayq.store.bulkbatch import Batch, BatchResult
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import fresh_database, now_ms
 from delayq.testing.fakes import Clients, call_as
-from delayq.testing.lanes import run_lanes
+from delayq.testing.lanes import HORIZON_MS, run_lanes
 from conftest import Collector, NodeFactory, per_node, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -191,6 +192,12 @@ def _fill(engine, topic: str, now: int, n: int) -> None:
             task_id=f"{now:011x}{i:016x}", topic=topic, shard_id=i % 8, due_ms=now + HOUR, status=int(Status.DELAY),
             attempt=0, payload=b"", spec_hash=b"0" * 16, max_retries=0, ttr_ms=1000, created_ms=now - 1,
             updated_ms=now) for i in range(n)])
+
+
+def run_batch(engine, batch: Batch, node: str, now: int, lease_ms: int, read_s: float = bulkbatch.READ_S,
+              max_horizon_ms: int = HORIZON_MS) -> BatchResult:
+    """A batch as a node of the default horizon runs it."""
+    return bulkbatch.run_batch(engine, batch, node, now, lease_ms, read_s, max_horizon_ms=max_horizon_ms)
 
 
 def _lane(task_id: str, lanes: int) -> int:
@@ -538,6 +545,71 @@ def test_the_command_counts_first_and_refuses_to_start_without_yes(cluster):
     assert done.returncode == 0, done.stderr
     assert {k: json.loads(done.stdout)[k] for k in ("state", "changed", "total")} == {
         "state": "DONE", "changed": 5, "total": 5}
+
+
+def test_a_reschedule_never_takes_a_task_past_the_horizon(cluster, engine):
+    """The nodes' horizon is DELAYQ_MAX_HORIZON_MS's default, 30 days. An instant beyond it is
+    refused at the request, as a submit's; a shift leaves each task it would take past it, counted
+    as skipped, and says so — also when repeated, which adds up."""
+    node = _live(cluster)
+    topic = _topic(node)
+    now = now_ms()
+    near = _submit(node, topic, 3, now + HOUR, tags=["us"])
+    far = _submit(node, topic, 2, now + 20 * 24 * HOUR, tags=["us"])
+    before = dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic))
+
+    def delayq(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "delayq", "tasks", "bulk", "reschedule", topic, "--tag", "us",
+                               "--endpoint", node.endpoint, "--yes", *args], env=node.env, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    refused = delayq("--at", "2099-01-01T00:00", "--reason", "far")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "dueAtMs: is beyond the horizon of 2592000000 ms from now" in refused.stdout + refused.stderr
+    with node.client() as c:
+        with pytest.raises(ttypes.InvalidRequest) as e:
+            c.bulkStart(_request(RESCHEDULE, topic, dueAtMs=now_ms() + 31 * 24 * HOUR))
+        assert e.value.field == "dueAtMs"
+    assert dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic)) == before
+
+    shifted = delayq("--later", "15d", "--reason", "push back")
+    assert shifted.returncode == 0, shifted.stderr
+    assert "a task the shift would take past the horizon is left as it is (skipped)" in shifted.stdout
+    assert ("changed 3 of 5, 2 left as they were: fired or changed meanwhile, or the shift would take them past "
+            "the horizon") in shifted.stdout
+    due = dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic))
+    assert due == {**{t: before[t] + 15 * 24 * HOUR for t in near}, **{t: before[t] for t in far}}
+
+    again = delayq("--later", "15d", "--reason", "push back again", "--json")       # 30 days and an hour out
+    assert again.returncode == 0, again.stderr
+    assert {k: json.loads(again.stdout)[k] for k in ("state", "changed", "skipped")} == {
+        "state": "DONE", "changed": 0, "skipped": 5}
+    assert dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic)) == due
+
+
+def test_a_shift_changes_each_task_up_to_the_horizon_from_its_batchs_time_and_counts_the_rest_skipped(bare):
+    engine, topic, now = bare, "b.horizon", now_ms()
+    _fill(engine, topic, now, 30)          # due now + HOUR; a third of them 4 s later, a third 10 s later
+    ids = [f"{now:011x}{i:016x}" for i in range(30)]
+    with engine.begin() as conn:
+        for i, task_id in enumerate(ids):
+            conn.exec_driver_sql(f"UPDATE job_delay_task SET due_ms = due_ms + {(0, 4000, 10_000)[i % 3]} "
+                                 f"WHERE task_id = '{task_id}'")
+    jobs, job = _reschedule(engine, topic, now, lanes=2)          # shift_ms 1000
+    # The horizon from the batches' time ends 5 s after the hour: due + 1 s is within it for the
+    # first two thirds (the second exactly at its end), past it for the last.
+    later = now + 1000
+    cursors = list(job.progress.cursors)
+    for _ in range(100):
+        for lane, cursor in enumerate(cursors):
+            if cursor < job.progress.upto:
+                cursors[lane] = run_batch(engine, _at(job, cursor, 7, lane), "a", later, HOUR,
+                                          max_horizon_ms=HOUR + 4000).cursor
+        if jobs.get(job.job_id).state is State.DONE:
+            break
+    done = jobs.get(job.job_id)
+    assert (done.state, done.progress.changed, done.progress.skipped) == (State.DONE, 20, 10)
+    due = dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic))
+    assert due == {t: now + HOUR + (1000, 5000, 10_000)[i % 3] for i, t in enumerate(ids)}
 
 
 def test_jobs_list_newest_first_in_pages_and_by_topic(bare):

@@ -100,7 +100,8 @@ def test_key_and_tags_survive_a_retry(node):
 
 @pytest.mark.parametrize("field, spec", [
     ("key", dict(key="k" * 256)), ("tags", dict(tags=[f"t{i}" for i in range(9)])), ("key", dict(key="a\x00b")),
-    ("tags", dict(tags=["a\x00"])), ("onKeyConflict", dict(key="k", onKeyConflict=7)),
+    ("tags", dict(tags=["a\x00"])), ("key", dict(key="next\x85line")), ("key", dict(key="a\u2028b")),
+    ("tags", dict(tags=["a\u2029"])), ("onKeyConflict", dict(key="k", onKeyConflict=7)),
     ("onKeyConflict", dict(onKeyConflict=ttypes.KeyConflict.REJECT)), ("traceparent", dict(traceparent="00-x"))])
 def test_bad_key_input_is_an_invalid_task_naming_the_field(node, topic, field, spec):
     with node.client() as c:
@@ -113,6 +114,19 @@ def test_bad_key_input_is_an_invalid_task_naming_the_field(node, topic, field, s
         with pytest.raises(ttypes.InvalidTask) as e:
             c.findByKey(topic, "k" * 256, None)
         assert e.value.field == "key"
+
+
+def test_every_call_that_takes_a_key_or_tag_refuses_c1_controls_and_line_separators(node, topic):
+    with node.client() as c:
+        for call, field in [(lambda: c.findByKey(topic, "a\x85", None), "key"),
+                            (lambda: c.cancelByKey(topic, "a\u2028"), "key"),
+                            (lambda: c.rescheduleByKey(topic, "a\u2029", now_ms() + 1000), "key"),
+                            (lambda: c.listTasks(ttypes.TaskFilter(topic=topic, keyPrefix="a\x85"), None, None), "keyPrefix"),
+                            (lambda: c.listTasks(ttypes.TaskFilter(topic=topic, tag="a\x9f"), None, None), "tag"),
+                            (lambda: c.listTasks(ttypes.TaskFilter(topic=topic, tag="a,b"), None, None), "tag")]:
+            with pytest.raises(ttypes.InvalidTask) as e:
+                call()
+            assert e.value.field == field
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +256,22 @@ def test_find_by_key_and_list_tasks_page_through_live_and_ended_tasks(node, topi
         assert e.value.field == "pageToken"
         out = c.cancelByKey(topic, "order-7")
         assert sorted(t.result for t in out.tasks) == [ttypes.KeyedResult.CANCELLED] * 4
+
+
+def test_max_debounce_bounds_the_first_replace_submit_of_a_chain_too(node, topic, collector):
+    """docs/clients.md: a REPLACE chain is due at most its first submit plus maxDebounceMs — the
+    first submit included, not only the replacements after it."""
+    with node.client() as c:
+        t0 = now_ms()
+        first = c.submit(TaskSpec(topic=topic, delayMs=60_000, key="deb", maxDebounceMs=1_000,
+                                  onKeyConflict=ttypes.KeyConflict.REPLACE))
+        t1 = now_ms()
+        again = c.submit(TaskSpec(topic=topic, delayMs=60_000, key="deb", maxDebounceMs=1_000,
+                                  onKeyConflict=ttypes.KeyConflict.REPLACE))
+        assert first.outcome == C and t0 + 1_000 <= first.dueAtMs <= t1 + 1_000
+        assert again.outcome == R and again.dueAtMs == first.dueAtMs     # the chain's bound, not 60 s out
+        assert c.get(again.taskId).dueAtMs == first.dueAtMs
+    wait_until(lambda: again.taskId in collector.task_ids(), 10, what="the debounced task, a second after its first submit")
 
 
 def test_a_batch_replacing_its_own_key_answers_each_task_with_the_one_that_fires(node, topic, engine):

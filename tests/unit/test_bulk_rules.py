@@ -30,8 +30,11 @@ pytestmark = pytest.mark.timeout(10)
 F = TaskFilter(topic="orders", tag="eu")
 
 
+NOW, DAY = 1_700_000_000_000, 86_400_000
+
+
 def _check(action=Action.CANCEL, f=F, reason="tenant closed", rate=None, **kw):
-    return check(action, f, reason, rate, 2000, max_horizon_ms=86_400_000, **kw)
+    return check(action, f, reason, rate, 2000, max_horizon_ms=DAY, now_ms=NOW, **kw)
 
 
 def test_a_request_becomes_a_spec_acting_on_its_actions_state():
@@ -54,11 +57,30 @@ def test_a_request_becomes_a_spec_acting_on_its_actions_state():
     (dict(action=Action.RESCHEDULE, shift_ms=0), "shiftMs"),
     (dict(action=Action.RESCHEDULE, shift_ms=86_400_001), "shiftMs"),
     (dict(action=Action.RESCHEDULE, due_at_ms=-1), "dueAtMs"),
+    (dict(action=Action.RESCHEDULE, due_at_ms=NOW + DAY + 1), "dueAtMs"),        # beyond the horizon
+    (dict(reason="next\x85line"), "reason"), (dict(reason="a\u2028b"), "reason"),
     (dict(shift_ms=1000), "shiftMs")])
 def test_a_bad_request_names_its_field(kw, field):
     with pytest.raises(errors.InvalidRequest) as e:
         _check(**kw)
     assert e.value.field == field
+
+
+def test_a_due_time_up_to_the_horizon_from_now_is_taken_and_one_past_it_refused_saying_so():
+    assert _check(Action.RESCHEDULE, due_at_ms=NOW + DAY).due_at_ms == NOW + DAY
+    with pytest.raises(errors.InvalidRequest) as e:
+        _check(Action.RESCHEDULE, due_at_ms=NOW + DAY + 1)
+    assert e.value.reason == f"is beyond the horizon of {DAY} ms from now"
+
+
+def test_a_reason_too_long_is_told_so_not_that_it_is_required():
+    assert _check(reason="x" * 255).reason == "x" * 255
+    with pytest.raises(errors.InvalidRequest) as e:
+        _check(reason="x" * 256)
+    assert (e.value.field, e.value.reason) == ("reason", "is 256 characters, at most 255 allowed")
+    with pytest.raises(errors.InvalidRequest) as e:
+        _check(reason="a\u2029b")
+    assert "U+2029" in e.value.reason
 
 
 @pytest.mark.parametrize("progress, lane, rate, most, size", [
@@ -426,6 +448,20 @@ def test_bulk_jobs_take_the_single_calls_grants_and_redrive_is_admins():
                  lambda: calls.bulkStop("x")):
         with pytest.raises(ttypes.Unauthenticated):
             call()
+
+
+@pytest.mark.parametrize("filter_, field", [
+    (ttypes.TaskFilter(topic="a.t", keyPrefix="k\x85"), "filter.keyPrefix"),
+    (ttypes.TaskFilter(topic="a.t", tag="t\u2028"), "filter.tag"), (ttypes.TaskFilter(topic="a.t", tag="a,b"), "filter.tag")])
+def test_a_jobs_filter_refuses_control_characters_in_its_key_prefix_and_tag(filter_, field):
+    admin = Client("root", "digest", grants=frozenset({(Permission.ADMIN, "*")}))
+    calls, started = _bulk_calls(admin)
+    call_as("root")
+    for call in (calls.bulkCount, calls.bulkStart):
+        with pytest.raises(ttypes.InvalidRequest) as e:
+            call(ttypes.BulkRequest(action=ttypes.BulkAction.CANCEL, filter=filter_, reason="why"))
+        assert e.value.field == field
+    assert started == []
 
 
 def test_a_reader_lists_its_topics_jobs_even_under_a_hundred_newer_jobs_of_other_topics():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import sys
+import unicodedata
 
 import pytest
 
@@ -29,6 +31,7 @@ from delayq.store.keyed import _after_replacements
 from delayq.store.maintenance import prefix_end
 from delayq.store.values import KeyMode, Outcome, Submitted
 from delayq.testing.fakes import Clients, ManualClock, call_as
+from delayq.textrules import first_control
 
 LIMITS = Limits(1024, 86_400_000)
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -47,10 +50,27 @@ def test_a_key_of_255_bytes_is_taken_and_one_of_256_refused_naming_the_field():
     _refused("key", key="")
 
 
-@pytest.mark.parametrize("bad", ["a\x00b", "line\nbreak", "\x7f"])
+# C0, DEL, C1 (NEL U+0085 among them) and the line and paragraph separators.
+CONTROLS = ["a\x00b", "line\nbreak", "\x7f", "next\x85line", "\x80", "x\x9f", "a\u2028b", "a\u2029b"]
+
+
+@pytest.mark.parametrize("bad", CONTROLS)
 def test_control_characters_in_a_key_or_tag_are_refused(bad):
-    _refused("key", key=bad)
+    assert f"U+{ord(first_control(bad) or ' '):04X}" in _refused("key", key=bad).reason
     _refused("tags", tags=[bad])
+
+
+@pytest.mark.parametrize("good", ["caf\u00e9", "no\u00a0break", "\U0001F469\u200d\U0001F52C", "soft\u00adhyphen",
+                                  "\u05d0\u200f", "\u00a0\u00ff"])
+def test_printable_text_and_format_characters_are_taken_in_a_key_and_a_tag(good):
+    assert check_key(good) == good.encode()
+    assert check_tags([good]) == good.encode()
+
+
+def test_the_refused_characters_are_exactly_unicodes_cc_zl_and_zp():
+    refused = {cp for cp in range(sys.maxunicode + 1) if first_control(chr(cp)) is not None}
+    assert refused == {cp for cp in range(sys.maxunicode + 1)
+                       if unicodedata.category(chr(cp)) in ("Cc", "Zl", "Zp")}
 
 
 def test_up_to_8_tags_of_64_bytes_without_commas():
@@ -133,9 +153,18 @@ def test_replace_keeps_pushing_back_but_never_past_the_chains_first_submit_plus_
     assert answers == [30_000, 50_000, 60_000, 70_000]
 
 
-def test_replace_of_a_fired_holder_starts_a_new_chain():
+def test_replace_of_a_fired_holder_starts_a_new_chain_bounded_from_now():
     d = decide(KeyMode.REPLACE, _holder(Status.READY, since=0), NOW + 5, NOW, max_debounce_ms=1)
-    assert d == (Action.TAKE_OVER, NOW + 5, NOW)
+    assert d == (Action.TAKE_OVER, NOW + 1, NOW)
+    assert decide(KeyMode.REPLACE, _holder(Status.READY, since=0), NOW + 5, NOW, max_debounce_ms=10) == \
+        (Action.TAKE_OVER, NOW + 5, NOW)
+
+
+def test_the_first_submit_of_a_chain_is_due_at_most_max_debounce_from_now():
+    assert decide(KeyMode.REPLACE, None, NOW + 60_000, NOW, max_debounce_ms=10_000) == \
+        (Action.INSERT, NOW + 10_000, NOW)
+    assert decide(KeyMode.REPLACE, None, NOW + 5_000, NOW, max_debounce_ms=10_000).due_ms == NOW + 5_000
+    assert decide(KeyMode.REPLACE, None, NOW + 5_000, NOW, max_debounce_ms=0).due_ms == NOW
 
 
 # ---- page tokens and filters -------------------------------------------------------------------------
@@ -160,7 +189,9 @@ def test_list_filter_is_checked_and_becomes_the_stores_filter():
         ("t", Status.CANCELLED, b"order-", "eu", 5, 9)
     assert [t.name for t in f.tables()] == ["job_delay_task_backlog"]
     for bad, field in [(ttypes.TaskFilter(topic=""), "topic"), (ttypes.TaskFilter(topic="t", status=42), "status"),
-                       (ttypes.TaskFilter(topic="t", tag="a,b"), "tags"), (ttypes.TaskFilter(topic="t", tag=""), "tag"),
+                       (ttypes.TaskFilter(topic="t", tag="a,b"), "tag"), (ttypes.TaskFilter(topic="t", tag=""), "tag"),
+                       (ttypes.TaskFilter(topic="t", tag="x" * 65), "tag"), (ttypes.TaskFilter(topic="t", tag="a\x85"), "tag"),
+                       (ttypes.TaskFilter(topic="t", keyPrefix="a\u2028"), "keyPrefix"),
                        (ttypes.TaskFilter(topic="t", keyPrefix="x" * 256), "keyPrefix"),
                        (ttypes.TaskFilter(topic="t", dueFromMs=-1), "dueFromMs")]:
         with pytest.raises(InvalidTask) as e:
@@ -233,6 +264,19 @@ def test_by_key_calls_need_the_single_task_calls_grants_on_the_topic_they_name()
     with pytest.raises(ttypes.InvalidTask) as e:
         calls.cancelByKey("a.t", None)
     assert e.value.field == "key"
+
+
+@pytest.mark.parametrize("bad", CONTROLS)
+def test_every_call_by_key_refuses_a_key_with_control_characters_naming_the_field(bad):
+    calls, requests, _ = _key_calls()
+    for call, field in [(lambda: calls.findByKey("a.t", bad, None), "key"), (lambda: calls.cancelByKey("a.t", bad), "key"),
+                        (lambda: calls.rescheduleByKey("a.t", bad, NOW), "key"),
+                        (lambda: calls.listTasks(ttypes.TaskFilter(topic="a.t", keyPrefix=bad), None, None), "keyPrefix"),
+                        (lambda: calls.listTasks(ttypes.TaskFilter(topic="a.t", tag=bad), None, None), "tag")]:
+        with pytest.raises(ttypes.InvalidTask) as e:
+            call()
+        assert e.value.field == field and "control characters" in e.value.reason
+    assert requests.calls == []
 
 
 def test_cancel_by_key_takes_the_cancelled_out_of_memory_and_reschedule_moves_them():

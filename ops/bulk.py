@@ -14,7 +14,8 @@ import time
 import click
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.ops.common import EXIT_FAILURE, EXIT_USAGE, client, duration_ms, fail, instant, load_settings, run, utc_time
+from delayq.ops.common import (DURATION, EXIT_FAILURE, EXIT_USAGE, INSTANT, client, fail, load_settings, run,
+                               utc_time)
 from delayq.ops.tasks import tasks, with_common
 
 POLL_S = 0.5
@@ -35,8 +36,8 @@ def _job_options(f):
             click.argument("topic"),
             click.option("--key-prefix", help="Business keys starting with this."),
             click.option("--tag", help="Tasks with this tag."),
-            click.option("--due-from", help="Due at or after (epoch ms or ISO 8601)."),
-            click.option("--due-before", help="Due before (epoch ms or ISO 8601)."),
+            click.option("--due-from", type=INSTANT, help="Due at or after (epoch ms or ISO 8601)."),
+            click.option("--due-before", type=INSTANT, help="Due before (epoch ms or ISO 8601)."),
             click.option("--reason", required=True, help="Why (1-255 characters): kept with the job and audited."),
             click.option("--rate", type=click.IntRange(1, 100_000), help="Tasks a second (default: DELAYQ_BULK_RATE)."),
             click.option("--dry-run", is_flag=True, help="Only count the tasks it would change."),
@@ -55,16 +56,17 @@ def cancel_cmd(**kw) -> None:
 
 
 @bulk.command("reschedule")
-@click.option("--later", help="Move each task this much later: 30s, 5m, 2h, 1d.")
-@click.option("--earlier", help="Move each task this much earlier.")
-@click.option("--at", "at", help="Move every task to this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
+@click.option("--later", type=DURATION, help="Move each task this much later: 30s, 5m, 2h, 1d.")
+@click.option("--earlier", type=DURATION, help="Move each task this much earlier.")
+@click.option("--at", "at", type=INSTANT,
+              help="Move every task to this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
 @_job_options
 def reschedule_cmd(later, earlier, at, **kw) -> None:
     """Move TOPIC's tasks that have not fired (DELAY) and match the options."""
     if sum(x is not None for x in (later, earlier, at)) != 1:
         raise click.UsageError("give exactly one of --later, --earlier and --at")
-    shift = duration_ms(later) if later is not None else -duration_ms(earlier) if earlier is not None else None
-    _launch(ttypes.BulkAction.RESCHEDULE, kw, shift_ms=shift, due_at_ms=instant(at))
+    shift = later if later is not None else -earlier if earlier is not None else None
+    _launch(ttypes.BulkAction.RESCHEDULE, kw, shift_ms=shift, due_at_ms=at)
 
 
 @bulk.command("redrive")
@@ -79,7 +81,7 @@ def _launch(action: int, kw: dict, shift_ms: int | None = None, due_at_ms: int |
     request = ttypes.BulkRequest(
         action=action, reason=kw["reason"], shiftMs=shift_ms, dueAtMs=due_at_ms, opsPerSecond=kw["rate"],
         filter=ttypes.TaskFilter(topic=kw["topic"], keyPrefix=kw["key_prefix"], tag=kw["tag"],
-                                 dueFromMs=instant(kw["due_from"]), dueBeforeMs=instant(kw["due_before"])))
+                                 dueFromMs=kw["due_from"], dueBeforeMs=kw["due_before"]))
     settings = load_settings(kw["config_file"])
 
     def count():

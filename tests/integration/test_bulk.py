@@ -476,6 +476,24 @@ def test_the_command_counts_first_and_refuses_to_start_without_yes(cluster):
         "state": "DONE", "changed": 5, "total": 5}
 
 
+def _cli(node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "delayq", *args, "--endpoint", node.endpoint], env=node.env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_a_task_a_job_cancelled_says_so(cluster):
+    node = _live(cluster)
+    topic = _topic(node)
+    ids = _submit(node, topic, 3, now_ms() + HOUR)
+    done = _cli(node, "tasks", "bulk", "cancel", topic, "--reason", "tenant left", "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["jobId"]
+    with node.client() as c:
+        assert c.get(ids[0]).message == f"cancelled by bulk job {job_id}: tenant left"
+    shown = _cli(node, "tasks", "get", ids[0])
+    assert shown.stdout.splitlines()[1] == f"  ended: cancelled by bulk job {job_id}: tenant left"
+
+
 def test_jobs_list_newest_first_in_pages_and_by_topic(bare):
     jobs = BulkJobs(bare)
     now = now_ms()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Callable
 
 import click
 
@@ -105,31 +106,48 @@ def _launch(action: int, kw: dict, shift_ms: int | None = None, due_at_ms: int |
     if not as_json:
         click.echo(f"job {job.jobId}: {verb} {job.total} tasks at {job.opsPerSecond}/s")
     if not kw["no_wait"]:
-        job = _follow(settings, kw["endpoints"], job, as_json)
+        job = follow(lambda: _get(settings, kw["endpoints"], job.jobId, as_json), job, as_json)
     _show(job, as_json)
     if job.state in (ttypes.BulkState.STOPPED, ttypes.BulkState.FAILED):
         sys.exit(EXIT_FAILURE)
 
 
-def _follow(settings, endpoints, job: ttypes.BulkJob, as_json: bool) -> ttypes.BulkJob:
-    """Poll the job until it ends, with a progress bar on stderr (none under --json)."""
-    def look():
+def _get(settings, endpoints, job_id: str, as_json: bool) -> ttypes.BulkJob:
+    def go():
         with client(settings, endpoints) as c:
-            return c.bulkGet(job.jobId)
+            return c.bulkGet(job_id)
+    return run(go, as_json)
+
+
+def follow(look: Callable[[], ttypes.BulkJob], job: ttypes.BulkJob, as_json: bool,
+           sleep: Callable[[float], None] = time.sleep) -> ttypes.BulkJob:
+    """Poll the job (look) until it ends, with a progress bar on stderr (none under --json): the
+    tasks done of its total, and at its end, unless it is DONE, where it ended and its state."""
     try:
-        with click.progressbar(length=max(job.total, 1), label=job.jobId, file=sys.stderr,
-                               hidden=as_json) as bar:
+        with click.progressbar(length=max(job.total, 1), label=job.jobId, file=sys.stderr, show_pos=True,
+                               show_percent=True, hidden=as_json) as bar:
             shown = 0
             while job.state == ttypes.BulkState.RUNNING:
-                time.sleep(POLL_S)
-                job = run(look, as_json)
+                sleep(POLL_S)
+                job = look()
                 bar.update(job.changed + job.skipped - shown)
                 shown = job.changed + job.skipped
-            bar.update(max(job.total, 1) - shown)
+            position, bar.label = bar_end(job)
+            bar.update(position - shown)
+            bar.render_progress()       # the label, when the position has not moved
     except KeyboardInterrupt:
         click.echo(f"\nstill running: delayq tasks bulk show {job.jobId} (or stop {job.jobId})", err=True)
         sys.exit(EXIT_FAILURE)
     return job
+
+
+def bar_end(job: ttypes.BulkJob) -> tuple[int, str]:
+    """Where the progress bar of an ended job stops, and its label: a DONE job fills it (a job with
+    nothing left to do may have changed fewer than its total); a stopped or failed one stays where
+    the job ended, labelled with its state."""
+    if job.state == ttypes.BulkState.DONE:
+        return max(job.total, 1), job.jobId
+    return job.changed + job.skipped, f"{job.jobId} {_STATE[job.state]}"
 
 
 def as_dict(j: ttypes.BulkJob) -> dict:
@@ -185,12 +203,7 @@ def list_cmd(limit, endpoints, config_file, as_json) -> None:
 @with_common
 def show_cmd(job_id, endpoints, config_file, as_json) -> None:
     """A bulk job: its request, its progress, who started it and why."""
-    settings = load_settings(config_file)
-
-    def go():
-        with client(settings, endpoints) as c:
-            return c.bulkGet(job_id)
-    _show(run(go, as_json), as_json)
+    _show(_get(load_settings(config_file), endpoints, job_id, as_json), as_json)
 
 
 @bulk.command("stop")
@@ -198,10 +211,31 @@ def show_cmd(job_id, endpoints, config_file, as_json) -> None:
 @endpoint
 @with_common
 def stop_cmd(job_id, endpoints, config_file, as_json) -> None:
-    """Stop a running job (a batch under way rolls back); prints its final count."""
+    """Stop a running job (a batch under way rolls back); prints its final count. Exit 1 when the
+    job had ended DONE or FAILED before the stop (a job stopped already stays stopped: exit 0)."""
     settings = load_settings(config_file)
+    before = _get(settings, endpoints, job_id, as_json)
 
     def go():
         with client(settings, endpoints) as c:
             return c.bulkStop(job_id)
-    _show(run(go, as_json), as_json)
+    job = before if before.state != ttypes.BulkState.RUNNING else run(go, as_json)
+    note = stop_note(before, job)
+    if as_json:
+        click.echo(json.dumps({**as_dict(job), "alreadyEnded": note is not None}, indent=2))
+    else:
+        _show(job, as_json)
+        if note is not None:
+            click.echo(note, err=job.state != ttypes.BulkState.STOPPED)
+    if job.state != ttypes.BulkState.STOPPED:
+        sys.exit(EXIT_FAILURE)
+
+
+def stop_note(before: ttypes.BulkJob, after: ttypes.BulkJob) -> str | None:
+    """What `bulk stop` says of a job that had ended before it: None when the stop ended it. (A job
+    seen RUNNING and answered STOPPED was ended by this stop, or by another one at the same time.)"""
+    if before.state == ttypes.BulkState.RUNNING and after.state == ttypes.BulkState.STOPPED:
+        return None
+    if after.state == ttypes.BulkState.STOPPED:
+        return f"job {after.jobId} had been stopped already"
+    return f"job {after.jobId} had already ended ({_STATE[after.state]}): nothing to stop"

@@ -1,13 +1,17 @@
 """What `delayq tasks ...` shows and refuses without a node: times and durations past what a call
 can carry are usage errors naming the option; a task's key, tags, trace context and end message
-are shown, escaped when not printable, in tables whose KEY column is padded."""
+are shown, escaped when not printable, in tables whose KEY column is padded; a bulk job's
+progress bar ends where the job ended; `bulk stop` says when the job had ended before it."""
 from __future__ import annotations
+
+import io
 
 import click
 import pytest
 from click.testing import CliRunner
 
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.ops import bulk
 from delayq.ops.cli import main
 from delayq.ops.common import MAX_MS, duration_ms, instant
 from delayq.ops.taskview import info_dict, info_lines, listed_dict, table
@@ -95,3 +99,35 @@ def test_list_reads_keys_and_tags_from_mysql_as_the_node_answers_them():
     assert (d["key"], d["tags"]) == ("café-\ufffd", ["eu", "vip"])
     assert listed_dict({**row, "task_key": None, "tags": None})["key"] is None
     assert listed_dict({**row, "task_key": None, "tags": None})["tags"] == []
+
+
+def _job(state: int, changed: int, total: int = 10) -> ttypes.BulkJob:
+    return ttypes.BulkJob(jobId="b-1", state=state, total=total, changed=changed, skipped=0)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("end, shown, hidden", [
+    (_job(ttypes.BulkState.STOPPED, 7), ["b-1 STOPPED", "7/10", "70%"], ["100%"]),
+    (_job(ttypes.BulkState.FAILED, 7), ["b-1 FAILED", "7/10", "70%"], ["100%"]),
+    (_job(ttypes.BulkState.DONE, 10), ["10/10", "100%"], ["STOPPED"]),
+])
+def test_the_progress_bar_ends_where_the_job_ended(monkeypatch, end, shown, hidden):
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    polls = iter([_job(ttypes.BulkState.RUNNING, 3), end])
+    assert bulk.follow(lambda: next(polls), _job(ttypes.BulkState.RUNNING, 0), False, sleep=lambda s: None) is end
+    last = terminal.getvalue().rstrip().split("\r")[-1]     # the bar as it is left on the screen
+    assert all(s in last for s in shown) and not any(s in last for s in hidden), last
+
+
+def test_a_stop_says_whether_the_job_had_ended_before_it():
+    running, stopped = _job(ttypes.BulkState.RUNNING, 3), _job(ttypes.BulkState.STOPPED, 3)
+    done = _job(ttypes.BulkState.DONE, 10)
+    assert bulk.stop_note(running, stopped) is None
+    assert bulk.stop_note(stopped, stopped) == "job b-1 had been stopped already"
+    assert bulk.stop_note(done, done) == "job b-1 had already ended (DONE): nothing to stop"
+    assert bulk.stop_note(running, done) == "job b-1 had already ended (DONE): nothing to stop"   # ended meanwhile

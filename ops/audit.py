@@ -18,7 +18,7 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.config import Settings
 from delayq.db import make_engine
 from delayq.errors import DelayqError
-from delayq.ops.common import instant, load_settings, run, utc_time
+from delayq.ops.common import INSTANT, load_settings, run, utc_time
 from delayq.store.audit import AuditLog, Entry
 
 # How a command that ended with sys.exit(code) ended (delayq's exit codes).
@@ -66,19 +66,18 @@ def recorded(settings: Settings, action: str, target: str) -> Iterator[Outcome]:
 @click.command("audit")
 @click.option("--actor", help="Only this client's (or operator:<login>'s) actions.")
 @click.option("--action", help="Only this action (registerService, cancel, reschedule, drain, clients.grant, ...).")
-@click.option("--since", help="From this time (epoch ms or ISO 8601, UTC unless it says otherwise).")
-@click.option("--until", help="Before this time.")
+@click.option("--since", type=INSTANT, help="From this time (epoch ms or ISO 8601, UTC unless it says otherwise).")
+@click.option("--until", type=INSTANT, help="Before this time.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 def audit(actor, action, since, until, limit, as_json, config_file) -> None:
     """List the audit log, newest first: admin actions, cancels, reschedules and redrives."""
-    since_ms, until_ms = instant(since), instant(until)
     settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
     try:
-        entries = run(lambda: AuditLog(engine).list(actor=actor, action=action, since_ms=since_ms,
-                                                   until_ms=until_ms, limit=limit), as_json)
+        entries = run(lambda: AuditLog(engine).list(actor=actor, action=action, since_ms=since,
+                                                   until_ms=until, limit=limit), as_json)
     finally:
         engine.dispose()
     if as_json:

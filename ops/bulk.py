@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Callable
 
 import click
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.ops.common import EXIT_FAILURE, EXIT_USAGE, client, duration_ms, fail, instant, load_settings, run, utc_time
+from delayq.ops.common import (DURATION, EXIT_FAILURE, EXIT_USAGE, INSTANT, client, fail, load_settings, run,
+                               utc_time)
 from delayq.ops.tasks import tasks, with_common
 
 POLL_S = 0.5
@@ -35,8 +37,8 @@ def _job_options(f):
             click.argument("topic"),
             click.option("--key-prefix", help="Business keys starting with this."),
             click.option("--tag", help="Tasks with this tag."),
-            click.option("--due-from", help="Due at or after (epoch ms or ISO 8601)."),
-            click.option("--due-before", help="Due before (epoch ms or ISO 8601)."),
+            click.option("--due-from", type=INSTANT, help="Due at or after (epoch ms or ISO 8601)."),
+            click.option("--due-before", type=INSTANT, help="Due before (epoch ms or ISO 8601)."),
             click.option("--reason", required=True, help="Why (1-255 characters): kept with the job and audited."),
             click.option("--rate", type=click.IntRange(1, 100_000), help="Tasks a second (default: DELAYQ_BULK_RATE)."),
             click.option("--dry-run", is_flag=True, help="Only count the tasks it would change."),
@@ -55,18 +57,20 @@ def cancel_cmd(**kw) -> None:
 
 
 @bulk.command("reschedule")
-@click.option("--later", help="Move each task this much later: 30s, 5m, 2h, 1d (a task it would take past the "
-              "horizon, DELAYQ_MAX_HORIZON_MS from when its batch runs, is left as it is and counted as skipped).")
-@click.option("--earlier", help="Move each task this much earlier.")
-@click.option("--at", "at", help="Move every task to this time: ISO 8601 (UTC unless it says otherwise) or epoch ms; "
-              "at most the horizon (DELAYQ_MAX_HORIZON_MS) from now.")
+@click.option("--later", type=DURATION, help="Move each task this much later: 30s, 5m, 2h, 1d (a task it would take "
+              "past the horizon, DELAYQ_MAX_HORIZON_MS from when its batch runs, is left as it is and counted as "
+              "skipped).")
+@click.option("--earlier", type=DURATION, help="Move each task this much earlier.")
+@click.option("--at", "at", type=INSTANT,
+              help="Move every task to this time: ISO 8601 (UTC unless it says otherwise) or epoch ms; at most the "
+                   "horizon (DELAYQ_MAX_HORIZON_MS) from now.")
 @_job_options
 def reschedule_cmd(later, earlier, at, **kw) -> None:
     """Move TOPIC's tasks that have not fired (DELAY) and match the options."""
     if sum(x is not None for x in (later, earlier, at)) != 1:
         raise click.UsageError("give exactly one of --later, --earlier and --at")
-    shift = duration_ms(later) if later is not None else -duration_ms(earlier) if earlier is not None else None
-    _launch(ttypes.BulkAction.RESCHEDULE, kw, shift_ms=shift, due_at_ms=instant(at))
+    shift = later if later is not None else -earlier if earlier is not None else None
+    _launch(ttypes.BulkAction.RESCHEDULE, kw, shift_ms=shift, due_at_ms=at)
 
 
 @bulk.command("redrive")
@@ -81,7 +85,7 @@ def _launch(action: int, kw: dict, shift_ms: int | None = None, due_at_ms: int |
     request = ttypes.BulkRequest(
         action=action, reason=kw["reason"], shiftMs=shift_ms, dueAtMs=due_at_ms, opsPerSecond=kw["rate"],
         filter=ttypes.TaskFilter(topic=kw["topic"], keyPrefix=kw["key_prefix"], tag=kw["tag"],
-                                 dueFromMs=instant(kw["due_from"]), dueBeforeMs=instant(kw["due_before"])))
+                                 dueFromMs=kw["due_from"], dueBeforeMs=kw["due_before"]))
     settings = load_settings(kw["config_file"])
 
     def count():
@@ -107,31 +111,48 @@ def _launch(action: int, kw: dict, shift_ms: int | None = None, due_at_ms: int |
                    ("; a task the shift would take past the horizon is left as it is (skipped)"
                     if job.shiftMs is not None else ""))
     if not kw["no_wait"]:
-        job = _follow(settings, kw["endpoints"], job, as_json)
+        job = follow(lambda: _get(settings, kw["endpoints"], job.jobId, as_json), job, as_json)
     _show(job, as_json)
     if job.state in (ttypes.BulkState.STOPPED, ttypes.BulkState.FAILED):
         sys.exit(EXIT_FAILURE)
 
 
-def _follow(settings, endpoints, job: ttypes.BulkJob, as_json: bool) -> ttypes.BulkJob:
-    """Poll the job until it ends, with a progress bar on stderr (none under --json)."""
-    def look():
+def _get(settings, endpoints, job_id: str, as_json: bool) -> ttypes.BulkJob:
+    def go():
         with client(settings, endpoints) as c:
-            return c.bulkGet(job.jobId)
+            return c.bulkGet(job_id)
+    return run(go, as_json)
+
+
+def follow(look: Callable[[], ttypes.BulkJob], job: ttypes.BulkJob, as_json: bool,
+           sleep: Callable[[float], None] = time.sleep) -> ttypes.BulkJob:
+    """Poll the job (look) until it ends, with a progress bar on stderr (none under --json): the
+    tasks done of its total, and at its end, unless it is DONE, where it ended and its state."""
     try:
-        with click.progressbar(length=max(job.total, 1), label=job.jobId, file=sys.stderr,
-                               hidden=as_json) as bar:
+        with click.progressbar(length=max(job.total, 1), label=job.jobId, file=sys.stderr, show_pos=True,
+                               show_percent=True, hidden=as_json) as bar:
             shown = 0
             while job.state == ttypes.BulkState.RUNNING:
-                time.sleep(POLL_S)
-                job = run(look, as_json)
+                sleep(POLL_S)
+                job = look()
                 bar.update(job.changed + job.skipped - shown)
                 shown = job.changed + job.skipped
-            bar.update(max(job.total, 1) - shown)
+            position, bar.label = bar_end(job)
+            bar.update(position - shown)
+            bar.render_progress()       # the label, when the position has not moved
     except KeyboardInterrupt:
         click.echo(f"\nstill running: delayq tasks bulk show {job.jobId} (or stop {job.jobId})", err=True)
         sys.exit(EXIT_FAILURE)
     return job
+
+
+def bar_end(job: ttypes.BulkJob) -> tuple[int, str]:
+    """Where the progress bar of an ended job stops, and its label: a DONE job fills it (a job with
+    nothing left to do may have changed fewer than its total); a stopped or failed one stays where
+    the job ended, labelled with its state."""
+    if job.state == ttypes.BulkState.DONE:
+        return max(job.total, 1), job.jobId
+    return job.changed + job.skipped, f"{job.jobId} {_STATE[job.state]}"
 
 
 def as_dict(j: ttypes.BulkJob) -> dict:
@@ -194,12 +215,7 @@ def list_cmd(limit, endpoints, config_file, as_json) -> None:
 @with_common
 def show_cmd(job_id, endpoints, config_file, as_json) -> None:
     """A bulk job: its request, its progress, who started it and why."""
-    settings = load_settings(config_file)
-
-    def go():
-        with client(settings, endpoints) as c:
-            return c.bulkGet(job_id)
-    _show(run(go, as_json), as_json)
+    _show(_get(load_settings(config_file), endpoints, job_id, as_json), as_json)
 
 
 @bulk.command("stop")
@@ -207,10 +223,31 @@ def show_cmd(job_id, endpoints, config_file, as_json) -> None:
 @endpoint
 @with_common
 def stop_cmd(job_id, endpoints, config_file, as_json) -> None:
-    """Stop a running job (a batch under way rolls back); prints its final count."""
+    """Stop a running job (a batch under way rolls back); prints its final count. Exit 1 when the
+    job had ended DONE or FAILED before the stop (a job stopped already stays stopped: exit 0)."""
     settings = load_settings(config_file)
+    before = _get(settings, endpoints, job_id, as_json)
 
     def go():
         with client(settings, endpoints) as c:
             return c.bulkStop(job_id)
-    _show(run(go, as_json), as_json)
+    job = before if before.state != ttypes.BulkState.RUNNING else run(go, as_json)
+    note = stop_note(before, job)
+    if as_json:
+        click.echo(json.dumps({**as_dict(job), "alreadyEnded": note is not None}, indent=2))
+    else:
+        _show(job, as_json)
+        if note is not None:
+            click.echo(note, err=job.state != ttypes.BulkState.STOPPED)
+    if job.state != ttypes.BulkState.STOPPED:
+        sys.exit(EXIT_FAILURE)
+
+
+def stop_note(before: ttypes.BulkJob, after: ttypes.BulkJob) -> str | None:
+    """What `bulk stop` says of a job that had ended before it: None when the stop ended it. (A job
+    seen RUNNING and answered STOPPED was ended by this stop, or by another one at the same time.)"""
+    if before.state == ttypes.BulkState.RUNNING and after.state == ttypes.BulkState.STOPPED:
+        return None
+    if after.state == ttypes.BulkState.STOPPED:
+        return f"job {after.jobId} had been stopped already"
+    return f"job {after.jobId} had already ended ({_STATE[after.state]}): nothing to stop"

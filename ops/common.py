@@ -73,22 +73,30 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
         fail(str(e), EXIT_UNAVAILABLE, as_json)
 
 
+# The latest instant the ISO form can say (9999-12-31T23:59:59.999Z), and the bound of every time
+# and duration the command takes: past it, a value would not fit a Thrift i64 (or a due time added
+# to it would not), and the call would fail in the client's encoder rather than on the command line.
+MAX_MS = 253_402_300_799_999
+_DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
 def instant(text: str | None) -> int | None:
     """Epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
     if text is None:
         return None
     if text.isascii() and text.isdigit():
-        return int(text)
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return int(t.timestamp() * 1000)
-
-
-_DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        ms = int(text)
+    else:
+        try:
+            t = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time") from None
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=dt.timezone.utc)
+        ms = int(t.timestamp() * 1000)
+    if ms > MAX_MS:
+        raise click.BadParameter(f"{text!r} is after 9999-12-31T23:59:59.999Z (epoch ms {MAX_MS})")
+    return ms
 
 
 def duration_ms(text: str) -> int:
@@ -97,7 +105,27 @@ def duration_ms(text: str) -> int:
     unit = text[len(number):] or "ms"
     if not (number.isascii() and number.isdigit()) or unit not in _DURATION:
         raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 1500ms, 5m, 2h or 1d")
-    return int(number) * _DURATION[unit]
+    ms = int(number) * _DURATION[unit]
+    if ms > MAX_MS:
+        raise click.BadParameter(f"{text!r} is too long: at most {MAX_MS // _DURATION['d']}d ({MAX_MS} ms)")
+    return ms
+
+
+class _Parsed(click.ParamType):
+    """An option parsed by one of the functions above: click names the option in its error."""
+
+    def __init__(self, name: str, parse: Callable[[str], int | None]):
+        self.name, self._parse = name, parse
+
+    def convert(self, value, param, ctx) -> int | None:
+        try:
+            return self._parse(value)
+        except click.BadParameter as e:
+            self.fail(e.message, param, ctx)
+
+
+DURATION = _Parsed("duration", duration_ms)
+INSTANT = _Parsed("time", instant)
 
 
 def utc_time(ms: int | None) -> str:

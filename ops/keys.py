@@ -9,27 +9,19 @@ import click
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import SYSTEM_CLOCK
-from delayq.ops.common import EXIT_FAILURE, client, duration_ms, instant, load_settings, run, utc_time
+from delayq.ops.common import DURATION, EXIT_FAILURE, INSTANT, client, load_settings, run, utc_time
+from delayq.ops.taskview import summary_dict, table
 from delayq.ops.tasks import tasks, with_common
 
 endpoint = click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
 
 
-def _summary(t: ttypes.TaskSummary) -> dict:
-    return {"taskId": t.taskId, "topic": t.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[t.status],
-            "attempt": t.attempt, "dueAtMs": t.dueAtMs, "createdAtMs": t.createdAtMs, "key": t.key,
-            "tags": t.tags or []}
-
-
 def _print_page(page: ttypes.TaskPage, as_json: bool) -> None:
-    rows = [_summary(t) for t in page.tasks]
+    rows = [summary_dict(t) for t in page.tasks]
     if as_json:
         click.echo(json.dumps({"tasks": rows, "nextPageToken": page.nextPageToken}, indent=2))
         return
-    click.echo(f"{'TASK':<34} {'STATUS':<10} {'ATTEMPT':>7}  {'DUE':<24} KEY  TAGS")
-    for r in rows:
-        click.echo(f"{r['taskId']:<34} {r['status']:<10} {r['attempt']:>7}  {utc_time(r['dueAtMs']):<24} "
-                   f"{r['key'] or '-'}  {','.join(r['tags'])}")
+    click.echo("\n".join(table(rows, topic=False)))
     if page.nextPageToken:
         click.echo(f"(more: --page-token {page.nextPageToken})")
 
@@ -85,8 +77,8 @@ def cancel_key_cmd(topic, key, endpoints, config_file, as_json) -> None:
 @tasks.command("reschedule-key")
 @click.argument("topic")
 @click.argument("key")
-@click.option("--delay", help="Due this long from now: 30s, 5m, 2h.")
-@click.option("--at", "at", help="Due at this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
+@click.option("--delay", type=DURATION, help="Due this long from now: 30s, 5m, 2h.")
+@click.option("--at", "at", type=INSTANT, help="Due at this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
 @endpoint
 @with_common
 def reschedule_key_cmd(topic, key, delay, at, endpoints, config_file, as_json) -> None:
@@ -94,7 +86,7 @@ def reschedule_key_cmd(topic, key, delay, at, endpoints, config_file, as_json) -
     unless every one (and at least one) is RESCHEDULED."""
     if (delay is None) == (at is None):
         raise click.UsageError("give exactly one of --delay and --at")
-    due = SYSTEM_CLOCK.now_ms() + duration_ms(delay) if delay is not None else instant(at)
+    due = SYSTEM_CLOCK.now_ms() + delay if delay is not None else at
     settings = load_settings(config_file)
 
     def go():
@@ -108,8 +100,8 @@ def reschedule_key_cmd(topic, key, delay, at, endpoints, config_file, as_json) -
 @click.option("--status", type=click.Choice(list(ttypes.TaskStatus._NAMES_TO_VALUES), case_sensitive=False))
 @click.option("--key-prefix", help="Business keys starting with this.")
 @click.option("--tag", help="Tasks with this tag.")
-@click.option("--due-from", help="Due at or after (epoch ms or ISO 8601).")
-@click.option("--due-before", help="Due before (epoch ms or ISO 8601).")
+@click.option("--due-from", type=INSTANT, help="Due at or after (epoch ms or ISO 8601).")
+@click.option("--due-before", type=INSTANT, help="Due before (epoch ms or ISO 8601).")
 @click.option("--limit", type=click.IntRange(1, 500), default=100, show_default=True)
 @click.option("--page-token", help="Page on from a previous page.")
 @endpoint
@@ -118,7 +110,7 @@ def query_cmd(topic, status, key_prefix, tag, due_from, due_before, limit, page_
               as_json) -> None:
     """TOPIC's tasks by state, key prefix, tag and due range, by due time (the listTasks call)."""
     f = ttypes.TaskFilter(topic=topic, status=ttypes.TaskStatus._NAMES_TO_VALUES[status.upper()] if status else None,
-                          keyPrefix=key_prefix, tag=tag, dueFromMs=instant(due_from), dueBeforeMs=instant(due_before))
+                          keyPrefix=key_prefix, tag=tag, dueFromMs=due_from, dueBeforeMs=due_before)
     settings = load_settings(config_file)
 
     def go():

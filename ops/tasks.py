@@ -11,7 +11,8 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.db import make_engine
 from delayq.lifecycle import Status
 from delayq.ops.audit import recorded
-from delayq.ops.common import EXIT_FAILURE, client, duration_ms, fail, instant, load_settings, run, utc_time
+from delayq.ops.common import DURATION, EXIT_FAILURE, INSTANT, client, fail, load_settings, run, utc_time
+from delayq.ops.taskview import info_dict, info_lines, listed_dict, table
 from delayq.store.maintenance import TaskFilter, list_tasks, purge, redrive
 
 
@@ -35,7 +36,8 @@ def tasks() -> None:
 @click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
 @with_common
 def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, as_json: bool) -> None:
-    """Show a task (live or archived) and its attempts. Exit 1 when there is no such task."""
+    """Show a task (live or archived): its key, tags and trace context, how it ended, and its
+    attempts. Exit 1 when there is no such task."""
     settings = load_settings(config_file)
 
     def go():
@@ -44,34 +46,14 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
                 return c.get(task_id)
             except ttypes.NotFound:
                 fail(f"no task {task_id!r}", EXIT_FAILURE, as_json)
-    info = run(go, as_json)
-    out = {"taskId": info.taskId, "topic": info.topic, "status": ttypes.TaskStatus._VALUES_TO_NAMES[info.status],
-           "attempt": info.attempt, "dueAtMs": info.dueAtMs, "shardId": info.shardId,
-           "attempts": [{"attempt": a.attempt, "node": a.nodeId, "dispatchedAtMs": a.dispatchedAtMs,
-                         "result": a.result, "resultAtMs": a.resultAtMs, "message": a.message,
-                         # progress is the consumer's bytes: shown as text, undecodable bytes replaced
-                         "progress": None if a.progress is None else a.progress.decode("utf-8", "replace"),
-                         "deadlineMs": a.deadlineMs, "cancelRequestedAtMs": a.cancelRequestedAtMs}
-                        for a in info.attempts]}
-    if as_json:
-        click.echo(json.dumps(out, indent=2))
-        return
-    click.echo(f"{out['taskId']}  topic {out['topic']}  {out['status']}  attempt {out['attempt']}  "
-               f"due {utc_time(out['dueAtMs'])}  shard {out['shardId']}")
-    for a in out["attempts"]:
-        click.echo(f"  #{a['attempt']} on {a['node']} at {utc_time(a['dispatchedAtMs'])}: "
-                   f"{a['result'] or 'pending'} {a['message'] or ''}".rstrip())
-        if a["deadlineMs"] is not None:
-            cancel = f", cancel asked at {utc_time(a['cancelRequestedAtMs'])}" if a["cancelRequestedAtMs"] else ""
-            click.echo(f"     running until {utc_time(a['deadlineMs'])} unless touched{cancel}")
-        if a["progress"] is not None:
-            click.echo(f"     progress: {a['progress']}")
+    out = info_dict(run(go, as_json))
+    click.echo(json.dumps(out, indent=2) if as_json else "\n".join(info_lines(out)))
 
 
 @tasks.command("submit")
 @click.argument("topic")
-@click.option("--delay", help="Due this long from now: 30s, 1500ms, 5m, 2h, 1d.")
-@click.option("--at", "at", help="Due at this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
+@click.option("--delay", type=DURATION, help="Due this long from now: 30s, 1500ms, 5m, 2h, 1d.")
+@click.option("--at", "at", type=INSTANT, help="Due at this time: ISO 8601 (UTC unless it says otherwise) or epoch ms.")
 @click.option("--id", "task_id", help="Your own task id (idempotent: the same id and content is accepted again).")
 @click.option("--payload", help="The payload, as UTF-8 text.")
 @click.option("--payload-file", type=click.File("rb"), help="The payload, read from a file ('-': stdin).")
@@ -79,7 +61,8 @@ def get_task(task_id: str, endpoints: tuple[str, ...], config_file: str | None, 
 @click.option("--tag", "tags", multiple=True, help="A tag (repeatable, up to 8).")
 @click.option("--on-key-conflict", type=click.Choice(list(ttypes.KeyConflict._NAMES_TO_VALUES), case_sensitive=False),
               help="What to do when a live task holds the key (default ALLOW).")
-@click.option("--max-debounce", help="With REPLACE: due at most this long after the key's first submit (30s, 5m).")
+@click.option("--max-debounce", type=DURATION,
+              help="With REPLACE: due at most this long after the key's first submit (30s, 5m).")
 @click.option("--traceparent", help="A W3C trace context, passed on as a message header.")
 @click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper).")
 @with_common
@@ -93,12 +76,11 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, key, tags, on_
         raise click.UsageError("give at most one of --payload and --payload-file")
     body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
     spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
-                           delayMs=duration_ms(delay) if delay is not None else None,
-                           dueAtMs=instant(at) if at is not None else None, key=key, tags=list(tags) or None,
+                           delayMs=delay, dueAtMs=at, key=key, tags=list(tags) or None,
                            traceparent=traceparent,
                            onKeyConflict=ttypes.KeyConflict._NAMES_TO_VALUES[on_key_conflict.upper()]
                            if on_key_conflict else None,
-                           maxDebounceMs=duration_ms(max_debounce) if max_debounce is not None else None)
+                           maxDebounceMs=max_debounce)
     settings = load_settings(config_file)
 
     def go():
@@ -136,8 +118,8 @@ def _filter_options(f):
     for option in reversed([
             click.option("--id", "ids", multiple=True, help="A task id (repeatable)."),
             click.option("--topic"),
-            click.option("--since", help="Due at or after (epoch ms or ISO 8601)."),
-            click.option("--until", help="Due before (epoch ms or ISO 8601).")]):
+            click.option("--since", type=INSTANT, help="Due at or after (epoch ms or ISO 8601)."),
+            click.option("--until", type=INSTANT, help="Due before (epoch ms or ISO 8601).")]):
         f = option(f)
     return f
 
@@ -154,17 +136,14 @@ def list_cmd(ids, topic, since, until, status, key_prefix, tag, limit, after, co
     """List live and archived tasks by id, topic, due range, state, key prefix and tag, a page at a
     time, read from MySQL (`delayq tasks find` and the listTasks call go through a node)."""
     settings = load_settings(config_file)
-    f = TaskFilter(tuple(ids), topic, instant(since), instant(until), Status[status.upper()] if status else None,
+    f = TaskFilter(tuple(ids), topic, since, until, Status[status.upper()] if status else None,
                    key_prefix=key_prefix.encode() if key_prefix else None, tag=tag)
     rows = run(lambda: list_tasks(make_engine(settings.mysql), f, limit, after), as_json)
+    out = [listed_dict(r) for r in rows]
     if as_json:
-        click.echo(json.dumps([{"taskId": r["task_id"], "topic": r["topic"], "shardId": r["shard_id"],
-                                "status": r["status"], "attempt": r["attempt"], "dueAtMs": r["due_ms"]}
-                               for r in rows], indent=2))
+        click.echo(json.dumps(out, indent=2))
         return
-    click.echo(f"{'TASK':<34} {'TOPIC':<24} {'STATUS':<10} {'ATTEMPT':>7}  DUE")
-    for r in rows:
-        click.echo(f"{r['task_id']:<34} {r['topic']:<24} {r['status']:<10} {r['attempt']:>7}  {utc_time(r['due_ms'])}")
+    click.echo("\n".join(table(out, topic=True)))
     if len(rows) == limit:
         click.echo(f"(more: --after {rows[-1]['task_id']})")
 
@@ -175,18 +154,19 @@ def list_cmd(ids, topic, since, until, status, key_prefix, tag, limit, after, co
 @with_common
 def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
     """Send FAILED tasks again: back to DELAY, due now, with a fresh set of retries."""
-    if not (ids or topic or since or until):
+    if not (ids or topic or since is not None or until is not None):
         raise click.UsageError("name the tasks: --id, --topic, --since or --until")
     settings = load_settings(config_file)
     engine = make_engine(settings.mysql)
-    f = TaskFilter(tuple(ids), topic, instant(since), instant(until), Status.FAILED)
+    f = TaskFilter(tuple(ids), topic, since, until, Status.FAILED)
     if not yes:
         count = len(run(lambda: list_tasks(engine, f, 10_000), as_json))
         click.echo(json.dumps({"wouldRedrive": count}) if as_json else
                    f"{count}{'+' if count == 10_000 else ''} FAILED tasks match; add --yes to redrive them")
         return
-    target = " ".join([*(f"id={i}" for i in ids), *(f"{k}={v}" for k, v in
-                                                    (("topic", topic), ("since", since), ("until", until)) if v)])
+    target = " ".join([*(f"id={i}" for i in ids), *(f"{k}={v}" for k, v in (
+        ("topic", topic), ("since", since if since is None else utc_time(since)),
+        ("until", until if until is None else utc_time(until))) if v is not None)])
     with recorded(settings, "redrive", target) as outcome:
         moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())), as_json)
         outcome.value = f"redriven {moved}"

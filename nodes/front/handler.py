@@ -92,6 +92,7 @@ class Handler:
             payload=bytes(row["payload"]),
             key=None if row.get("task_key") is None else bytes(row["task_key"]).decode(errors="replace"),
             tags=split_tags(row.get("tags")), traceparent=row.get("traceparent"),
+            message=row.get("message"),         # only a backlog row has one: how the task ended
             attempts=[_attempt(row, a) for a in attempts])
 
     @declared

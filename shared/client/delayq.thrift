@@ -111,6 +111,10 @@ struct TaskInfo {
   13: optional string key,
   14: optional list<string> tags,
   15: optional string traceparent,
+  // An ended task's: how it ended, as kept with it ("cancelled", "cancelled by key", "cancelled by
+  // bulk job ID: REASON", "replaced by ID", "cancelled while it ran", or the message of the result
+  // that ended it). Unset for a live task and for one that ended without a message.
+  16: optional string message,
 }
 
 // A task as findByKey and listTasks show it.

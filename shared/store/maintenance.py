@@ -67,7 +67,8 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 def list_tasks(engine: Engine, f: TaskFilter, limit: int, after: str | None = None) -> list[dict]:
     """Live and archived tasks matching the filter, by task id, `limit` per page after `after`."""
-    cols = lambda t: [t.c.task_id, t.c.topic, t.c.shard_id, t.c.status, t.c.attempt, t.c.due_ms]  # noqa: E731
+    cols = lambda t: [t.c.task_id, t.c.topic, t.c.shard_id, t.c.status, t.c.attempt, t.c.due_ms,  # noqa: E731
+                      t.c.task_key, t.c.tags]
     parts = []
     for t in (TASK, BACKLOG):
         q = select(*cols(t)).where(*f.where(t))

@@ -601,7 +601,7 @@ def test_a_shift_changes_each_task_up_to_the_horizon_from_its_batchs_time_and_co
     cursors = list(job.progress.cursors)
     for _ in range(100):
         for lane, cursor in enumerate(cursors):
-            if cursor < job.progress.upto:
+            if not lane_done(cursor, job.progress.upto):
                 cursors[lane] = run_batch(engine, _at(job, cursor, 7, lane), "a", later, HOUR,
                                           max_horizon_ms=HOUR + 4000).cursor
         if jobs.get(job.job_id).state is State.DONE:
@@ -610,6 +610,58 @@ def test_a_shift_changes_each_task_up_to_the_horizon_from_its_batchs_time_and_co
     assert (done.state, done.progress.changed, done.progress.skipped) == (State.DONE, 20, 10)
     due = dict(_rows(engine, "SELECT task_id, due_ms FROM job_delay_task WHERE topic = :t", t=topic))
     assert due == {t: now + HOUR + (1000, 5000, 10_000)[i % 3] for i, t in enumerate(ids)}
+
+
+def _cli(node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "delayq", *args, "--endpoint", node.endpoint], env=node.env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_a_task_a_job_cancelled_says_so_and_a_stop_of_the_ended_job_says_it_had_ended(cluster):
+    node = _live(cluster)
+    topic = _topic(node)
+    ids = _submit(node, topic, 3, now_ms() + HOUR)
+    done = _cli(node, "tasks", "bulk", "cancel", topic, "--reason", "tenant left", "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["jobId"]
+    with node.client() as c:
+        assert c.get(ids[0]).message == f"cancelled by bulk job {job_id}: tenant left"
+    shown = _cli(node, "tasks", "get", ids[0])
+    assert shown.stdout.splitlines()[1] == f"  ended: cancelled by bulk job {job_id}: tenant left"
+    again = _cli(node, "tasks", "bulk", "stop", job_id)
+    assert again.returncode == 1
+    assert again.stdout.splitlines()[0].startswith(f"job {job_id}  DONE")
+    assert again.stderr.strip() == f"job {job_id} had already ended (DONE): nothing to stop"
+    as_json = _cli(node, "tasks", "bulk", "stop", job_id, "--json")
+    assert as_json.returncode == 1
+    assert {k: json.loads(as_json.stdout)[k] for k in ("state", "changed", "alreadyEnded")} == {
+        "state": "DONE", "changed": 3, "alreadyEnded": True}
+
+
+def test_the_command_following_a_job_that_is_stopped_shows_where_it_stopped(cluster):
+    node = _live(cluster)
+    topic = _topic(node)
+    _submit(node, topic, 400, now_ms() + HOUR)
+    following = subprocess.Popen([sys.executable, "-m", "delayq", "tasks", "bulk", "cancel", topic, "--reason", "r",
+                                  "--rate", "20", "--yes", "--endpoint", node.endpoint], env=node.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        first = following.stdout.readline()        # job ID: cancel 400 tasks at 20/s
+        job_id = first.split()[1].rstrip(":")
+        with node.client() as c:
+            wait_until(lambda: c.bulkGet(job_id).changed >= 20, 15, 0.05, what="the job under way")
+            stopped = c.bulkStop(job_id)
+            assert stopped.state == ttypes.BulkState.STOPPED
+        out, err = following.communicate(timeout=30)
+    finally:
+        following.kill()
+    assert following.returncode == 1
+    # Without a terminal, the bar prints its label whenever it changes: last, the job's state.
+    assert err.splitlines() == [job_id, f"{job_id} STOPPED"], err
+    assert out.splitlines()[0].startswith(f"job {job_id}  STOPPED")
+    assert out.splitlines()[1].startswith(f"  changed {stopped.changed} of 400")
+    again = _cli(node, "tasks", "bulk", "stop", job_id)
+    assert (again.returncode, again.stdout.splitlines()[-1]) == (0, f"job {job_id} had been stopped already")
 
 
 def test_jobs_list_newest_first_in_pages_and_by_topic(bare):

@@ -310,6 +310,36 @@ def test_the_command_line_submits_finds_and_cancels_by_key(node, topic):
     assert bad.returncode == 2 and "key:" in bad.stderr
 
 
+def test_the_command_line_shows_keys_tags_trace_context_and_how_a_task_ended(node, topic):
+    ids = {}
+    for key, tags in (("show-1", ("eu", "vip")), ("show-1-and-a-longer-key", ("eu",))):
+        args = [a for t in tags for a in ("--tag", t)]
+        done = _cli(node, "tasks", "submit", topic, "--delay", "1h", "--key", key, *args, "--traceparent", TP, "--json")
+        assert done.returncode == 0, done.stderr
+        ids[key] = json.loads(done.stdout)["taskId"]
+    task_id = ids["show-1"]
+    got = json.loads(_cli(node, "tasks", "get", task_id, "--json").stdout)
+    assert {k: got[k] for k in ("key", "tags", "traceparent", "message")} == {
+        "key": "show-1", "tags": ["eu", "vip"], "traceparent": TP, "message": None}
+    assert _cli(node, "tasks", "get", task_id).stdout.splitlines()[1] == f"  key show-1  tags eu,vip  traceparent {TP}"
+    assert _cli(node, "tasks", "cancel", task_id).returncode == 0
+    assert json.loads(_cli(node, "tasks", "get", task_id, "--json").stdout)["message"] == "cancelled"
+    assert _cli(node, "tasks", "get", task_id).stdout.splitlines()[2] == "  ended: cancelled"
+
+    def listed(*args: str) -> subprocess.CompletedProcess:      # read from MySQL: no --endpoint
+        return subprocess.run([sys.executable, "-m", "delayq.ops.cli", "tasks", "list", "--topic", topic,
+                               "--key-prefix", "show-1", *args], env=node.env, capture_output=True, text=True,
+                              timeout=60)
+    rows = json.loads(listed("--json").stdout)
+    assert sorted((r["taskId"], r["key"], r["tags"]) for r in rows) == sorted(
+        [(task_id, "show-1", ["eu", "vip"]), (ids["show-1-and-a-longer-key"], "show-1-and-a-longer-key", ["eu"])])
+    for table in (listed().stdout, _cli(node, "tasks", "query", topic, "--key-prefix", "show-1").stdout):
+        header, *lines = table.splitlines()
+        at = header.index("TAGS")
+        assert sorted(line[at:] for line in lines) == ["eu", "eu,vip"], table
+        assert sorted(line[header.index("KEY"):at].rstrip() for line in lines) == ["show-1", "show-1-and-a-longer-key"]
+
+
 def test_keep_if_active_dispatches_the_waiting_task_only_once_the_running_one_reports_and_then_at_once(node,
                                                                                                        node_factory):
     """KEEP_IF_ACTIVE: at most one waiting and one in flight. The first task's handler is slow (its

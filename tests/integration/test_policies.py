@@ -241,7 +241,7 @@ def test_the_cli_submits_a_task_and_answers_json_in_one_key_style_errors_include
     got = json.loads(_delayq(node, "tasks", "get", task_id, "--json", "--endpoint", node.endpoint).stdout)
     assert got["taskId"] == task_id and got["status"] == "FINISHED"
     listed = json.loads(_delayq(node, "tasks", "list", "--id", task_id, "--json").stdout)
-    assert set(listed[0]) == {"taskId", "topic", "shardId", "status", "attempt", "dueAtMs"}
+    assert set(listed[0]) == {"taskId", "topic", "shardId", "status", "attempt", "dueAtMs", "key", "tags"}
 
     missing = _delayq(node, "tasks", "get", "no-such-task", "--json", "--endpoint", node.endpoint)
     assert missing.returncode == 1 and json.loads(missing.stdout) == {"error": "no task 'no-such-task'"}

@@ -647,11 +647,12 @@ class TaskInfo(object):
      - key
      - tags
      - traceparent
+     - message
 
     """
 
 
-    def __init__(self, taskId=None, topic=None, status=None, attempt=None, dueAtMs=None, shardId=None, maxRetries=None, ttrMs=None, createdAtMs=None, updatedAtMs=None, payload=None, attempts=None, key=None, tags=None, traceparent=None,):
+    def __init__(self, taskId=None, topic=None, status=None, attempt=None, dueAtMs=None, shardId=None, maxRetries=None, ttrMs=None, createdAtMs=None, updatedAtMs=None, payload=None, attempts=None, key=None, tags=None, traceparent=None, message=None,):
         self.taskId = taskId
         self.topic = topic
         self.status = status
@@ -667,6 +668,7 @@ class TaskInfo(object):
         self.key = key
         self.tags = tags
         self.traceparent = traceparent
+        self.message = message
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -763,6 +765,11 @@ class TaskInfo(object):
                     self.traceparent = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 16:
+                if ftype == TType.STRING:
+                    self.message = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -838,6 +845,10 @@ class TaskInfo(object):
         if self.traceparent is not None:
             oprot.writeFieldBegin('traceparent', TType.STRING, 15)
             oprot.writeString(self.traceparent.encode('utf-8') if sys.version_info[0] == 2 else self.traceparent)
+            oprot.writeFieldEnd()
+        if self.message is not None:
+            oprot.writeFieldBegin('message', TType.STRING, 16)
+            oprot.writeString(self.message.encode('utf-8') if sys.version_info[0] == 2 else self.message)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4072,6 +4083,7 @@ TaskInfo.thrift_spec = (
     (13, TType.STRING, 'key', 'UTF8', None, ),  # 13
     (14, TType.LIST, 'tags', (TType.STRING, 'UTF8', False), None, ),  # 14
     (15, TType.STRING, 'traceparent', 'UTF8', None, ),  # 15
+    (16, TType.STRING, 'message', 'UTF8', None, ),  # 16
 )
 all_structs.append(TaskSummary)
 TaskSummary.thrift_spec = (

@@ -147,8 +147,10 @@ def _show(j: ttypes.BulkJob, as_json: bool) -> None:
     narrowed = " ".join(f"{k}={d[k]}" for k in ("keyPrefix", "tag", "shiftMs") if d[k] is not None)
     narrowed += "".join(f" {k}={utc_time(d[k])}" for k in ("dueFromMs", "dueBeforeMs", "dueAtMs") if d[k] is not None)
     click.echo(f"job {d['jobId']}  {d['state']}  {d['action'].lower()} {d['topic']} {narrowed}".rstrip())
-    click.echo(f"  changed {d['changed']} of {d['total']}" + (f", {d['skipped']} had fired or changed meanwhile"
-                                                             if d["skipped"] else "") + f"  at {d['opsPerSecond']}/s")
+    why = ("stayed FAILED (their key held by another live task, or redriven or discarded meanwhile)"
+           if d["action"] == "REDRIVE" else "had fired or changed meanwhile")
+    click.echo(f"  changed {d['changed']} of {d['total']}" + (f", {d['skipped']} {why}" if d["skipped"] else "")
+               + f"  at {d['opsPerSecond']}/s")
     click.echo(f"  by {d['createdBy']} at {utc_time(d['createdAtMs'])}: {d['reason']}")
     if d["runningOn"]:
         click.echo(f"  running on {d['runningOn']}")

@@ -54,16 +54,7 @@ class Redrove:
 def redrive_locked(conn: Connection, rows: Sequence[Mapping], now_ms: int) -> Redrove:
     """Move these FAILED backlog rows, locked by the caller in this transaction, back to DELAY,
     but for those whose key another live task holds. Raises KeyTaken (see the module docstring)."""
-    holders = _holders(conn, [r for r in rows if _holds_key(r)])
-    back, held = [], []
-    for r in rows:
-        if _holds_key(r):
-            key = (r["topic"], bytes(r["task_key"]))
-            if key in holders:
-                held.append((r["task_id"], holders[key]))
-                continue
-            holders[key] = r["task_id"]      # the rows' later tasks of the key find it held
-        back.append(r)
+    back, held = sort_out(rows, _holders(conn, [r for r in rows if _holds_key(r)]))
     if not back:
         return Redrove((), tuple(held))
     new = redriven_rows(back, shard_count(conn), now_ms)
@@ -77,6 +68,23 @@ def redrive_locked(conn: Connection, rows: Sequence[Mapping], now_ms: int) -> Re
     conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in back]),
                                        BACKLOG.c.status == int(Status.FAILED)))
     return Redrove(tuple(new), tuple(held))
+
+
+def sort_out(rows: Sequence[Mapping], holders: Mapping[tuple[str, bytes], str]
+             ) -> tuple[list[Mapping], list[tuple[str, str]]]:
+    """The rows to redrive, and (task id, holder) for those left FAILED, given the live holders of
+    their keys by (topic, key): the first row of a key nobody holds takes it, in the rows' order."""
+    taken = dict(holders)
+    back, held = [], []
+    for r in rows:
+        if _holds_key(r):
+            key = (r["topic"], bytes(r["task_key"]))
+            if key in taken:
+                held.append((r["task_id"], taken[key]))
+                continue
+            taken[key] = r["task_id"]
+        back.append(r)
+    return back, held
 
 
 def redriven_rows(rows: Sequence[Mapping], shards: int, now_ms: int) -> list[dict]:

@@ -165,7 +165,10 @@ def as_dict(j: ttypes.BulkJob) -> dict:
 
 
 def _why_skipped(d: dict) -> str:
-    """Why a job's skipped tasks were left: a shift also leaves those it would take past the horizon."""
+    """Why a job's skipped tasks were left: a shift also leaves those it would take past the horizon,
+    a redrive those whose key another live task holds."""
+    if d["action"] == "REDRIVE":
+        return "stayed FAILED (their key held by another live task, or redriven or discarded meanwhile)"
     if d["shiftMs"] is not None:
         return "left as they were: fired or changed meanwhile, or the shift would take them past the horizon"
     return "had fired or changed meanwhile"

@@ -153,7 +153,9 @@ def list_cmd(ids, topic, since, until, status, key_prefix, tag, limit, after, co
 @click.option("--yes", is_flag=True, help="Do it (without --yes only count what would move).")
 @with_common
 def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
-    """Send FAILED tasks again: back to DELAY, due now, with a fresh set of retries."""
+    """Send FAILED tasks again: back to DELAY, due now, with a fresh set of retries. A task that
+    held its key (onKeyConflict other than ALLOW) holds it again: while another live task holds
+    that key, the task stays FAILED, and the command names the holder."""
     if not (ids or topic or since is not None or until is not None):
         raise click.UsageError("name the tasks: --id, --topic, --since or --until")
     settings = load_settings(config_file)
@@ -168,12 +170,24 @@ def redrive_cmd(ids, topic, since, until, yes, config_file, as_json) -> None:
         ("topic", topic), ("since", since if since is None else utc_time(since)),
         ("until", until if until is None else utc_time(until))) if v is not None)])
     with recorded(settings, "redrive", target) as outcome:
-        moved = run(lambda: sum(redrive(engine, f, SYSTEM_CLOCK.now_ms())), as_json)
-        outcome.value = f"redriven {moved}"
+        held: dict[str, str] = {}
+
+        def go() -> int:
+            moved = 0
+            for b in redrive(engine, f, SYSTEM_CLOCK.now_ms()):
+                moved += len(b.redriven)
+                held.update(b.held)
+            return moved
+        moved = run(go, as_json)
+        outcome.value = f"redriven {moved}" + (f", key held {len(held)}" if held else "")
     # Written straight to MySQL: the nodes find them when they re-read their shards' windows.
     within_s = settings.scheduling.full_scan_ms / 1000
-    click.echo(json.dumps({"redriven": moved, "dispatchedWithinS": within_s}) if as_json else
-               f"redriven: {moved} tasks (dispatched within {within_s:g} s, DELAYQ_FULL_SCAN_MS)")
+    if as_json:
+        click.echo(json.dumps({"redriven": moved, "dispatchedWithinS": within_s, "keyHeld": held}))
+        return
+    click.echo(f"redriven: {moved} tasks (dispatched within {within_s:g} s, DELAYQ_FULL_SCAN_MS)")
+    for task_id, holder in held.items():
+        click.echo(f"not redriven: {task_id} stays FAILED: its key is held by live task {holder}")
 
 
 @click.command("purge")

@@ -92,6 +92,7 @@ backlog = Table(
     Column("task_key", LargeBinary(255)),
     Column("tags", LargeBinary(520)),
     Column("traceparent", String(55)),
+    Column("key_mode", SmallInteger),           # the dedup mode it held its key under when it ended (sql/014)
 )
 
 shard = Table(

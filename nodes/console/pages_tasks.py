@@ -132,7 +132,9 @@ def reschedule(c: Console, ctx: Ctx) -> Response:
 def redrive(c: Console, ctx: Ctx) -> Response:
     task_id = ctx.req.form.get("id") or ""
     return c.act(ctx, lambda: c.service.redrive(ttypes.RedriveFilter(taskIds=[task_id])),
-                 lambda r: f"redriven: {r.redriven}", "/ui/task?" + _qs(id=task_id))
+                 lambda r: f"redriven: {r.redriven}" + "".join(f"; not redriven: its key is held by live task {holder}"
+                                                               for holder in (r.keyHeld or {}).values()),
+                 "/ui/task?" + _qs(id=task_id))
 
 
 # ---- dead letters ----------------------------------------------------------------------------
@@ -171,11 +173,13 @@ def _group_ids(c: Console, ctx: Ctx) -> tuple[str, list[str]]:
 def dead_redrive(c: Console, ctx: Ctx) -> Response:
     def call():
         topic, ids = _group_ids(c, ctx)
-        moved = 0
+        moved = held = 0
         for i in range(0, len(ids), REDRIVE_CHUNK):
-            moved += c.service.redrive(ttypes.RedriveFilter(taskIds=ids[i:i + REDRIVE_CHUNK])).redriven
-        return topic, moved
-    return c.act(ctx, call, lambda r: f"redriven {r[1]:,} tasks of {r[0]}", "/ui/dead")
+            done = c.service.redrive(ttypes.RedriveFilter(taskIds=ids[i:i + REDRIVE_CHUNK]))
+            moved, held = moved + done.redriven, held + len(done.keyHeld or {})
+        return topic, moved, held
+    return c.act(ctx, call, lambda r: f"redriven {r[1]:,} tasks of {r[0]}" + (
+        f"; {r[2]:,} left failed: their key is held by another live task" if r[2] else ""), "/ui/dead")
 
 
 def dead_discard(c: Console, ctx: Ctx) -> Response:

@@ -133,12 +133,19 @@ class AdminCalls:
     def redrive(self, filter: ttypes.RedriveFilter) -> ttypes.RedriveResult:
         self._admin()
         f = _task_filter(filter)
-        moved, batches = 0, 0
-        for n in maintenance.redrive(self._engine, f, self._clock.now_ms(), batch=REDRIVE_BATCH):
-            moved, batches = moved + n, batches + 1
+        after = filter.afterTaskId or None
+        if after is not None:
+            _checked_id("afterTaskId", after)
+        moved, last, more = 0, None, False
+        held: dict[str, str] = {}
+        for batches, b in enumerate(maintenance.redrive(self._engine, f, self._clock.now_ms(), batch=REDRIVE_BATCH,
+                                                        after=after), 1):
+            moved, last = moved + len(b.redriven), b.last
+            held.update(b.held)
             if batches == REDRIVE_BATCHES:
-                return ttypes.RedriveResult(redriven=moved, more=n == REDRIVE_BATCH)
-        return ttypes.RedriveResult(redriven=moved, more=False)
+                more = b.read == REDRIVE_BATCH
+                break
+        return ttypes.RedriveResult(redriven=moved, more=more, keyHeld=held, lastTaskId=last)
 
     @declared
     def discard(self, taskIds: list[str] | None) -> int:
@@ -241,8 +248,12 @@ def _task_filter(f: ttypes.RedriveFilter | None) -> maintenance.TaskFilter:
     if len(ids) > MAX_REDRIVE_IDS:
         raise errors.InvalidRequest("taskIds", f"holds {len(ids)} ids, at most {MAX_REDRIVE_IDS} allowed")
     for i, task_id in enumerate(ids):
-        try:
-            check_task_id(task_id)
-        except errors.InvalidTask as e:
-            raise errors.InvalidRequest(f"taskIds[{i}]", e.reason) from None
+        _checked_id(f"taskIds[{i}]", task_id)
     return maintenance.TaskFilter(ids, f.topic or None, f.sinceMs, f.untilMs)
+
+
+def _checked_id(field: str, task_id: str) -> None:
+    try:
+        check_task_id(task_id)
+    except errors.InvalidTask as e:
+        raise errors.InvalidRequest(field, e.reason) from None

@@ -61,7 +61,8 @@ def _redrive(f) -> str:
     if f is None:
         return ""
     return _words([f"topic={f.topic}" if f.topic else None, f"since={f.sinceMs}" if f.sinceMs is not None else None,
-                   f"until={f.untilMs}" if f.untilMs is not None else None, *(f"id={i}" for i in f.taskIds or ())])
+                   f"until={f.untilMs}" if f.untilMs is not None else None, *(f"id={i}" for i in f.taskIds or ()),
+                   f"after={f.afterTaskId}" if f.afterTaskId else None])
 
 
 def _bulk(r) -> str:
@@ -118,5 +119,7 @@ def _outcome(method: str, result, error: Exception | None) -> str:
         if method in ("cancelByKey", "rescheduleByKey"):
             counts = collections.Counter(ttypes.KeyedResult._VALUES_TO_NAMES[o.result] for o in result.tasks)
             return " ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "none live"
-        return f"redriven {result.redriven}" if method == "redrive" else "ok"
+        if method == "redrive":
+            return f"redriven {result.redriven}" + (f", key held {len(result.keyHeld)}" if result.keyHeld else "")
+        return "ok"
     return type(error).__name__ if isinstance(error, errors.DelayqError) else "internal error"

@@ -252,11 +252,16 @@ struct RedriveFilter {
   2: optional i64 sinceMs,
   3: optional i64 untilMs,
   4: optional list<string> taskIds,        // at most 500
+  5: optional string afterTaskId,          // only tasks with ids after this one: the last call's lastTaskId
 }
 
+// A task submitted with onKeyConflict other than ALLOW comes back holding its key under that mode;
+// while another live task holds the key, it stays FAILED and is listed in keyHeld (docs/operations.md).
 struct RedriveResult {
   1: required i32 redriven,                // back to DELAY, due now, with a fresh set of retries
-  2: required bool more,                   // more match: call again
+  2: required bool more,                   // more match: call again, with afterTaskId = lastTaskId
+  3: optional map<string, string> keyHeld, // left FAILED: task id -> the live task holding its key
+  4: optional string lastTaskId,           // the last task this call read (redriven or left FAILED)
 }
 
 enum BulkAction {
@@ -295,6 +300,7 @@ struct BulkJob {
   7: required i64 changed,                 // tasks it changed so far
   8: required i64 skipped,                 // once DONE: counted, but fired, ended or changed before their batch,
                                            // or (shiftMs) its new due time past the horizon then: left as it was
+                                           // (a redrive: also those left FAILED, their key held by another live task)
   9: required i32 opsPerSecond,
   10: required string createdBy,
   11: required i64 createdAtMs,
@@ -502,7 +508,8 @@ service DelayScheduler {
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),
 
-  // Sends FAILED tasks again, up to 5,000 per call (`more`: call again).
+  // Sends FAILED tasks again, up to 5,000 per call (`more`: call again with afterTaskId = lastTaskId).
+  // A task that held its key comes back holding it, or stays FAILED (keyHeld) while another live task holds it.
   RedriveResult redrive(1: RedriveFilter filter)
     throws (1: InvalidRequest invalid, 4: Unavailable unavailable, 5: Unauthenticated unauthenticated,
     6: Forbidden forbidden),

@@ -48,9 +48,9 @@ def move_locked(conn: Connection, task_ids: Sequence[str], final: Status, now_ms
     # locking every row it passes — a claim's, or another bulk lane's — until the commit.
     conn.exec_driver_sql(
         f"INSERT INTO {BACKLOG.name} (task_id, topic, shard_id, due_ms, status, attempt, payload, spec_hash, "
-        "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags, traceparent) "
+        "max_retries, ttr_ms, created_ms, finished_ms, message, dead_letter, task_key, tags, traceparent, key_mode) "
         "SELECT task_id, topic, shard_id, due_ms, %s, attempt, payload, spec_hash, max_retries, ttr_ms, "
-        f"created_ms, %s, %s, %s, task_key, tags, traceparent FROM {TASK.name} {BY_ID} WHERE {ids}",
+        f"created_ms, %s, %s, %s, task_key, tags, traceparent, key_mode FROM {TASK.name} {BY_ID} WHERE {ids}",
         (int(final), now_ms, message, 1 if final is Status.FAILED else 0))
     # A DELETE takes an index hint only in its multi-table form.
     conn.exec_driver_sql(f"DELETE t FROM {TASK.name} t {BY_ID} WHERE t.{ids}")

@@ -7,11 +7,12 @@
 3. of those, the ones that still match and are in the action's state, locked by primary key —
    the same check as a single cancel or reschedule (delayq.store.requests), so a task a claim
    took first is passed over, and one changed first is claimed by nobody at its old state;
-4. the change (cancel: to the backlog; reschedule: the new due time; redrive: back to DELAY);
-   a reschedule passes over a task whose new due time would lie beyond the horizon
-   (DELAYQ_MAX_HORIZON_MS) from the batch's time, as a submit or a single reschedule refuses one:
-   a shift's new times are known only task by task, so the job cannot be refused up front, and
-   such a task is left as it is and counted as skipped;
+4. the change (cancel: to the backlog; reschedule: the new due time; redrive: back to DELAY, but
+   a task whose key another live task holds, left FAILED: delayq.store.redrives); a reschedule
+   passes over a task whose new due time would lie beyond the horizon (DELAYQ_MAX_HORIZON_MS)
+   from the batch's time, as a submit or a single reschedule refuses one: a shift's new times are
+   known only task by task, so the job cannot be refused up front, and such a task is left as it
+   is and counted as skipped;
 5. the job row, locked: still RUNNING, still this node's, the lane's cursor where the runner
    last left it — else the batch rolls back (the job was stopped, or another node took it over)
    — then the lane's cursor past the last task read, the counts, the lease renewed, DONE at the end.
@@ -27,19 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from delayq import tables
 from delayq.bulk import Action, State, lane_done
 from delayq.db import unavailable_on_failure
 from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import Status
-from delayq.schema import shard_count
 from delayq.statementlimits import time_limited
 from delayq.store.backlog import BY_ID, move_locked
 from delayq.store.bulkjobs import JOB, Job, cursors_of, lane_cursors, lane_of, snapshot_where, table_of
 from delayq.store.bulkwalk import next_ids
-from delayq.store.maintenance import redriven_rows
+from delayq.store.redrives import KeyTaken, redrive_locked
 
 TASK, BACKLOG = tables.task, tables.backlog
 RUNS = 3            # a batch that deadlocked with a claim, or overtook the job's count, runs again
@@ -101,6 +101,8 @@ def run_batch(engine: Engine, batch: Batch, node: str, now_ms: int, lease_ms: in
             if e.room is None:
                 return BatchResult(ours=False)
             room = e.room       # other lanes changed the rest of the job's count meanwhile
+        except KeyTaken:
+            pass                # a redrive's key taken meanwhile: run again, finding its holder
         except StoreUnavailable as e:
             if e.code not in LOCK_CONFLICTS or run == RUNS - 1:
                 raise
@@ -167,11 +169,8 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
                             .limit(room).with_for_update()).mappings().all()
         if not rows:
             return (), ()
-        new = redriven_rows(rows, shard_count(conn), now_ms)
-        conn.execute(insert(TASK), new)
-        # A single-table DELETE takes no index hint; the rows are few and locked by the read above.
-        conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows]),
-                                           BACKLOG.c.status == int(Status.FAILED)))
+        # A task whose key another live task holds stays FAILED, unchanged: the job's `skipped`.
+        new = redrive_locked(conn, rows, now_ms).rows
         return tuple(r["task_id"] for r in new), tuple(Moved(r["task_id"], r["shard_id"], now_ms) for r in new)
     locked = conn.execute(select(t.c.task_id, t.c.attempt, t.c.shard_id, t.c.due_ms).with_hint(t, BY_ID)
                           .where(t.c.task_id.in_(ids), *where).order_by(t.c.task_id).limit(room)

@@ -3,16 +3,16 @@ Each works in bounded batches, one transaction per batch, so it never holds lock
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from sqlalchemy import Engine, delete, func, insert, literal, select, union_all
+from sqlalchemy import Engine, delete, func, literal, select, union_all
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
+from delayq.errors import LOCK_CONFLICTS, StoreUnavailable
 from delayq.lifecycle import FINAL, Status
-from delayq.schema import shard_count
+from delayq.store.redrives import RUNS, KeyTaken, redrive_locked
 
 TASK, EXECLOG, BACKLOG = tables.task, tables.execlog, tables.backlog
 
@@ -81,30 +81,52 @@ def list_tasks(engine: Engine, f: TaskFilter, limit: int, after: str | None = No
     return [dict(r, status=Status(r["status"]).name) for r in rows]
 
 
-def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500) -> Iterator[int]:
-    """Move FAILED tasks back to DELAY, due now, with a fresh set of retries (max_retries grows by
-    the original amount past the attempts made). Yields how many each batch moved."""
+@dataclass(frozen=True)
+class RedriveBatch:
+    """One batch of a redrive: the tasks back to DELAY, those left FAILED because another live
+    task holds their key (delayq.store.redrives), and the last task id read (where the next
+    batch goes on)."""
+    redriven: tuple[str, ...]
+    held: tuple[tuple[str, str], ...]   # (task id, the live task holding its key)
+    read: int                           # FAILED tasks this batch read: redriven and held
+    last: str
+
+
+def redrive(engine: Engine, f: TaskFilter, now_ms: int, batch: int = 500, after: str | None = None
+            ) -> Iterator[RedriveBatch]:
+    """Move FAILED tasks (by task id, after `after`) back to DELAY, due now, with a fresh set of
+    retries (max_retries grows by the original amount past the attempts made), each that held its
+    key holding it again unless another live task holds it now. Yields each batch's outcome."""
     f = dataclasses.replace(f, status=Status.FAILED)
     while True:
-        with unavailable_on_failure(), engine.begin() as conn:
-            rows = conn.execute(select(BACKLOG).where(*f.where(BACKLOG)).order_by(BACKLOG.c.task_id).limit(batch)
-                                .with_for_update()).mappings().all()
-            if not rows:
-                return
-            conn.execute(insert(TASK), redriven_rows(rows, shard_count(conn), now_ms))
-            conn.execute(delete(BACKLOG).where(BACKLOG.c.task_id.in_([r["task_id"] for r in rows])))
-        yield len(rows)
+        done = _redrive_batch(engine, f, now_ms, batch, after)
+        if done is None:
+            return
+        yield done
+        after = done.last
 
 
-def redriven_rows(rows: Sequence, shards: int, now_ms: int) -> list[dict]:
-    """Archived FAILED rows (mappings) as live DELAY rows, due now, with a fresh set of retries."""
-    # A task archived before a reshard shrank the cluster goes where the reshard put its peers.
-    return [{"task_id": r["task_id"], "topic": r["topic"], "due_ms": now_ms,
-             "shard_id": r["shard_id"] if r["shard_id"] < shards else zlib.crc32(r["task_id"].encode()) % shards,
-             "status": int(Status.DELAY), "attempt": r["attempt"], "payload": r["payload"],
-             "spec_hash": r["spec_hash"], "max_retries": r["attempt"] + r["max_retries"], "ttr_ms": r["ttr_ms"],
-             "deadline_ms": None, "node_id": None, "created_ms": r["created_ms"], "updated_ms": now_ms,
-             "task_key": r["task_key"], "tags": r["tags"], "traceparent": r["traceparent"]} for r in rows]
+def _redrive_batch(engine: Engine, f: TaskFilter, now_ms: int, batch: int, after: str | None) -> RedriveBatch | None:
+    for run in range(RUNS):
+        try:
+            with unavailable_on_failure(), engine.begin() as conn:
+                # READ COMMITTED: the look-up of keys nobody holds takes no gap lock (delayq.store.redrives).
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                q = select(BACKLOG).where(*f.where(BACKLOG))
+                if after is not None:
+                    q = q.where(BACKLOG.c.task_id > after)
+                rows = conn.execute(q.order_by(BACKLOG.c.task_id).limit(batch).with_for_update()).mappings().all()
+                if not rows:
+                    return None
+                done = redrive_locked(conn, rows, now_ms)
+            return RedriveBatch(tuple(r["task_id"] for r in done.rows), done.held, len(rows), rows[-1]["task_id"])
+        except KeyTaken:
+            continue
+        except StoreUnavailable as e:
+            if e.code not in LOCK_CONFLICTS or run == RUNS - 1:
+                raise
+    raise StoreUnavailable("MySQL unavailable: the keys of the tasks to redrive were taken by other writers "
+                           f"{RUNS} times running; try again")
 
 
 def discard(engine: Engine, ids: Sequence[str]) -> int:

@@ -170,9 +170,9 @@ def test_redrive_sends_failed_tasks_again_and_purge_removes_old_history(node):
     topic = _topic()
     with node.client() as c:
         c.registerService(CallbackService(topic=topic, ttrMs=5000, maxRetries=0))
-        ref = c.submit(TaskSpec(topic=topic, delayMs=50, payload=b"r"))
-        collector = Collector("delayq", topic)
+        collector = Collector("delayq", topic)      # bound before the task fires 50 ms after its submit
         try:
+            ref = c.submit(TaskSpec(topic=topic, delayMs=50, payload=b"r"))
             collector.wait_for(1, 10)
             wait_until(lambda: c.get(ref.taskId).status == TaskStatus.READY, 10, what="dispatch")
             c.reportResult(ref.taskId, 1, 3, "broken")           # FATAL
@@ -183,7 +183,7 @@ def test_redrive_sends_failed_tasks_again_and_purge_removes_old_history(node):
             dry = _delayq(node, "tasks", "redrive", "--topic", topic, "--json")
             assert json.loads(dry.stdout) == {"wouldRedrive": 1}
             done = _delayq(node, "tasks", "redrive", "--topic", topic, "--yes", "--json")
-            assert json.loads(done.stdout) == {"redriven": 1, "dispatchedWithinS": 2.0}, done.stderr
+            assert json.loads(done.stdout) == {"redriven": 1, "dispatchedWithinS": 2.0, "keyHeld": {}}, done.stderr
             [first, again] = collector.wait_for(2, 15)
             assert again.properties.message_id == f"{ref.taskId}:2"
             c.reportResult(ref.taskId, 2, 1, "fixed")            # SUCCESS

@@ -3473,11 +3473,11 @@ class submitBatch_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.tasks = []
-                    (_etype100, _size97) = iprot.readListBegin()
-                    for _i101 in range(_size97):
-                        _elem102 = TaskSpec()
-                        _elem102.read(iprot)
-                        self.tasks.append(_elem102)
+                    (_etype109, _size106) = iprot.readListBegin()
+                    for _i110 in range(_size106):
+                        _elem111 = TaskSpec()
+                        _elem111.read(iprot)
+                        self.tasks.append(_elem111)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3494,8 +3494,8 @@ class submitBatch_args(object):
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter103 in self.tasks:
-                iter103.write(oprot)
+            for iter112 in self.tasks:
+                iter112.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3558,11 +3558,11 @@ class submitBatch_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype107, _size104) = iprot.readListBegin()
-                    for _i108 in range(_size104):
-                        _elem109 = TaskRef()
-                        _elem109.read(iprot)
-                        self.success.append(_elem109)
+                    (_etype116, _size113) = iprot.readListBegin()
+                    for _i117 in range(_size113):
+                        _elem118 = TaskRef()
+                        _elem118.read(iprot)
+                        self.success.append(_elem118)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3614,8 +3614,8 @@ class submitBatch_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter110 in self.success:
-                iter110.write(oprot)
+            for iter119 in self.success:
+                iter119.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.invalid is not None:
@@ -5257,11 +5257,11 @@ class listServices_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype114, _size111) = iprot.readListBegin()
-                    for _i115 in range(_size111):
-                        _elem116 = CallbackService()
-                        _elem116.read(iprot)
-                        self.success.append(_elem116)
+                    (_etype123, _size120) = iprot.readListBegin()
+                    for _i124 in range(_size120):
+                        _elem125 = CallbackService()
+                        _elem125.read(iprot)
+                        self.success.append(_elem125)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -5293,8 +5293,8 @@ class listServices_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter117 in self.success:
-                iter117.write(oprot)
+            for iter126 in self.success:
+                iter126.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:
@@ -6047,11 +6047,11 @@ class listTopicControls_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype121, _size118) = iprot.readListBegin()
-                    for _i122 in range(_size118):
-                        _elem123 = TopicControls()
-                        _elem123.read(iprot)
-                        self.success.append(_elem123)
+                    (_etype130, _size127) = iprot.readListBegin()
+                    for _i131 in range(_size127):
+                        _elem132 = TopicControls()
+                        _elem132.read(iprot)
+                        self.success.append(_elem132)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -6083,8 +6083,8 @@ class listTopicControls_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter124 in self.success:
-                iter124.write(oprot)
+            for iter133 in self.success:
+                iter133.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:
@@ -7685,10 +7685,10 @@ class discard_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.taskIds = []
-                    (_etype128, _size125) = iprot.readListBegin()
-                    for _i129 in range(_size125):
-                        _elem130 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.taskIds.append(_elem130)
+                    (_etype137, _size134) = iprot.readListBegin()
+                    for _i138 in range(_size134):
+                        _elem139 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.taskIds.append(_elem139)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -7705,8 +7705,8 @@ class discard_args(object):
         if self.taskIds is not None:
             oprot.writeFieldBegin('taskIds', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.taskIds))
-            for iter131 in self.taskIds:
-                oprot.writeString(iter131.encode('utf-8') if sys.version_info[0] == 2 else iter131)
+            for iter140 in self.taskIds:
+                oprot.writeString(iter140.encode('utf-8') if sys.version_info[0] == 2 else iter140)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -8459,11 +8459,11 @@ class bulkList_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype135, _size132) = iprot.readListBegin()
-                    for _i136 in range(_size132):
-                        _elem137 = BulkJob()
-                        _elem137.read(iprot)
-                        self.success.append(_elem137)
+                    (_etype144, _size141) = iprot.readListBegin()
+                    for _i145 in range(_size141):
+                        _elem146 = BulkJob()
+                        _elem146.read(iprot)
+                        self.success.append(_elem146)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -8500,8 +8500,8 @@ class bulkList_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter138 in self.success:
-                iter138.write(oprot)
+            for iter147 in self.success:
+                iter147.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.invalid is not None:
@@ -8754,11 +8754,11 @@ class addClient_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.grants = []
-                    (_etype142, _size139) = iprot.readListBegin()
-                    for _i143 in range(_size139):
-                        _elem144 = Grant()
-                        _elem144.read(iprot)
-                        self.grants.append(_elem144)
+                    (_etype151, _size148) = iprot.readListBegin()
+                    for _i152 in range(_size148):
+                        _elem153 = Grant()
+                        _elem153.read(iprot)
+                        self.grants.append(_elem153)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -8784,8 +8784,8 @@ class addClient_args(object):
         if self.grants is not None:
             oprot.writeFieldBegin('grants', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.grants))
-            for iter145 in self.grants:
-                iter145.write(oprot)
+            for iter154 in self.grants:
+                iter154.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.certificateOnly is not None:
@@ -9523,11 +9523,11 @@ class listClients_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype149, _size146) = iprot.readListBegin()
-                    for _i150 in range(_size146):
-                        _elem151 = ClientInfo()
-                        _elem151.read(iprot)
-                        self.success.append(_elem151)
+                    (_etype158, _size155) = iprot.readListBegin()
+                    for _i159 in range(_size155):
+                        _elem160 = ClientInfo()
+                        _elem160.read(iprot)
+                        self.success.append(_elem160)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -9559,8 +9559,8 @@ class listClients_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter152 in self.success:
-                iter152.write(oprot)
+            for iter161 in self.success:
+                iter161.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:

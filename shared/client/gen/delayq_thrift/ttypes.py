@@ -2303,15 +2303,17 @@ class RedriveFilter(object):
      - sinceMs
      - untilMs
      - taskIds
+     - afterTaskId
 
     """
 
 
-    def __init__(self, topic=None, sinceMs=None, untilMs=None, taskIds=None,):
+    def __init__(self, topic=None, sinceMs=None, untilMs=None, taskIds=None, afterTaskId=None,):
         self.topic = topic
         self.sinceMs = sinceMs
         self.untilMs = untilMs
         self.taskIds = taskIds
+        self.afterTaskId = afterTaskId
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2347,6 +2349,11 @@ class RedriveFilter(object):
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRING:
+                    self.afterTaskId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2376,6 +2383,10 @@ class RedriveFilter(object):
                 oprot.writeString(iter89.encode('utf-8') if sys.version_info[0] == 2 else iter89)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
+        if self.afterTaskId is not None:
+            oprot.writeFieldBegin('afterTaskId', TType.STRING, 5)
+            oprot.writeString(self.afterTaskId.encode('utf-8') if sys.version_info[0] == 2 else self.afterTaskId)
+            oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
 
@@ -2399,13 +2410,17 @@ class RedriveResult(object):
     Attributes:
      - redriven
      - more
+     - keyHeld
+     - lastTaskId
 
     """
 
 
-    def __init__(self, redriven=None, more=None,):
+    def __init__(self, redriven=None, more=None, keyHeld=None, lastTaskId=None,):
         self.redriven = redriven
         self.more = more
+        self.keyHeld = keyHeld
+        self.lastTaskId = lastTaskId
 
     def read(self, iprot):
         if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
@@ -2426,6 +2441,22 @@ class RedriveResult(object):
                     self.more = iprot.readBool()
                 else:
                     iprot.skip(ftype)
+            elif fid == 3:
+                if ftype == TType.MAP:
+                    self.keyHeld = {}
+                    (_ktype91, _vtype92, _size90) = iprot.readMapBegin()
+                    for _i94 in range(_size90):
+                        _key95 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val96 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.keyHeld[_key95] = _val96
+                    iprot.readMapEnd()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRING:
+                    self.lastTaskId = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
@@ -2443,6 +2474,18 @@ class RedriveResult(object):
         if self.more is not None:
             oprot.writeFieldBegin('more', TType.BOOL, 2)
             oprot.writeBool(self.more)
+            oprot.writeFieldEnd()
+        if self.keyHeld is not None:
+            oprot.writeFieldBegin('keyHeld', TType.MAP, 3)
+            oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.keyHeld))
+            for kiter97, viter98 in self.keyHeld.items():
+                oprot.writeString(kiter97.encode('utf-8') if sys.version_info[0] == 2 else kiter97)
+                oprot.writeString(viter98.encode('utf-8') if sys.version_info[0] == 2 else viter98)
+            oprot.writeMapEnd()
+            oprot.writeFieldEnd()
+        if self.lastTaskId is not None:
+            oprot.writeFieldBegin('lastTaskId', TType.STRING, 4)
+            oprot.writeString(self.lastTaskId.encode('utf-8') if sys.version_info[0] == 2 else self.lastTaskId)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -2961,11 +3004,11 @@ class ClientInfo(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.grants = []
-                    (_etype93, _size90) = iprot.readListBegin()
-                    for _i94 in range(_size90):
-                        _elem95 = Grant()
-                        _elem95.read(iprot)
-                        self.grants.append(_elem95)
+                    (_etype102, _size99) = iprot.readListBegin()
+                    for _i103 in range(_size99):
+                        _elem104 = Grant()
+                        _elem104.read(iprot)
+                        self.grants.append(_elem104)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3004,8 +3047,8 @@ class ClientInfo(object):
         if self.grants is not None:
             oprot.writeFieldBegin('grants', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.grants))
-            for iter96 in self.grants:
-                iter96.write(oprot)
+            for iter105 in self.grants:
+                iter105.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.tenant is not None:
@@ -4205,12 +4248,15 @@ RedriveFilter.thrift_spec = (
     (2, TType.I64, 'sinceMs', None, None, ),  # 2
     (3, TType.I64, 'untilMs', None, None, ),  # 3
     (4, TType.LIST, 'taskIds', (TType.STRING, 'UTF8', False), None, ),  # 4
+    (5, TType.STRING, 'afterTaskId', 'UTF8', None, ),  # 5
 )
 all_structs.append(RedriveResult)
 RedriveResult.thrift_spec = (
     None,  # 0
     (1, TType.I32, 'redriven', None, None, ),  # 1
     (2, TType.BOOL, 'more', None, None, ),  # 2
+    (3, TType.MAP, 'keyHeld', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 3
+    (4, TType.STRING, 'lastTaskId', 'UTF8', None, ),  # 4
 )
 all_structs.append(BulkRequest)
 BulkRequest.thrift_spec = (

@@ -207,7 +207,7 @@ def _bulk(engine, topic: str, task_id: str, now: int) -> tuple[tuple[str, ...], 
     created = jobs.create(Spec(Action.REDRIVE, TaskFilter(topic=topic, status=Status.FAILED), "r", 1000), "test", now)
     job = jobs.take("a", now, HOUR)
     assert job is not None and job.job_id == created.job_id
-    done = run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR)
+    done = run_batch(engine, Batch(job, 0, "", 500), "a", now, HOUR, max_horizon_ms=30 * 24 * HOUR)
     assert done.state is State.DONE
     return done.changed, jobs.get(job.job_id).progress.skipped
 

@@ -122,10 +122,11 @@ def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
 
 
 # Why the helper told a handler to stop, for which a normal return is reported RETRY, not SUCCESS:
-# the documented handler returns when told, its work abandoned. After a cancel, RETRY ends the
-# task CANCELLED (any end but SUCCESS does); after a stale answer, the attempt is over and a RETRY
-# changes nothing (a SUCCESS would finish a timed-out task that waits to go again).
-STOPPED = {"cancelled": "the task was cancelled while it ran", "stale": "the attempt was over for delayq"}
+# the documented handler returns when told, its work abandoned, and after a cancel RETRY ends the
+# task CANCELLED (any end but SUCCESS does). Not after a stale answer (the attempt timed out and the
+# task waits to go again): most handlers never look at `cancelled`, and their SUCCESS then settles
+# the task, where a RETRY would have it run again.
+STOPPED = {"cancelled": "the task was cancelled while it ran"}
 
 
 class _Run:

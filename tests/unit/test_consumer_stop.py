@@ -1,7 +1,8 @@
 """What the consumer helper reports for a handler it told to stop (delayq.client.consumer._Run,
 delayq.client.heartbeats.AttemptState): a handler that returns after delayq said the task was
-cancelled, or its attempt over, stopped its work: RETRY (a cancelled task then ends CANCELLED),
-never SUCCESS; one that returned before the helper was told keeps its SUCCESS."""
+cancelled stopped its work: RETRY (the task then ends CANCELLED), never SUCCESS; one that returned
+before the helper was told keeps its SUCCESS, as does one whose attempt timed out (its SUCCESS
+settles the task rather than have it run again)."""
 from __future__ import annotations
 
 import threading
@@ -32,16 +33,26 @@ def documented_handler(working: threading.Event):
     return handle
 
 
-@pytest.mark.parametrize("why, says", [("cancelled", "the task was cancelled while it ran"),
-                                       ("stale", "the attempt was over for delayq")])
-def test_a_handler_that_returns_after_it_was_told_reports_retry_not_success(why, says):
+def test_a_handler_that_returns_after_it_was_told_of_a_cancel_reports_retry_not_success():
     task, working = delivery(), threading.Event()
     run = _Run(documented_handler(working), task)
     run.thread.start()
     assert working.wait(10)
-    task.state.cancel(why)                      # what a touch's answer does
+    task.state.cancel("cancelled")              # what a touch's answer does
     finished(run)
-    assert (run.status, run.message) == (ResultStatus.RETRY, f"stopped: the handler returned after it was told {says}")
+    assert (run.status, run.message) == (
+        ResultStatus.RETRY, "stopped: the handler returned after it was told the task was cancelled while it ran")
+
+
+def test_a_handler_that_returns_after_its_attempt_timed_out_reports_success():
+    # Its task waits to be sent again: a SUCCESS settles it, where a RETRY would have it run twice.
+    task, working = delivery(), threading.Event()
+    run = _Run(documented_handler(working), task)
+    run.thread.start()
+    assert working.wait(10)
+    task.state.cancel("stale")
+    finished(run)
+    assert (run.status, run.message) == (ResultStatus.SUCCESS, "")
 
 
 def test_a_handler_that_returned_before_the_cancel_arrived_keeps_its_success():

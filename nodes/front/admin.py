@@ -145,6 +145,11 @@ class AdminCalls:
             if batches == REDRIVE_BATCHES:
                 more = b.read == REDRIVE_BATCH
                 break
+        # A client that does not page (afterTaskId unset: one of an earlier version, which calls
+        # again from the start while `more`) is told of more only when this call redrove some: the
+        # tasks left FAILED, their keys held, would otherwise be read again on every call, for ever.
+        if filter.afterTaskId is None and moved == 0:
+            more = False
         return ttypes.RedriveResult(redriven=moved, more=more, keyHeld=held, lastTaskId=last)
 
     @declared

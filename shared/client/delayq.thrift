@@ -253,13 +253,15 @@ struct RedriveFilter {
   3: optional i64 untilMs,
   4: optional list<string> taskIds,        // at most 500
   5: optional string afterTaskId,          // only tasks with ids after this one: the last call's lastTaskId
+                                           // ("" on a first call that pages: see RedriveResult.more)
 }
 
 // A task submitted with onKeyConflict other than ALLOW comes back holding its key under that mode;
 // while another live task holds the key, it stays FAILED and is listed in keyHeld (docs/operations.md).
 struct RedriveResult {
   1: required i32 redriven,                // back to DELAY, due now, with a fresh set of retries
-  2: required bool more,                   // more match: call again, with afterTaskId = lastTaskId
+  2: required bool more,                   // more match: call again, with afterTaskId = lastTaskId (a call
+                                           // without afterTaskId is told of more only when it redrove some)
   3: optional map<string, string> keyHeld, // left FAILED: task id -> the live task holding its key
   4: optional string lastTaskId,           // the last task this call read (redriven or left FAILED)
 }

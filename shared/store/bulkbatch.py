@@ -165,12 +165,13 @@ def _change(conn: Connection, job: Job, ids: list[str], where: list, now_ms: int
         elif spec.due_at_ms is not None and spec.due_at_ms > latest_ms:
             return (), ()       # refused at the request; a node with a shorter horizon leaves them too
     if spec.action is Action.REDRIVE:
-        rows = conn.execute(select(BACKLOG).with_hint(BACKLOG, BY_ID).where(BACKLOG.c.task_id.in_(ids), *where).order_by(BACKLOG.c.task_id)
-                            .limit(room).with_for_update()).mappings().all()
+        # Locked without the room's limit: the tasks left FAILED, their keys held, take none of it.
+        rows = conn.execute(select(BACKLOG).with_hint(BACKLOG, BY_ID).where(BACKLOG.c.task_id.in_(ids), *where)
+                            .order_by(BACKLOG.c.task_id).with_for_update()).mappings().all()
         if not rows:
             return (), ()
         # A task whose key another live task holds stays FAILED, unchanged: the job's `skipped`.
-        new = redrive_locked(conn, rows, now_ms).rows
+        new = redrive_locked(conn, rows, now_ms, most=room).rows
         return tuple(r["task_id"] for r in new), tuple(Moved(r["task_id"], r["shard_id"], now_ms) for r in new)
     locked = conn.execute(select(t.c.task_id, t.c.attempt, t.c.shard_id, t.c.due_ms).with_hint(t, BY_ID)
                           .where(t.c.task_id.in_(ids), *where).order_by(t.c.task_id).limit(room)

@@ -51,10 +51,11 @@ class Redrove:
     held: tuple[tuple[str, str], ...] = ()  # (task id, the live task holding its key): left FAILED
 
 
-def redrive_locked(conn: Connection, rows: Sequence[Mapping], now_ms: int) -> Redrove:
+def redrive_locked(conn: Connection, rows: Sequence[Mapping], now_ms: int, most: int | None = None) -> Redrove:
     """Move these FAILED backlog rows, locked by the caller in this transaction, back to DELAY,
-    but for those whose key another live task holds. Raises KeyTaken (see the module docstring)."""
-    back, held = sort_out(rows, _holders(conn, [r for r in rows if _holds_key(r)]))
+    but for those whose key another live task holds; at most `most` of them (a bulk job's room),
+    the rest left as they are. Raises KeyTaken (see the module docstring)."""
+    back, held = sort_out(rows, _holders(conn, [r for r in rows if _holds_key(r)]), most)
     if not back:
         return Redrove((), tuple(held))
     new = redriven_rows(back, shard_count(conn), now_ms)
@@ -70,13 +71,17 @@ def redrive_locked(conn: Connection, rows: Sequence[Mapping], now_ms: int) -> Re
     return Redrove(tuple(new), tuple(held))
 
 
-def sort_out(rows: Sequence[Mapping], holders: Mapping[tuple[str, bytes], str]
+def sort_out(rows: Sequence[Mapping], holders: Mapping[tuple[str, bytes], str], most: int | None = None
              ) -> tuple[list[Mapping], list[tuple[str, str]]]:
     """The rows to redrive, and (task id, holder) for those left FAILED, given the live holders of
-    their keys by (topic, key): the first row of a key nobody holds takes it, in the rows' order."""
+    their keys by (topic, key): the first row of a key nobody holds takes it, in the rows' order.
+    Once `most` are to be redriven, the rows after are neither."""
     taken = dict(holders)
-    back, held = [], []
+    back: list[Mapping] = []
+    held: list[tuple[str, str]] = []
     for r in rows:
+        if most is not None and len(back) == most:
+            break
         if _holds_key(r):
             key = (r["topic"], bytes(r["task_key"]))
             if key in taken:

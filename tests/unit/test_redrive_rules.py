@@ -47,3 +47,10 @@ def test_a_redriven_task_holds_its_key_again_under_its_mode_with_a_new_debounce_
 def test_a_task_archived_before_a_shrinking_reshard_goes_to_a_shard_that_exists():
     [row] = redriven_rows([_failed("a", shard=12)], 8, NOW)
     assert 0 <= row["shard_id"] < 8
+
+
+def test_tasks_left_failed_take_none_of_a_jobs_room():
+    # A bulk redrive with room for two more: the held task before them does not use it up.
+    rows = [_failed("a", b"k", KeyMode.REJECT), _failed("b"), _failed("c", b"j", KeyMode.REJECT), _failed("d")]
+    back, held = sort_out(rows, {("t", b"k"): "live"}, most=2)
+    assert ([r["task_id"] for r in back], held) == (["b", "c"], [("a", "live")])

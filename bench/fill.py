@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
+import uuid
 from typing import Iterator
 
 from sqlalchemy import Engine
 
-from delayq import config, db as dbm
+from delayq import config, db as dbm, schema
 from delayq.testing.cluster import Cluster
+from delayq.testing.services import MYSQL_SERVER
 
 SEED_MAX = 1 << 20
 STATEMENT_S = 600       # one INSERT ... SELECT of SEED_MAX rows, or an ANALYZE of 10M rows, at the most
@@ -83,6 +85,28 @@ def filling(cl: Cluster) -> Iterator[Engine]:
             conn.exec_driver_sql("ANALYZE TABLE job_delay_task, job_delay_task_backlog").all()
     finally:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def scratch_database(prefix: str, shards: int = 64) -> Iterator[str]:
+    """The URL of a new, migrated database with `shards` shards on the test MySQL server, for a
+    benchmark with no node; dropped on exit."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    server = long_engine(MYSQL_SERVER)
+    schema.create_database(server, name)
+    url = f"{MYSQL_SERVER}/{name}"
+    try:
+        engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": url}).mysql)
+        try:
+            schema.migrate(engine)
+            schema.init_cluster(engine, shards)
+        finally:
+            engine.dispose()
+        yield url
+    finally:
+        with server.begin() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        server.dispose()
 
 
 def key_of(prefix: str, n: int) -> str:

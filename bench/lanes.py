@@ -13,19 +13,39 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import uuid
+from typing import Callable
+
+from sqlalchemy import Engine
 
 from bench import fill
-from delayq import config, db as dbm, schema
+from delayq import config, db as dbm
 from delayq.bulk import Action, Spec
 from delayq.lifecycle import Status
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import now_ms
 from delayq.testing.lanes import run_lanes
-from delayq.testing.services import MYSQL_SERVER
 
 HOUR = 3_600_000
+
+
+def run_job(engine: Engine, spec: Spec, lanes: int, tasks: int, made: Callable[[str], None] | None = None) -> float:
+    """Tasks/s of a bulk job of spec, which changes `tasks` tasks, run to its end in `lanes` lanes
+    by the store itself (delayq.testing.lanes); made(job id), if given, runs between the job's
+    creation and its start."""
+    now = now_ms()
+    jobs = BulkJobs(engine, lanes=lanes)
+    created = jobs.create(spec, "bench", now)
+    if made is not None:
+        made(created.job_id)
+    job = jobs.take("bench", now, HOUR)
+    assert job is not None and job.progress.total == tasks, job
+    began = time.monotonic()
+    run_lanes(engine, job, "bench", 500, now_ms, HOUR)
+    elapsed = time.monotonic() - began
+    done = jobs.get(job.job_id)
+    assert done is not None and done.progress.changed == tasks, done
+    return tasks / elapsed
 
 
 def cancel(url: str, tasks: int, lanes: int) -> float:
@@ -41,17 +61,8 @@ def cancel(url: str, tasks: int, lanes: int) -> float:
                          now_ms=now)
         finally:
             filler.dispose()
-        jobs = BulkJobs(engine, lanes=lanes)
-        jobs.create(Spec(Action.CANCEL, TaskFilter(topic="bench", status=Status.DELAY, tag="cancel-me"), "bench",
-                         100_000), "bench", now)
-        job = jobs.take("bench", now, HOUR)
-        assert job is not None
-        began = time.monotonic()
-        run_lanes(engine, job, "bench", 500, now_ms, HOUR)
-        elapsed = time.monotonic() - began
-        done = jobs.get(job.job_id)
-        assert done is not None and done.progress.changed == tasks, done
-        return tasks / elapsed
+        spec = Spec(Action.CANCEL, TaskFilter(topic="bench", status=Status.DELAY, tag="cancel-me"), "bench", 100_000)
+        return run_job(engine, spec, lanes, tasks)
     finally:
         engine.dispose()
 
@@ -62,15 +73,7 @@ def main() -> None:
     p.add_argument("--lanes", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
-    name = f"delayq_bench_lanes_{uuid.uuid4().hex[:8]}"
-    server = fill.long_engine(MYSQL_SERVER)
-    schema.create_database(server, name)
-    url = f"{MYSQL_SERVER}/{name}"
-    try:
-        engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": url}).mysql)
-        schema.migrate(engine)
-        schema.init_cluster(engine, 64)
-        engine.dispose()
+    with fill.scratch_database("delayq_bench_lanes_") as url:
         rates: dict[int, list[float]] = {n: [] for n in a.lanes}
         for _ in range(a.rounds):
             for n in a.lanes:
@@ -78,10 +81,6 @@ def main() -> None:
         best = {n: max(r) for n, r in rates.items()}
         print(json.dumps({"tasks": a.tasks, "tasks_per_s": rates,
                           "ratio_to_one_lane": {n: round(b / best[min(best)], 2) for n, b in best.items()}}))
-    finally:
-        with server.begin() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        server.dispose()
 
 
 if __name__ == "__main__":

@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import uuid
 
 from bench import fill
-from delayq import config, db as dbm, schema
+from bench.lanes import run_job
+from delayq import config, db as dbm
 from delayq.bulk import Action, Spec
 from delayq.lifecycle import Status
-from delayq.store.bulkjobs import BulkJobs
 from delayq.store.maintenance import TaskFilter
 from delayq.testing.cluster import now_ms
-from delayq.testing.lanes import run_lanes
-from delayq.testing.services import MYSQL_SERVER
 
 HOUR = 3_600_000
 PREFIX = b"acct-7/"
@@ -49,23 +45,15 @@ def make(url: str, others: int, tasks: int) -> None:
 def reschedule(url: str, tasks: int, by_key: bool) -> float:
     """Tasks/s of a bulk reschedule of the prefix's tasks, walking by key or by task id."""
     engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": url}).mysql)
+
+    def by_task_id(job_id: str) -> None:      # as a job of an earlier version walks
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE job_bulk SET lane_cursors = '[\"\", \"\"]', cursor_id = '' "
+                                 "WHERE job_id = %s", (job_id,))
     try:
-        now = now_ms()
-        jobs = BulkJobs(engine, lanes=2)
-        made = jobs.create(Spec(Action.RESCHEDULE, TaskFilter(topic="bench", status=Status.DELAY, key_prefix=PREFIX),
-                                "bench", 100_000, shift_ms=1000), "bench", now)
-        if not by_key:
-            with engine.begin() as conn:
-                conn.exec_driver_sql("UPDATE job_bulk SET lane_cursors = '[\"\", \"\"]', cursor_id = '' "
-                                     "WHERE job_id = %s", (made.job_id,))
-        job = jobs.take("bench", now, HOUR)
-        assert job is not None and job.progress.total == tasks, job
-        began = time.monotonic()
-        run_lanes(engine, job, "bench", 500, now_ms, HOUR)
-        elapsed = time.monotonic() - began
-        done = jobs.get(job.job_id)
-        assert done is not None and done.progress.changed == tasks, done
-        return tasks / elapsed
+        spec = Spec(Action.RESCHEDULE, TaskFilter(topic="bench", status=Status.DELAY, key_prefix=PREFIX), "bench",
+                    100_000, shift_ms=1000)
+        return run_job(engine, spec, 2, tasks, None if by_key else by_task_id)
     finally:
         engine.dispose()
 
@@ -76,15 +64,7 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=30_000)
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
-    name = f"delayq_bench_walks_{uuid.uuid4().hex[:8]}"
-    server = fill.long_engine(MYSQL_SERVER)
-    schema.create_database(server, name)
-    url = f"{MYSQL_SERVER}/{name}"
-    try:
-        engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": url}).mysql)
-        schema.migrate(engine)
-        schema.init_cluster(engine, 64)
-        engine.dispose()
+    with fill.scratch_database("delayq_bench_walks_") as url:
         make(url, a.others, a.tasks)
         rates: dict[str, list[float]] = {"by_task_id": [], "by_key": []}
         for _ in range(a.rounds):
@@ -92,10 +72,6 @@ def main() -> None:
                 rates[walk].append(round(reschedule(url, a.tasks, walk == "by_key")))
         print(json.dumps({"others": a.others, "tasks": a.tasks, "tasks_per_s": rates,
                           "by_key_vs_by_task_id": round(max(rates["by_key"]) / max(rates["by_task_id"]), 2)}))
-    finally:
-        with server.begin() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        server.dispose()
 
 
 if __name__ == "__main__":

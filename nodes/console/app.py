@@ -32,6 +32,7 @@ from delayq.access.grants import Client, Permission
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.clock import Clock
 from delayq.nodes.console import login, view
+from delayq.nodes.console.fields import ActionRefused, shown
 from delayq.nodes.console.history import HistoryThread
 from delayq.nodes.console.peers import Peers
 from delayq.nodes.console.reads import ConsoleReads
@@ -97,20 +98,24 @@ class Ctx:
 Handler = Callable[["Console", Ctx], Response]
 
 
-# The declared exceptions of the Thrift calls the pages make.
+# The declared exceptions of the Thrift calls (every one the IDL has: a page makes many calls).
 DECLARED: tuple[type[Exception], ...] = (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService,
-                                         ttypes.Forbidden, ttypes.NotFound, ttypes.Unauthenticated, ttypes.Conflict,
-                                         ttypes.Unavailable)
-
-
-class ActionRefused(Exception):
-    """What a page tells the person when an action or a read could not be done."""
+                                         ttypes.UnknownTopic, ttypes.Forbidden, ttypes.NotFound,
+                                         ttypes.Unauthenticated, ttypes.Conflict, ttypes.QuotaExceeded,
+                                         ttypes.StaleAttempt, ttypes.Unavailable)
+__all__ = ["ActionRefused", "Console", "Ctx", "DECLARED", "Request", "Response", "describe"]
 
 
 def describe(e: Exception) -> str:
     """A Thrift call's declared exception (or delayq's error) as a sentence for the page."""
     if isinstance(e, (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService)):
         return f"{e.field}: {e.reason}"
+    if isinstance(e, ttypes.UnknownTopic):
+        return f"topic: no topic {shown(e.topic or '')} (no enabled callback service has it)"
+    if isinstance(e, ttypes.QuotaExceeded):
+        return f"tenant {e.tenant} is over its {e.quota} quota of {e.limit:,}"
+    if isinstance(e, ttypes.StaleAttempt):
+        return f"attempt {e.attempt} of {e.taskId}: {e.reason}"
     if isinstance(e, ttypes.Forbidden):
         return f"not allowed: this client does not hold {e.permission}" + (f" on {e.topic}" if e.topic else "")
     if isinstance(e, ttypes.NotFound):
@@ -223,8 +228,12 @@ class Console:
 
     # ---- answers ------------------------------------------------------------------------------
 
-    def page(self, ctx: Ctx, template: str, status: int = 200, **values: Any) -> Response:
-        flash, ctx.session.flash = ctx.session.flash, None
+    def page(self, ctx: Ctx, template: str, status: int = 200, shows_flash: bool = True, **values: Any) -> Response:
+        """A page of the console; one that is part of another (a refreshed fragment) leaves the last
+        action's message to the page that shows it."""
+        flash = ctx.session.flash
+        if shows_flash:
+            ctx.session.flash = None
         body = self.env.get_template(template).render(
             me=ctx.client.name, admin=ctx.admin, csrf=ctx.session.csrf, cluster=self.cluster, now_ms=ctx.now_ms,
             path=ctx.req.path, flash=flash, insecure=not self.access.enabled, **values)

@@ -12,9 +12,11 @@ import urllib.parse
 from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console.app import ActionRefused, Console, Ctx, Response, describe
+from delayq.nodes.console.fields import instant, needed, one_of, whole
 from delayq.nodes.console.pages_overview import nodes
 
 AUDIT_PAGE = 100
+LAYOUT_ACTIONS = ("drain", "undrain", "pin", "unpin", "rebalance")
 
 
 def _admin_only(c: Console, ctx: Ctx, template: str) -> Response | None:
@@ -39,12 +41,11 @@ def access(c: Console, ctx: Ctx) -> Response:
     except errors.DelayqError as e:
         problems.append(f"tenants: {describe(e)}")
     try:
-        since = int(q["since"]) if q.get("since") else None
-        until = int(q["until"]) if q.get("until") else None
-        before = int(q["before"]) if q.get("before") else None
-    except ValueError:
+        since, until = instant(q.get("since"), "audit log from"), instant(q.get("until"), "audit log before")
+        before = whole(q.get("before"), "older than entry", 1)
+    except ActionRefused as e:
         since = until = before = None
-        problems.append("the audit filter's times are not numbers")
+        problems.append(f"{e}: the newest entries are shown")
     try:
         entries = c.audit.list(actor=q.get("actor") or None, action=q.get("action") or None, since_ms=since,
                                until_ms=until, limit=AUDIT_PAGE, before_id=before)
@@ -73,12 +74,10 @@ def layout(c: Console, ctx: Ctx) -> Response:
     force = f.get("force") == "yes"
 
     def shard() -> int:
-        try:
-            return int(f.get("shard") or "")
-        except ValueError:
-            raise ActionRefused(f"shard: not a number: {f.get('shard')!r}") from None
+        return needed(whole(f.get("shard"), "shard", 0, 2**31 - 1), "shard", "say which shard")
 
     def call():
+        one_of(action, "action", LAYOUT_ACTIONS)
         if action == "drain":
             return c.service.drain(node, force)
         if action == "undrain":
@@ -87,9 +86,7 @@ def layout(c: Console, ctx: Ctx) -> Response:
             return c.service.pin(shard(), node, force)
         if action == "unpin":
             return c.service.unpin(shard())
-        if action == "rebalance":
-            return c.service.rebalance()
-        raise ActionRefused(f"unknown action {action!r}")
+        return c.service.rebalance()
 
     def done(i) -> str:
         pinned = ", ".join(f"{s}→{n}" for s, n in sorted((i.pinned or {}).items())) or "none"

@@ -11,31 +11,25 @@ import urllib.parse
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import Status
 from delayq.nodes.console.app import DECLARED, ActionRefused, Console, Ctx, Response, describe
+from delayq.nodes.console.fields import instant, needed, one_of, whole
 
 ACTIONS = {"cancel": ttypes.BulkAction.CANCEL, "reschedule": ttypes.BulkAction.RESCHEDULE,
            "redrive": ttypes.BulkAction.REDRIVE}
 STATUS_OF = {"cancel": Status.DELAY, "reschedule": Status.DELAY, "redrive": Status.FAILED}
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        raise ActionRefused(f"not a number: {value!r}") from None
-
-
 def _request(fields, reason: str = "-") -> tuple[str, ttypes.BulkRequest]:
     """The bulk request a search's fields describe (the form's, or the confirmation's)."""
-    action = fields.get("action") or ""
-    if action not in ACTIONS:
-        raise ActionRefused(f"unknown action {action!r}")
+    action = one_of(fields.get("action") or "", "action", ACTIONS)
     f = ttypes.TaskFilter(topic=fields.get("topic") or "", status=int(STATUS_OF[action]),
-                          dueFromMs=_int(fields.get("since")), dueBeforeMs=_int(fields.get("until")),
+                          dueFromMs=instant(fields.get("since"), "from"),
+                          dueBeforeMs=instant(fields.get("until"), "before"),
                           keyPrefix=fields.get("key") or None, tag=fields.get("tag") or None)
-    shift = _int(fields.get("shift_minutes"))
+    # Minutes either way (negative: earlier); the call checks the horizon.
+    shift = whole(fields.get("shift_minutes"), "move each by minutes")
     return action, ttypes.BulkRequest(action=ACTIONS[action], filter=f, reason=reason,
                                       shiftMs=None if shift is None else shift * 60_000,
-                                      maxTasks=_int(fields.get("count")))
+                                      maxTasks=whole(fields.get("count"), "count", 1))
 
 
 def new(c: Console, ctx: Ctx) -> Response:
@@ -48,7 +42,8 @@ def new(c: Console, ctx: Ctx) -> Response:
     except DECLARED + (ActionRefused,) as e:
         action, request, count = q.get("action") or "", None, None
         problem = str(e) if isinstance(e, ActionRefused) else describe(e)
-    return c.page(ctx, "bulk_new.html", action=action, request=request, count=count, problem=problem,
+    return c.page(ctx, "bulk_new.html", status=200 if problem is None else 400, action=action, request=request,
+                  count=count, problem=problem,
                   fields={k: q.get(k) or "" for k in ("topic", "since", "until", "key", "tag")})
 
 
@@ -60,6 +55,8 @@ def start(c: Console, ctx: Ctx) -> Response:
         if not reason:
             raise ActionRefused("say why: the reason is kept with the job and in the audit log")
         _, request = _request(f, reason)
+        # The job changes at most the count shown: a start without it would have no bound.
+        needed(request.maxTasks, "count", "the count shown, which bounds the job, is required")
         if request.action == ttypes.BulkAction.RESCHEDULE and request.shiftMs is None:
             raise ActionRefused("say by how many minutes to move the tasks")
         return c.service.bulkStart(request)
@@ -89,7 +86,7 @@ def job(c: Console, ctx: Ctx) -> Response:
         found, problem = c.service.bulkGet(job_id), None
     except DECLARED as e:
         found, problem = None, describe(e)
-    return c.page(ctx, "bulk_job.html", job=found, problem=problem, names=ttypes.BulkAction._VALUES_TO_NAMES,
+    return c.page(ctx, "bulk_job.html", shows_flash=not ctx.req.query.get("poll"), job=found, problem=problem, names=ttypes.BulkAction._VALUES_TO_NAMES,
                   states=ttypes.BulkState._VALUES_TO_NAMES, running=found is not None
                   and found.state == ttypes.BulkState.RUNNING)
 

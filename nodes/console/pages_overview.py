@@ -89,7 +89,7 @@ def overview(c: Console, ctx: Ctx) -> Response:
 
 def nodes_fragment(c: Console, ctx: Ctx) -> Response:
     info, rows, problem = nodes(c, ctx)
-    return c.page(ctx, "nodes_fragment.html", info=info, nodes=rows, problem=problem)
+    return c.page(ctx, "nodes_fragment.html", shows_flash=False, info=info, nodes=rows, problem=problem)
 
 
 def series(c: Console, ctx: Ctx) -> Response:

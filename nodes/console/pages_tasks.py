@@ -17,6 +17,7 @@ from delayq.client.gen.delayq_thrift import ttypes
 from delayq.lifecycle import LIVE, Status
 from delayq.nodes.console import view
 from delayq.nodes.console.app import DECLARED, ActionRefused, Console, Ctx, Response, describe
+from delayq.nodes.console.fields import instant, needed, one_of, page_mark, whole
 from delayq.nodes.console.pages_overview import visible
 from delayq.nodes.console.reads import DEAD_CAP, Search
 from delayq.nodes.validation import check_task_id
@@ -24,13 +25,6 @@ from delayq import errors
 
 DEAD_DAYS = 1
 REDRIVE_CHUNK = 500          # the redrive and discard calls' limit of ids
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        raise ActionRefused(f"not a number: {value!r}") from None
 
 
 def tasks(c: Console, ctx: Ctx) -> Response:
@@ -48,13 +42,10 @@ def tasks(c: Console, ctx: Ctx) -> Response:
     if not topic:
         return c.page(ctx, "tasks.html", **values)
     try:
-        status = Status[state]
-        since, until = _int(q.get("since")), _int(q.get("until"))
-        after = None
-        if q.get("after"):
-            ms, _, last = q["after"].partition(":")
-            after = (int(ms), last)
-    except (KeyError, ValueError, ActionRefused) as e:
+        status = Status[one_of(state, "state", (s.name for s in Status))]
+        since, until = instant(q.get("since"), "from"), instant(q.get("until"), "before")
+        after = page_mark(q.get("after"))
+    except ActionRefused as e:
         return c.page(ctx, "tasks.html", **{**values, "problem": f"bad search: {e}"}, status=400)
     if not ctx.may(Permission.READ, topic):
         return c.page(ctx, "tasks.html", **{**values, "problem": f"this client may not read tasks of {topic}"},
@@ -119,14 +110,22 @@ def reschedule(c: Console, ctx: Ctx) -> Response:
     task_id = ctx.req.form.get("id") or ""
 
     def call():
-        due = _int(ctx.req.form.get("due_ms"))
-        minutes = _int(ctx.req.form.get("in_minutes"))
-        if due is None and minutes is not None:
-            due = ctx.now_ms + minutes * 60_000
-        if due is None:
-            raise ActionRefused("say when: a time, or in how many minutes")
-        return c.service.reschedule(task_id, due)
+        return c.service.reschedule(task_id, due_of(ctx.req.form, ctx.now_ms))
     return c.act(ctx, call, lambda r: f"{task_id} now due at {view.utc(r.dueAtMs)}", "/ui/task?" + _qs(id=task_id))
+
+
+def due_of(form, now_ms: int) -> int:
+    """The due time a task's reschedule form asks for: a time, or in N minutes (0 or more: a task is
+    not moved into the past by a minus sign, as `delayq` takes no negative duration)."""
+    due = instant(form.get("due_ms"), "reschedule to")
+    minutes = whole(form.get("in_minutes"), "in minutes", 0)
+    if due is not None and minutes is not None:
+        raise ActionRefused("say when once: a time, or in how many minutes, not both")
+    if minutes is not None:
+        return now_ms + minutes * 60_000
+    if due is None:
+        raise ActionRefused("say when: a time, or in how many minutes")
+    return due
 
 
 def redrive(c: Console, ctx: Ctx) -> Response:
@@ -151,23 +150,40 @@ def _groups(c: Console, ctx: Ctx):
     return ordered, more
 
 
+GONE = "that group has no dead letters any more (redriven, discarded or purged meanwhile)"
+
+
 def dead(c: Console, ctx: Ctx) -> Response:
     groups, more = _groups(c, ctx)
     want = (ctx.req.query.get("topic"), ctx.req.query.get("fp"))
-    confirm = next(((k, v) for k, v in groups if k == want), None) if all(want) else None
-    return c.page(ctx, "dead.html", groups=groups, more=more, cap=DEAD_CAP, days=DEAD_DAYS, confirm=confirm)
+    confirm = next(((k, v) for k, v in groups if k == want), None) if any(want) else None
+    problem = GONE if any(want) and confirm is None else None
+    return c.page(ctx, "dead.html", groups=groups, more=more, cap=DEAD_CAP, days=DEAD_DAYS, confirm=confirm,
+                  problem=problem)
+
+
+def chosen(ids: list[str], count: int | None) -> list[str]:
+    """The group's ids to act on, `count` being the group's size the person was shown: a positive
+    whole number, never more than the group holds now (a group that grew meanwhile is acted on only
+    as far as what was shown; one that shrank is shown again rather than guessed at)."""
+    asked = needed(count, "count", "the group's count, as shown, is required")
+    if asked < 1:
+        raise ActionRefused(f"count: must be 1 or more, not {asked:,}")
+    if asked > len(ids):
+        raise ActionRefused(f"count: the group holds {len(ids):,} dead letters now, fewer than the {asked:,} asked "
+                            "for: look at it again")
+    return ids[:asked]
 
 
 def _group_ids(c: Console, ctx: Ctx) -> tuple[str, list[str]]:
-    """The ids of the group the form names, read again now, never more than the count the person
-    confirmed (a group that grew meanwhile is not acted on beyond what was shown)."""
+    """The ids of the group the form names, read again now, never more than the count confirmed."""
     topic, fp = ctx.req.form.get("topic") or "", ctx.req.form.get("fp") or ""
-    expected = _int(ctx.req.form.get("count"))
+    count = whole(ctx.req.form.get("count"), "count", 1)      # refused before any read
     groups, _ = _groups(c, ctx)
     ids = [r.task_id for k, rows in groups if k == (topic, fp) for r in rows]
     if not ids:
-        raise ActionRefused("that group has no dead letters any more (redriven, discarded or purged meanwhile)")
-    return topic, ids[:expected] if expected is not None else ids
+        raise ActionRefused(GONE)
+    return topic, chosen(ids, count)
 
 
 def dead_redrive(c: Console, ctx: Ctx) -> Response:

@@ -14,6 +14,9 @@ from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console import history, view
 from delayq.nodes.console.app import COUNTED_TTL_S, ActionRefused, Console, Ctx, Response
+from delayq.nodes.console.fields import decimal, one_of, whole
+from delayq.nodes.console.fields import shown as quoted
+from delayq.nodes.console.sessions import local_path
 from delayq.nodes.console.pages_overview import merged_history, visible
 from delayq.nodes.console.reads import COUNT_CAP, LOAD_CAP, TopicCounts, capped
 
@@ -98,49 +101,50 @@ def topic(c: Console, ctx: Ctx) -> Response:
                   answered=answered, asked=asked)
 
 
-def _number(value: str | None, kind):
-    if value is None or value.strip() == "":
-        return None
-    try:
-        n = kind(value)
-    except ValueError:
-        raise ActionRefused(f"not a number: {value!r}") from None
-    if n < 0:
-        raise ActionRefused(f"must be 0 (no limit) or more: {value!r}")
-    return n
+ACTIONS = ("pause", "resume", "limits")
+# The limits form's fields: the form's name -> (its label, the IDL's field the call names in a refusal).
+LIMITS = {"max_fire_rate": ("max fire rate", "maxFireRate"), "fire_burst": ("burst", "fireBurst"),
+          "max_in_flight": ("max in flight", "maxInFlight"), "weight": ("weight", "weight")}
+LABEL_OF = {idl: label for label, idl in LIMITS.values()}
+
+
+def change_of(form, name: str, action: str) -> ttypes.TopicControls:
+    """The controls change a topic form asks for (ActionRefused naming the field otherwise)."""
+    if not name:
+        raise ActionRefused("topic: missing: say which topic")
+    if one_of(action, "action", ACTIONS) != "limits":
+        return ttypes.TopicControls(topic=name, paused=action == "pause")
+    rate = decimal(form.get("max_fire_rate"), LIMITS["max_fire_rate"][0])
+    counts = {k: whole(form.get(k), LIMITS[k][0]) for k in ("fire_burst", "max_in_flight", "weight")}
+    return ttypes.TopicControls(topic=name, maxFireRate=rate, fireBurst=counts["fire_burst"],
+                                maxInFlight=counts["max_in_flight"], weight=counts["weight"])
 
 
 def controls(c: Console, ctx: Ctx) -> Response:
     f = ctx.req.form
     name, action = f.get("topic") or "", f.get("action") or ""
-    back = f.get("back") if (f.get("back") or "").startswith("/ui/") else "/ui/topics"
+    back = local_path(f.get("back")) or "/ui/topics"
 
     def call():
-        if action == "pause":
-            change = ttypes.TopicControls(topic=name, paused=True)
-        elif action == "resume":
-            change = ttypes.TopicControls(topic=name, paused=False)
-        elif action == "limits":
-            change = ttypes.TopicControls(topic=name, maxFireRate=_number(f.get("max_fire_rate"), float),
-                                          fireBurst=_number(f.get("fire_burst"), int),
-                                          maxInFlight=_number(f.get("max_in_flight"), int),
-                                          weight=_number(f.get("weight"), int))
-        else:
-            raise ActionRefused(f"unknown action {action!r}")
-        return c.service.setTopicControls(change)
+        change = change_of(f, name, action)
+        try:
+            return c.service.setTopicControls(change)
+        except ttypes.InvalidService as e:       # the call's range check, said with the form's label
+            raise ActionRefused(f"{LABEL_OF.get(e.field, e.field)}: {e.reason}") from None
     return c.act(ctx, call, lambda r: f"{name}: {'paused' if r.paused else 'running'}, "
-                 f"max fire rate {r.maxFireRate or 'none'}, max in flight {r.maxInFlight or 'none'}", back or "/ui/topics")
+                 f"max fire rate {r.maxFireRate or 'none'}, max in flight {r.maxInFlight or 'none'}", back)
 
 
 def load(c: Console, ctx: Ctx) -> Response:
     horizon = ctx.req.query.get("horizon") or "hour"
+    problems: list[str] = []
     if horizon not in HORIZONS:
+        problems.append(f"horizon: {quoted(horizon)} is not one of {', '.join(HORIZONS)}: the next hour is shown")
         horizon = "hour"
     span, bucket, label = HORIZONS[horizon]
     n = span // bucket
     see = visible(ctx)
     rows: list[dict[str, Any]] = []
-    problems: list[str] = []
     names = [t for t in _controls(c) if see(t)]
     shown, more = page_of(names, ctx.req.query.get("after"))
     oldest = 0.0

@@ -225,3 +225,27 @@ def test_a_next_page_with_a_line_break_or_from_another_site_is_not_followed():
         assert r.status == 303 and dict(r.headers)["Location"] == "/ui/overview", (bad, r.headers)
     r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN, "next": "/ui/tasks?topic=a"}))
     assert dict(r.headers)["Location"] == "/ui/tasks?topic=a"
+
+
+def test_an_unknown_topic_is_said_on_the_page_not_an_internal_error():
+    c, service, _, _ = console()
+
+    def unknown(controls):
+        raise ttypes.UnknownTopic(topic=controls.topic)
+    service.setTopicControls = unknown
+    sid, session = login(c, ADMIN_TOKEN)
+    r = c.handle(req("POST", "/ui/topics/controls", {"topic": "no\x01such", "action": "pause", "csrf": session.csrf},
+                     {"sid": sid}))
+    assert r.status == 303
+    assert session.flash == ("error", "topic: no topic 'no\\x01such' (no enabled callback service has it)")
+
+
+def test_a_refreshed_fragment_leaves_the_last_actions_message_to_the_page():
+    c, service, _, _ = console()
+    service.cluster = lambda: ttypes.ClusterInfo(nodes=[])
+    service.intents = lambda: ttypes.Intents()
+    sid, session = login(c, ADMIN_TOKEN)
+    c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"sid": sid}))
+    assert c.handle(req("GET", "/ui/fragments/nodes", cookies={"sid": sid})).status == 200
+    page = c.handle(req("GET", "/ui/overview", cookies={"sid": sid})).body.decode()
+    assert "cancel t1: CANCELLED" in page

@@ -1,8 +1,10 @@
 """Console: the console's requests, from the HTTP port's router (delayq.nodes.http) to a page or
 an action and back.
 
-    GET  /ui/login, POST /ui/login, POST /ui/logout     a client token or certificate in, a session
+    GET  /ui/login, POST /ui/login                      a client token or certificate in, a session
                                                         cookie out
+    POST /ui/logout                                     the session ended on this node (a POST like
+                                                        the others: CSRF token and Origin checked)
     GET  /ui/static/<file>                              the package's assets (vendored libraries)
     GET  /ui/<page>, POST /ui/<action>                  pages_* modules; every POST needs the
                                                         session's CSRF token and a same-origin Origin
@@ -154,6 +156,7 @@ class Console:
         self.routes: dict[tuple[str, str], Handler] = {}
         for module in (pages_overview, pages_topics, pages_tasks, pages_bulk, pages_admin):
             self.routes.update(module.ROUTES)
+        self.routes[("POST", "/ui/logout")] = Console.logout
 
     def start(self) -> None:
         self.history.start()
@@ -191,9 +194,7 @@ class Console:
         if req.path == "/ui/login":
             return login.answer(self, req)
         session = self.sessions.get(req.cookies.get(self.cookie))
-        if req.path == "/ui/logout" and req.method == "POST":
-            if session is not None and csrf_ok(session, req.form.get("csrf")):
-                self.sessions.close(session.id)
+        if req.path == "/ui/logout" and req.method == "POST" and session is None:
             return self.redirect("/ui/login", cookie=self.cookie_header("", req.secure, expire=True))
         if session is None:
             return self.redirect("/ui/login?" + urllib.parse.urlencode({"next": req.path})) if req.method == "GET" \
@@ -225,6 +226,13 @@ class Console:
             return self.page(ctx, "error.html", status=500, problem="internal error (the node's log has the details)")
         finally:
             serving(None)
+
+    def logout(self, ctx: Ctx) -> Response:
+        """Ends the session on this node, so its cookie, replayed, is a stranger's. A POST like any
+        other: without the session's CSRF token (or from another origin) it is refused."""
+        self.sessions.close(ctx.session.id)
+        log.info("console: %s logged out", ctx.client.name)
+        return self.redirect("/ui/login", cookie=self.cookie_header("", ctx.req.secure, expire=True))
 
     # ---- answers ------------------------------------------------------------------------------
 

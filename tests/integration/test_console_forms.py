@@ -1,6 +1,7 @@
 """The console's forms refusing what they should, on a real node over HTTPS, as a person (or curl)
 sees it: the status, and the message the next page shows naming what is wrong; never a 500 nor a
-traceback in the node's log."""
+traceback in the node's log. Also the logout: CSRF-checked like every POST, and the end of the
+session on the node."""
 from __future__ import annotations
 
 import html
@@ -173,3 +174,24 @@ def test_a_bad_search_names_the_field_and_what_it_takes(node, orders, clean_log)
     assert b.problem("/ui/load?horizon=year", 200) == \
         "horizon: 'year' is not one of hour, day, week: the next hour is shown"
     assert b.problem("/ui/access?since=yesterday", 200).startswith("audit log from: not a time")
+
+
+def test_a_logout_needs_the_csrf_token_and_ends_the_session_on_the_node(node, clean_log):
+    b = Browser(node)
+    for forged in ({}, {"csrf": "not-the-token"}):
+        status, headers, body = b.open("/ui/logout", forged, csrf=False)
+        assert status == 403 and "CSRF" in body and headers["Set-Cookie"] is None
+    status, _, _ = b.open("/ui/logout", {}, headers={"Origin": "https://evil.example"})
+    assert status == 403
+    assert b.open("/ui/overview")[0] == 200                  # still logged in
+    cookie, = [f"{c.name}={c.value}" for c in b.jar]
+    status, headers, _ = b.open("/ui/logout", {})
+    assert status == 303 and headers["Location"] == "/ui/login" and "Max-Age=0" in headers["Set-Cookie"]
+    # The old cookie, replayed, is a stranger's.
+    replay = urllib.request.Request(b.base + "/ui/overview", headers={"Cookie": cookie})
+    try:
+        with b.opener.open(replay, timeout=10) as r:
+            status, location = r.status, r.headers["Location"]
+    except urllib.error.HTTPError as e:
+        status, location = e.code, e.headers["Location"]
+    assert status == 303 and location.startswith("/ui/login")

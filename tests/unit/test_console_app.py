@@ -227,6 +227,22 @@ def test_a_next_page_with_a_line_break_or_from_another_site_is_not_followed():
     assert dict(r.headers)["Location"] == "/ui/tasks?topic=a"
 
 
+def test_a_logout_needs_the_csrf_token_and_ends_the_session_on_the_node():
+    c, service, _, _ = console()
+    service.cluster = lambda: ttypes.ClusterInfo(nodes=[])
+    service.intents = lambda: ttypes.Intents()
+    sid, session = login(c, ADMIN_TOKEN)
+    for forged in (req("POST", "/ui/logout", {}, {"sid": sid}),
+                   req("POST", "/ui/logout", {"csrf": session.csrf}, {"sid": sid}, origin="http://evil.example")):
+        r = c.handle(forged)
+        assert r.status == 403 and "Set-Cookie" not in dict(r.headers)
+    assert c.handle(req("GET", "/ui/overview", cookies={"sid": sid})).status == 200
+    r = c.handle(req("POST", "/ui/logout", {"csrf": session.csrf}, {"sid": sid}, origin="http://node:8080"))
+    assert r.status == 303 and "Max-Age=0" in dict(r.headers)["Set-Cookie"]
+    replayed = c.handle(req("GET", "/ui/overview", cookies={"sid": sid}))
+    assert replayed.status == 303 and dict(replayed.headers)["Location"].startswith("/ui/login")
+
+
 def test_an_unknown_topic_is_said_on_the_page_not_an_internal_error():
     c, service, _, _ = console()
 

@@ -20,7 +20,7 @@ from delayq import config as config_mod
 from delayq.client import DelayqClient, discover
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.scheduler import parse_endpoint
-from delayq.errors import ACCESS_DENIED, ConfigError, StoreUnavailable, Unavailable
+from delayq.errors import LOGIN_REFUSED, PRIVILEGE_MISSING, ConfigError, StoreUnavailable, Unavailable
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 T = TypeVar("T")
@@ -90,11 +90,14 @@ def said(e: BaseException) -> tuple[str, int] | None:
                 EXIT_USAGE)
     if isinstance(e, ttypes.Forbidden):
         return f"forbidden: needs {e.permission}" + (f" on topic {e.topic!r}" if e.topic else ""), EXIT_FAILURE
-    if isinstance(e, StoreUnavailable) and e.code in ACCESS_DENIED:
-        # The account works, or would, but may not do this: a configuration error, not an outage.
+    if isinstance(e, StoreUnavailable) and e.code in LOGIN_REFUSED | PRIVILEGE_MISSING:
+        # MySQL answered, and refused the account: a configuration error, not an outage.
         reason = str(e).removeprefix("MySQL unavailable: ")
-        return (f"the MySQL account of DELAYQ_MYSQL_URL was refused: {reason} (give an account that holds "
-                "the privilege: the schema and `delayq tenants` need an admin account, not the nodes')", EXIT_USAGE)
+        if e.code in LOGIN_REFUSED:
+            return f"MySQL refused the user or password of DELAYQ_MYSQL_URL: {reason}", EXIT_USAGE
+        return (f"the MySQL account of DELAYQ_MYSQL_URL lacks a privilege this command needs: {reason} (`db init`, "
+                "`db migrate` and `tenants` need an admin account, not the nodes'; after an upgrade, run "
+                "`delayq db init --node-account` again)", EXIT_USAGE)
     if isinstance(e, (Unavailable, ttypes.Unavailable)):
         return getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE
     if isinstance(e, (TException, OSError)):

@@ -5,6 +5,7 @@ Exit codes: 0 success, 1 failure (a refused request, a task that did not arrive)
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -16,7 +17,7 @@ import click
 
 from delayq import options
 from delayq.errors import ConfigError, Unavailable
-from delayq.ops.common import load_settings
+from delayq.ops.common import Commands, load_settings
 
 EXIT_UNAVAILABLE = 3
 # The collector's first generation runs once this many more objects were made than freed. At
@@ -53,7 +54,7 @@ def setup_logging(level: str, fmt: str) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="delayq", prog_name="delayq", message="%(prog)s %(version)s")
 def main() -> None:
     """delayq: a distributed delayed-task scheduler (Thrift in, MySQL as truth, RabbitMQ out)."""
@@ -114,7 +115,7 @@ def db_init(config_file: str | None, shards: int | None, node_account: str | Non
     """Create the database if missing, apply migrations, create the cluster's shards, and with
     --node-account the nodes' own MySQL account. Idempotent."""
     from delayq import accounts, db as dbm, schema
-    from delayq.ops.common import write_private
+    from delayq.ops.common import PrivateFile
     if bool(node_account) != bool(node_url_file):
         raise click.UsageError("--node-account and --node-url-file go together")
     if node_account:
@@ -124,20 +125,26 @@ def db_init(config_file: str | None, shards: int | None, node_account: str | Non
             raise click.UsageError(str(e)) from None
     settings = load_settings(config_file)
     setup_logging("WARNING", settings.log.format)
-    try:
+    # Errors end as the `delayq` group says them (an outage 3, an account refused 2). A bad
+    # --node-url-file is refused before anything changes.
+    with PrivateFile(node_url_file, "--node-url-file") if node_url_file else contextlib.nullcontext() as out:
         database = dbm.database_name(settings.mysql)
         schema.create_database(dbm.make_engine(settings.mysql, database=False), database)
         engine = dbm.make_engine(settings.mysql)
         with dbm.unavailable_on_failure():
             applied = schema.migrate(engine)
             count = schema.init_cluster(engine, shards or settings.scheduling.shards)
-            if node_account and node_url_file:      # given together (checked above)
+            if node_account and node_url_file and out is not None:      # given together (checked above)
                 kept = _read_url_password(node_url_file)
                 password = accounts.ensure_node_account(engine, database, node_account, kept)
-                write_private(node_url_file, accounts.node_url(settings.mysql.url, node_account, password))
-    except Unavailable as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+                url = accounts.node_url(settings.mysql.url, node_account, password)
+                try:
+                    out.write(url)
+                except OSError as e:
+                    click.echo(url)     # the password was set: say it, or no one will know it
+                    click.echo(f"error: could not write {node_url_file} ({e.strerror or e}): the nodes' "
+                               "URL is printed above, on stdout", err=True)
+                    sys.exit(1)
     click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
     click.echo(f"cluster: {count} shards")
     if node_account:
@@ -161,12 +168,8 @@ def db_migrate(config_file: str | None) -> None:
     """Apply pending schema migrations."""
     from delayq import db as dbm, schema
     settings = load_settings(config_file)
-    try:
-        with dbm.unavailable_on_failure():
-            applied = schema.migrate(dbm.make_engine(settings.mysql))
-    except Unavailable as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+    with dbm.unavailable_on_failure():      # its errors end as the `delayq` group says them
+        applied = schema.migrate(dbm.make_engine(settings.mysql))
     click.echo(f"schema: applied {applied}" if applied else "schema: up to date")
 
 
@@ -177,8 +180,9 @@ def db_migrate(config_file: str | None) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -> None:
     """Show the cluster: master, nodes with their shards and DelayQueue sizes, epoch, task counts."""
-    from delayq.ops.common import run
+    from delayq.ops.common import checked_endpoints, run
     from delayq.ops.status import collect, render
+    checked_endpoints(endpoints)
     settings = load_settings(config_file)
     setup_logging("ERROR", settings.log.format)
     report = run(lambda: collect(settings, list(endpoints)), as_json)

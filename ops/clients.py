@@ -3,20 +3,22 @@
 Written straight to MySQL with the operator's database account (delayq.store.clients); every node
 applies a change within DELAYQ_CLIENTS_POLL_MS (250 ms), without a restart. A token is printed
 once, when it is made (or written to --token-file, readable by its owner only), and never again.
+A --token-file that cannot be written is refused before anything changes; should writing it still
+fail after the change, the token is printed on stdout rather than lost (exit 1).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-from typing import Iterator
+from typing import Iterator, Protocol
 
 import click
 
 from delayq.access import tokens
 from delayq.db import make_engine
-from delayq.ops.audit import recorded
-from delayq.ops.common import EXIT_USAGE, fail, load_settings, run, write_private
+from delayq.ops.audit import Outcome, recorded
+from delayq.ops.common import EXIT_FAILURE, EXIT_USAGE, PrivateFile, fail, load_settings, run
 from delayq.store.clients import ClientStore, NoSuchClient
 
 GRANT_HELP = ("PERMISSION:PATTERN, e.g. submit:orders.* (permissions: submit, cancel, read, report on "
@@ -24,11 +26,14 @@ GRANT_HELP = ("PERMISSION:PATTERN, e.g. submit:orders.* (permissions: submit, ca
 
 
 @contextlib.contextmanager
-def _store(config_file: str | None, action: str, target: str) -> Iterator[ClientStore]:
-    """The store, inside the audit record of this action (`delayq audit`)."""
+def _store(config_file: str | None, action: str, target: str, token_file: str | None = None
+           ) -> Iterator[tuple[ClientStore, "_TokenOut | None", Outcome]]:
+    """The store, inside the audit record of this action (`delayq audit`), with --token-file
+    readied first (a path that cannot be written is refused before anything changes)."""
     settings = load_settings(config_file)
-    with recorded(settings, f"clients.{action}", target):
-        yield ClientStore(make_engine(settings.mysql))
+    with PrivateFile(token_file, "--token-file") if token_file else contextlib.nullcontext() as out:
+        with recorded(settings, f"clients.{action}", target) as outcome:
+            yield ClientStore(make_engine(settings.mysql)), out, outcome
 
 
 def _grant(text: str) -> tuple[str, str]:
@@ -46,12 +51,25 @@ def _checked(fn):
         fail(str(e).strip('"'), EXIT_USAGE)
 
 
-def _hand_out(token: str, token_file: str | None) -> None:
-    if token_file is None:
+class _TokenOut(Protocol):
+    path: str
+
+    def write(self, text: str) -> None: ...
+
+
+def _hand_out(token: str, out: _TokenOut | None, outcome: Outcome) -> None:
+    """The token on stdout, or in --token-file; never lost: the change that made it is done."""
+    if out is None:
         click.echo(token)
         return
-    write_private(token_file, token)
-    click.echo(f"token written to {token_file}", err=True)
+    try:
+        out.write(token)
+    except OSError as e:
+        click.echo(token)
+        outcome.value = "ok; token printed, --token-file not written"
+        fail(f"the token could not be written to {out.path} ({e.strerror or e}); it is printed above, on "
+             "stdout, and shown this once", EXIT_FAILURE)
+    click.echo(f"token written to {out.path}", err=True)
 
 
 config_option = click.option("--config", "config_file", type=click.Path(dir_okay=False))
@@ -79,20 +97,21 @@ def add(name: str, grants: tuple[str, ...], certificate_only: bool, exist_ok: bo
         config_file: str | None) -> None:
     """Add a client; print its token (shown this once)."""
     parsed = tuple(_grant(g) for g in grants)
-    with _store(config_file, "add", " ".join([name, *grants])) as store:
-        _add(store, name, parsed, certificate_only, exist_ok, token_file)
+    with _store(config_file, "add", " ".join([name, *grants]), token_file) as (store, out, outcome):
+        _add(store, name, parsed, certificate_only, exist_ok, out, outcome)
 
 
-def _add(store: ClientStore, name: str, parsed, certificate_only: bool, exist_ok: bool, token_file: str | None) -> None:
+def _add(store: ClientStore, name: str, parsed, certificate_only: bool, exist_ok: bool, out: _TokenOut | None,
+         outcome: Outcome) -> None:
     if exist_ok and _checked(lambda: any(c.name == name for c in store.list())):
         for g in parsed:
             _checked(lambda: store.grant(name, *g))
-        if token_file is not None and not certificate_only and not _holds_token(store, name, token_file):
-            _hand_out(_checked(lambda: store.rotate(name)), token_file)
+        if out is not None and not certificate_only and not _holds_token(store, name, out.path):
+            _hand_out(_checked(lambda: store.rotate(name)), out, outcome)
         return
     token = _checked(lambda: store.add(name, token=not certificate_only, grants=parsed))
     if token is not None:
-        _hand_out(token, token_file)
+        _hand_out(token, out, outcome)
 
 
 def _holds_token(store: ClientStore, name: str, token_file: str) -> bool:
@@ -117,7 +136,7 @@ def _holds_token(store: ClientStore, name: str, token_file: str) -> bool:
 @config_option
 def grant(name: str, grant: str, config_file: str | None) -> None:
     """Give client NAME a permission on a topic pattern (PERMISSION:PATTERN)."""
-    with _store(config_file, "grant", f"{name} {grant}") as store:
+    with _store(config_file, "grant", f"{name} {grant}") as (store, _, _):
         _checked(lambda: store.grant(name, *_grant(grant)))
 
 
@@ -128,7 +147,7 @@ def grant(name: str, grant: str, config_file: str | None) -> None:
 def revoke(name: str, grant: str | None, config_file: str | None) -> None:
     """Take one grant (PERMISSION:PATTERN) from client NAME, or, with no grant, revoke the client
     itself: its token and certificate stop working on every node (`rotate` reinstates it)."""
-    with _store(config_file, "revoke", f"{name} {grant or ''}".strip()) as store:
+    with _store(config_file, "revoke", f"{name} {grant or ''}".strip()) as (store, _, _):
         if grant is None:
             _checked(lambda: store.revoke(name))
             return
@@ -142,8 +161,8 @@ def revoke(name: str, grant: str | None, config_file: str | None) -> None:
 @config_option
 def rotate(name: str, token_file: str | None, config_file: str | None) -> None:
     """Give client NAME a new token; its old one stops working on every node."""
-    with _store(config_file, "rotate", name) as store:
-        _hand_out(_checked(lambda: store.rotate(name)), token_file)
+    with _store(config_file, "rotate", name, token_file) as (store, out, outcome):
+        _hand_out(_checked(lambda: store.rotate(name)), out, outcome)
 
 
 @clients.command("list")

@@ -1,12 +1,17 @@
 """What every `delayq` sub-command shares: settings from --config (a bad one is a usage error), the
-client, and one mapping from errors to exit codes: 2 usage or configuration, 3 unreachable."""
+client, and one mapping from errors to exit codes: 2 usage or configuration, 3 unreachable.
+
+`run` maps the errors of a command's calls; `Commands`, the `delayq` group, maps a configuration
+error or an outage that a command let through, so that none ends as a traceback."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import sys
-from typing import Callable, NoReturn, TypeVar
+import tempfile
+from typing import Any, Callable, NoReturn, TypeVar
 
 import click
 from thrift.Thrift import TException
@@ -14,7 +19,8 @@ from thrift.Thrift import TException
 from delayq import config as config_mod
 from delayq.client import DelayqClient, discover
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import ConfigError, Unavailable
+from delayq.client.scheduler import parse_endpoint
+from delayq.errors import LOGIN_REFUSED, PRIVILEGE_MISSING, ConfigError, StoreUnavailable, Unavailable
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 T = TypeVar("T")
@@ -27,8 +33,19 @@ def load_settings(config_file: str | None) -> config_mod.Settings:
         raise click.UsageError(str(e)) from None
 
 
+def checked_endpoints(endpoints: tuple[str, ...] | list[str]) -> None:
+    """A usage error naming --endpoint unless each is HOST:PORT."""
+    for e in endpoints:
+        try:
+            parse_endpoint(e)
+        except ValueError:
+            raise click.BadParameter(f"{e!r}: expected HOST:PORT, e.g. 127.0.0.1:9090",
+                                     param_hint="'--endpoint'") from None
+
+
 def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
     """A client over the given endpoints, or the cluster's live nodes found in ZooKeeper."""
+    checked_endpoints(endpoints)
     found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster, zk_auth=settings.zk.auth)
     if not found:
         raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
@@ -48,29 +65,59 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
     """Run fn; turn delayq's and Thrift's errors into one clear line and the exit code."""
     try:
         return fn()
-    except (ConfigError, ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest, ttypes.UnknownTopic) as e:
-        if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest)):
-            message = f"{e.field}: {e.reason}"
-        elif isinstance(e, ttypes.UnknownTopic):
-            message = f"unknown topic {e.topic!r}: register its service first (delayq services add)"
-        else:
-            message = str(e)
-        fail(message, EXIT_USAGE, as_json)
-    except ttypes.Conflict as e:
-        fail(f"task {e.taskId!r}: {e.reason}", EXIT_USAGE, as_json)
-    except ttypes.QuotaExceeded as e:
-        fail(f"tenant {e.tenant!r} is over its {e.quota} quota of {e.limit} (delayq tenants show {e.tenant})",
-             EXIT_FAILURE, as_json)
-    except ttypes.Unauthenticated as e:
-        fail(f"not authenticated: {e.reason} (give the client's token in DELAYQ_TOKEN_FILE or DELAYQ_TOKEN)",
-             EXIT_USAGE, as_json)
-    except ttypes.Forbidden as e:
-        fail(f"forbidden: needs {e.permission}" + (f" on topic {e.topic!r}" if e.topic else ""), EXIT_FAILURE,
-             as_json)
-    except (Unavailable, ttypes.Unavailable) as e:
-        fail(getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE, as_json)
-    except (TException, OSError) as e:
-        fail(str(e), EXIT_UNAVAILABLE, as_json)
+    except Exception as e:  # noqa: BLE001 - what `said` does not know is raised again
+        found = said(e)
+        if found is None:
+            raise
+        fail(*found, as_json)
+
+
+def said(e: BaseException) -> tuple[str, int] | None:
+    """The message and exit code of an error the command knows (None: not one of them)."""
+    if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest)):
+        return f"{e.field}: {e.reason}", EXIT_USAGE
+    if isinstance(e, ttypes.UnknownTopic):
+        return f"unknown topic {e.topic!r}: register its service first (delayq services add)", EXIT_USAGE
+    if isinstance(e, ConfigError):
+        return str(e), EXIT_USAGE
+    if isinstance(e, ttypes.Conflict):
+        return f"task {e.taskId!r}: {e.reason}", EXIT_USAGE
+    if isinstance(e, ttypes.QuotaExceeded):
+        return (f"tenant {e.tenant!r} is over its {e.quota} quota of {e.limit} (delayq tenants show {e.tenant})",
+                EXIT_FAILURE)
+    if isinstance(e, ttypes.Unauthenticated):
+        return (f"not authenticated: {e.reason} (give the client's token in DELAYQ_TOKEN_FILE or DELAYQ_TOKEN)",
+                EXIT_USAGE)
+    if isinstance(e, ttypes.Forbidden):
+        return f"forbidden: needs {e.permission}" + (f" on topic {e.topic!r}" if e.topic else ""), EXIT_FAILURE
+    if isinstance(e, StoreUnavailable) and e.code in LOGIN_REFUSED | PRIVILEGE_MISSING:
+        # MySQL answered, and refused the account: a configuration error, not an outage.
+        reason = str(e).removeprefix("MySQL unavailable: ")
+        if e.code in LOGIN_REFUSED:
+            return f"MySQL refused the user or password of DELAYQ_MYSQL_URL: {reason}", EXIT_USAGE
+        return (f"the MySQL account of DELAYQ_MYSQL_URL lacks a privilege this command needs: {reason} (`db init`, "
+                "`db migrate` and `tenants` need an admin account, not the nodes'; after an upgrade, run "
+                "`delayq db init --node-account` again)", EXIT_USAGE)
+    if isinstance(e, (Unavailable, ttypes.Unavailable)):
+        return getattr(e, "reason", None) or str(e), EXIT_UNAVAILABLE
+    if isinstance(e, (TException, OSError)):
+        return str(e), EXIT_UNAVAILABLE
+    return None
+
+
+class Commands(click.Group):
+    """The `delayq` group. A configuration error (a bad DELAYQ_MYSQL_URL, a ZooKeeper identity
+    refused) or an outage that a command did not turn into its own message ends as `run` ends it:
+    one line and the exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        as_json = "--json" in ctx.args      # the sub-command's own arguments, before it parses them
+        try:
+            return super().invoke(ctx)
+        except (ConfigError, Unavailable) as e:
+            found = said(e)
+            assert found is not None
+            fail(*found, as_json)
 
 
 # The latest instant the ISO form can say (9999-12-31T23:59:59.999Z), and the bound of every time
@@ -135,11 +182,44 @@ def utc_time(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def write_private(path: str, text: str) -> None:
-    """Write text and a newline to path, readable by its owner only (tokens, URLs with passwords)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text + "\n")
+class PrivateFile:
+    """A file only its owner may read, for a secret a command makes (a token, a URL with a
+    password), readied before the change that makes the secret: a path that cannot be written is
+    refused (a usage error naming `option`) while nothing has changed yet. The secret is written
+    beside the path, then renamed onto it, so the file holds the old content or the new, whole.
+
+        with PrivateFile(path, "--token-file") as out:   # refuses a bad path here
+            secret = change()
+            out.write(secret)                              # OSError: the caller must not lose it
+    """
+
+    def __init__(self, path: str, option: str):
+        self.path, self._option = path, option
+        self._temp: str | None = None
+
+    def __enter__(self) -> "PrivateFile":
+        folder = os.path.dirname(os.path.abspath(self.path))
+        try:
+            fd, self._temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(self.path)}.")  # mode 0600
+        except OSError as e:
+            raise click.BadParameter(f"cannot write {self.path}: {e.strerror or e}",
+                                     param_hint=f"'{self._option}'") from None
+        os.close(fd)
+        return self
+
+    def write(self, text: str) -> None:
+        """Write text and a newline to the file, readable by its owner only."""
+        assert self._temp is not None, "write inside the with block"
+        with open(self._temp, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(self._temp, self.path)
+        self._temp = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._temp is not None:          # nothing written: leave no trace
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp)
+            self._temp = None
 
 
 def call_nodes(config_file: str | None, endpoints: tuple[str, ...], fn: Callable[[DelayqClient], T],

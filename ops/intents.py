@@ -8,7 +8,7 @@ import time
 from typing import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from thrift.Thrift import TException
 
@@ -16,14 +16,16 @@ from delayq import zkauth
 from delayq.client import DelayqClient, discover
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.config import Settings
-from delayq.errors import Unavailable
+from delayq.errors import ConfigError, Unavailable
 from delayq.master.intents import Call, kazoo_call
+from delayq.ops.common import checked_endpoints
 from delayq.zkpaths import AssignmentDoc, ZkPaths
 
 
 @contextlib.contextmanager
 def zk_session(settings: Settings) -> Iterator[Call]:
-    """A short ZooKeeper session as delayq's identity; yields its calls (each with a deadline)."""
+    """A short ZooKeeper session as delayq's identity; yields its calls (each with a deadline).
+    A refused identity is a ConfigError naming the setting."""
     timeout = settings.zk.session_timeout_ms / 1000.0
     zk = KazooClient(hosts=settings.zk.hosts, timeout=timeout, **zkauth.kazoo_args(settings.zk.auth))
     try:
@@ -33,6 +35,8 @@ def zk_session(settings: Settings) -> Iterator[Call]:
     try:
         zkauth.ensure_root(zk, settings.zk.auth, timeout)
         yield kazoo_call(zk, max(2.0, timeout))
+    except NoAuthError:
+        raise ConfigError(zkauth.refused(settings.zk.auth)) from None
     finally:
         zk.stop()
         zk.close()
@@ -54,6 +58,7 @@ def wait_applied(call: Call, paths: ZkPaths, zxid: int, timeout_s: float) -> Ass
 
 
 def cluster_info(settings: Settings, endpoints: list[str]) -> ttypes.ClusterInfo:
+    checked_endpoints(endpoints)
     found = endpoints or discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000,
                                   settings.zk.auth)
     if not found:

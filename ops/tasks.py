@@ -5,13 +5,15 @@ import json
 import sys
 
 import click
+from thrift.TSerialization import serialize
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import SYSTEM_CLOCK
 from delayq.db import make_engine
 from delayq.lifecycle import Status
 from delayq.ops.audit import recorded
-from delayq.ops.common import DURATION, EXIT_FAILURE, INSTANT, client, fail, load_settings, run, utc_time
+from delayq.ops.common import (DURATION, EXIT_FAILURE, EXIT_USAGE, INSTANT, client, fail, load_settings, run,
+                               utc_time)
 from delayq.ops.taskview import info_dict, info_lines, listed_dict, table
 from delayq.store.maintenance import TaskFilter, list_tasks, purge, redrive
 
@@ -82,6 +84,9 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, key, tags, on_
                            if on_key_conflict else None,
                            maxDebounceMs=max_debounce)
     settings = load_settings(config_file)
+    too_large = over_frame_cap(spec, settings.limits.max_frame_bytes)
+    if too_large:
+        fail(too_large, EXIT_USAGE, as_json)
 
     def go():
         with client(settings, endpoints) as c:
@@ -95,6 +100,24 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, key, tags, on_
         click.echo(f"{ref.taskId}  due {utc_time(ref.dueAtMs)}" + ("" if ref.created else "  (existed already)"))
     else:
         click.echo(f"{ref.taskId}  due {utc_time(ref.dueAtMs)}  {outcome}")
+
+
+# What a submit's frame holds beside its TaskSpec: the call's header (method name, sequence id) and
+# the argument struct's field header and stop byte. Generous, so that a frame this check lets
+# through is never one the node closes.
+_CALL_OVERHEAD = 64
+
+
+def over_frame_cap(spec: ttypes.TaskSpec, max_frame_bytes: int) -> str | None:
+    """Why the node would close the connection on this submit without an answer (its frame is
+    over DELAYQ_MAX_FRAME_BYTES), or None. Smaller payloads over DELAYQ_MAX_PAYLOAD_BYTES are the
+    node's to refuse: it answers InvalidTask(payload), naming its own limit."""
+    frame = len(serialize(spec)) + _CALL_OVERHEAD
+    if frame <= max_frame_bytes:
+        return None
+    return (f"payload: {len(spec.payload or b'')} bytes is larger than a node accepts: a call is at most "
+            f"DELAYQ_MAX_FRAME_BYTES ({max_frame_bytes} bytes) and a payload at most DELAYQ_MAX_PAYLOAD_BYTES "
+            f"(64 KiB unless the nodes set it)")
 
 
 @tasks.command("cancel")

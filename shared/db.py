@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import time
 from typing import Callable, Iterator, TypeVar
@@ -9,7 +10,7 @@ from typing import Callable, Iterator, TypeVar
 import pymysql.err
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from delayq import clock
 from delayq.addresses import parse_addresses
@@ -38,7 +39,7 @@ def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool
     autocommit=True: every statement commits on its own, and a connection goes back to the pool
     without the ROLLBACK (a round trip) that ends a transaction. For writes that are one
     statement, or that say START TRANSACTION and COMMIT or ROLLBACK themselves."""
-    url = make_url(settings.url)
+    url = checked_url(settings.url)
     if not database:
         url = url._replace(database=None)
     timeout = max(1, settings.timeout_ms // 1000)
@@ -65,6 +66,31 @@ def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool
     if not autocommit:
         _reset_unless_committed(engine)
     return engine
+
+
+def checked_url(text: str) -> URL:
+    """DELAYQ_MYSQL_URL parsed, or ConfigError saying what is wrong with it. The messages never
+    repeat the URL: it may hold a password. A driver option the driver does not take (`?bogus=1`)
+    would otherwise fail only at the first connect, as a TypeError."""
+    try:
+        url = make_url(text)
+        url.port            # a port that is not a number raises here
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        raise ConfigError("DELAYQ_MYSQL_URL is not a URL of the form "
+                          "mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE") from None
+    try:
+        dialect = url.get_dialect()
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ConfigError(f"DELAYQ_MYSQL_URL: no database driver {url.drivername!r} "
+                          "(use mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE)") from None
+    _, kwargs = dialect().create_connect_args(url)
+    taken = inspect.signature(dialect.import_dbapi().connect).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
+        unknown = sorted(k for k in kwargs if k not in taken)
+        if unknown:
+            raise ConfigError(f"DELAYQ_MYSQL_URL: the driver takes no option {', '.join(unknown)} "
+                              f"(in the URL's query, after ?)")
+    return url
 
 
 def _reset_unless_committed(engine: Engine) -> None:
@@ -137,9 +163,9 @@ def on_unreachable(engine: Engine, seen: Callable[[], None]) -> None:
 
 
 def database_name(settings: MySQLSettings) -> str:
-    name = make_url(settings.url).database
+    name = checked_url(settings.url).database
     if not name:
-        raise ValueError("DELAYQ_MYSQL_URL names no database")
+        raise ConfigError("DELAYQ_MYSQL_URL names no database")
     return name
 
 

@@ -97,6 +97,13 @@ class Unavailable(DelayqError):
 
 # MySQL errors after which the same transaction can simply run again: lock wait timeout, deadlock.
 LOCK_CONFLICTS = {1205, 1213}
+# MySQL error codes of an account the server refused. Not outages: the same call fails the same way
+# until the account or its grants change. Its user or password is wrong (1045, 1698: no password
+# where one is needed):
+LOGIN_REFUSED = frozenset({1045, 1698})
+# it lacks a privilege: to use the database (1044), or a statement's on a table (1142), a column
+# (1143), the server (1227, e.g. SUPER) or a routine (1370):
+PRIVILEGE_MISSING = frozenset({1044, 1142, 1143, 1227, 1370})
 # MySQL error codes of a statement the server stopped at its time limit (delayq.statementlimits.time_limited):
 # MariaDB's max_statement_time, MySQL's max_execution_time.
 STATEMENT_TIMEOUTS = frozenset({1969, 3024})

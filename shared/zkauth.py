@@ -37,6 +37,16 @@ def describe(error: Exception) -> str:
     return str(error) or name
 
 
+def refused(auth: str) -> str:
+    """What to tell a command or client whose session ZooKeeper refused (NoAuth) on a cluster's
+    znodes: which setting to give or correct (never its value)."""
+    if not auth:
+        return ("ZooKeeper refused to show the cluster's znodes: give delayq's ZooKeeper identity "
+                "(user:password, as the nodes have it) in DELAYQ_ZK_AUTH or DELAYQ_ZK_AUTH_FILE")
+    return ("ZooKeeper refused delayq's identity: DELAYQ_ZK_AUTH (or DELAYQ_ZK_AUTH_FILE) is not the "
+            "identity the cluster's znodes were created with; give the nodes' one")
+
+
 ROOT = "/delayq"
 
 

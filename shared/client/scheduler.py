@@ -101,12 +101,14 @@ def closed_by_peer(sock: TSocket.TSocket) -> bool:
 
 def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0, zk_auth: str | None = None) -> list[str]:
     """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper as delayq's
-    identity (`zk_auth`, user:password; default: ClientSecurity.from_env().zk_auth)."""
+    identity (`zk_auth`, user:password; default: ClientSecurity.from_env().zk_auth). ConfigError
+    when ZooKeeper refuses that identity (none given, or not the nodes')."""
     from kazoo.client import KazooClient
-    from kazoo.exceptions import NoNodeError
+    from kazoo.exceptions import NoAuthError, NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
 
     from delayq import zkauth
+    from delayq.errors import ConfigError
     from delayq.zkpaths import ZkPaths
 
     paths = ZkPaths(cluster)
@@ -126,6 +128,8 @@ def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0, zk
         return sorted(endpoints)
     except NoNodeError:
         return []
+    except NoAuthError:
+        raise ConfigError(zkauth.refused(auth)) from None
     except KazooTimeoutError:
         raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
     finally:

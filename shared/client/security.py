@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from delayq.config import read_secret
+from delayq.errors import ConfigError
 
 
 # The settings a client reads (beside the node's own DELAYQ_TLS_CA_FILE and DELAYQ_INSECURE).
@@ -45,14 +46,26 @@ class ClientSecurity:
     def context(self) -> ssl.SSLContext | None:
         """The TLS context for a node's port (None: plaintext, insecure mode). The node's
         certificate is verified against ca_file (the system's CAs when none is given), host name
-        included."""
+        included. A file that cannot be read or used is a ConfigError naming its setting."""
         if self.insecure:
             return None
-        ctx = ssl.create_default_context(cafile=self.ca_file or None)
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_file or None)
+        except (OSError, ValueError) as e:      # ssl.SSLError is an OSError
+            raise ConfigError(f"DELAYQ_TLS_CA_FILE {self.ca_file}: {_why(e)}") from None
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         if self.cert_file:
-            ctx.load_cert_chain(self.cert_file, self.key_file or None, password=lambda: b"")
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file or None, password=lambda: b"")
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"DELAYQ_TLS_CLIENT_CERT_FILE {self.cert_file} or DELAYQ_TLS_CLIENT_KEY_FILE "
+                                  f"{self.key_file or '(none)'}: {_why(e)}") from None
         return ctx
+
+
+def _why(e: Exception) -> str:
+    """An ssl or file error's reason, without the errno prefix."""
+    return getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
 def env_secret(env: Mapping[str, str], name: str) -> str:

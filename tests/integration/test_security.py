@@ -282,6 +282,39 @@ def test_the_clients_command_refuses_bad_input_with_exit_2(database, args, says)
     assert says in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_token_file_that_cannot_be_written_is_refused_before_the_client_changes(node, database, topics):
+    name = f"tf-{uuid.uuid4().hex[:6]}"
+    added = delayq(database, "add", name, "--grant", f"submit:{topics[0]}")
+    assert added.returncode == 0, added.stderr
+    token = added.stdout.strip()
+    for args in (("rotate", name), ("add", f"{name}-2", "--grant", f"submit:{topics[0]}")):
+        out = delayq(database, *args, "--token-file", "/nonexistent/dir/t")
+        assert out.returncode == 2, (out.stdout, out.stderr)
+        assert "Invalid value for '--token-file'" in out.stderr and "/nonexistent/dir/t" in out.stderr
+        assert "Traceback" not in out.stderr
+    with as_client(node, token) as c:                   # not rotated: the old token still works
+        assert c.submit(later(topics[0])).created
+    assert f"{name}-2" not in [c["name"] for c in json.loads(delayq(database, "list", "--json").stdout)]
+
+
+def test_a_payload_over_the_frame_cap_is_refused_with_exit_2_and_the_node_serves_on(node, topics, tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 9_000_000)
+    out = subprocess.run([sys.executable, "-m", "delayq", "tasks", "submit", topics[0], "--delay", "60s",
+                          "--payload-file", str(big), "--endpoint", node.endpoint], env=node.env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "payload: 9000000 bytes is larger than a node accepts" in out.stderr
+    assert "DELAYQ_MAX_FRAME_BYTES" in out.stderr and "Traceback" not in out.stderr
+    # Under the cap but over DELAYQ_MAX_PAYLOAD_BYTES: the node's own answer, naming the field.
+    big.write_bytes(b"x" * 100_000)
+    out = subprocess.run([sys.executable, "-m", "delayq", "tasks", "submit", topics[0], "--delay", "60s",
+                          "--payload-file", str(big), "--endpoint", node.endpoint], env=node.env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.startswith("error: payload:"), out.stderr
+
+
 def test_a_command_without_a_token_says_so_and_exits_2(node):
     env = {k: v for k, v in node.env.items() if not k.startswith("DELAYQ_TOKEN")}
     out = subprocess.run([sys.executable, "-m", "delayq", "status", "--endpoint", node.endpoint], env=env,

@@ -1,7 +1,11 @@
 """ZooKeeper: delayq's znodes are readable and writable by delayq's identity alone
 (DELAYQ_ZK_AUTH): no other session, anonymous or with another identity, can read the members or
-change the assignment and the intents."""
+change the assignment and the intents; a `delayq` command without the identity, or with another,
+says which setting to give and exits 2."""
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 from kazoo.client import KazooClient
@@ -22,8 +26,12 @@ def session(**args) -> KazooClient:
 
 
 @pytest.fixture(scope="module")
-def paths(node_factory, database) -> ZkPaths:
-    node_factory(DELAYQ_ZK_ENABLED="true")
+def zk_node(node_factory):
+    return node_factory(DELAYQ_ZK_ENABLED="true")
+
+
+@pytest.fixture(scope="module")
+def paths(zk_node, database) -> ZkPaths:
     paths = ZkPaths(database.name)
     ours = session(**zkauth.kazoo_args(security.zk_auth()))
     try:
@@ -86,3 +94,20 @@ def test_another_identity_runs_its_own_cluster_beside_ours_and_cannot_read_ours(
     finally:
         other.stop()
         other.close()
+
+
+@pytest.mark.parametrize("auth, says", [
+    ({}, "give delayq's ZooKeeper identity (user:password, as the nodes have it) in DELAYQ_ZK_AUTH or "
+         "DELAYQ_ZK_AUTH_FILE"),
+    ({"DELAYQ_ZK_AUTH": "intruder:guess"}, "ZooKeeper refused delayq's identity: DELAYQ_ZK_AUTH (or DELAYQ_ZK_AUTH_FILE)"),
+])
+@pytest.mark.parametrize("command", [["status"], ["tasks", "get", "t-1"], ["topics", "list"], ["intents"],
+                                     ["status", "--json"]])
+def test_a_command_without_delayqs_identity_says_which_setting_to_give_and_exits_2(zk_node, paths, auth, says,
+                                                                                    command):
+    env = {**{k: v for k, v in zk_node.env.items() if not k.startswith("DELAYQ_ZK_AUTH")}, **auth}
+    out = subprocess.run([sys.executable, "-m", "delayq", *command], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    shown = out.stdout if "--json" in command else out.stderr
+    assert says in shown and "Traceback" not in out.stderr and "guess" not in shown

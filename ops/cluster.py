@@ -183,13 +183,14 @@ def reshard(target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, t
     soon on the shards going away are left to fire first)."""
     settings = load_settings(config_file)
     if dry_run:
-        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json)
+        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json, Outcome())
         return
-    with recorded(settings, "reshard", str(target)):
-        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json)
+    with recorded(settings, "reshard", str(target)) as outcome:
+        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json, outcome)
 
 
-def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, timeout_s, as_json) -> None:
+def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, timeout_s, as_json,
+             outcome: Outcome) -> None:
     from delayq.master.assignment import AssignmentInput, assign
     from delayq.clock import SYSTEM_CLOCK
     from delayq.db import make_engine
@@ -205,7 +206,10 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
             if refusal(i, target) is not None:
                 raise click.UsageError(f"{refusal(i, target)} (--shards {i.shards})")
             if p.current == target and i.shards is None:
-                click.echo(f"the cluster has {target} shards already")
+                # Audited as what it was: nothing changed (not a reshard that went "ok").
+                outcome.value = "unchanged"
+                click.echo(json.dumps({"from": target, "to": target, "changed": False}) if as_json else
+                           f"nothing changed: the cluster has {target} shards already")
                 return
             nodes = frozenset(n.nodeId for n in info.nodes)
             after = assign(AssignmentInput(target, nodes, dict(info.assignment),

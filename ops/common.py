@@ -52,6 +52,9 @@ def run(fn: Callable[[], T], as_json: bool = False) -> T:
     except (ConfigError, ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest, ttypes.UnknownTopic) as e:
         if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest)):
             message = f"{e.field}: {e.reason}"
+        elif isinstance(e, ttypes.UnknownTopic) and e.disabled:
+            message = (f"topic {e.topic!r}: its service is disabled and takes no new tasks; enable it with "
+                       f"`delayq services disable {e.topic} --enable`")
         elif isinstance(e, ttypes.UnknownTopic):
             message = f"unknown topic {e.topic!r}: register its service first (delayq services add)"
         else:

@@ -12,6 +12,7 @@ from delayq.errors import ConfigError
 from delayq.ops.audit import line
 from delayq.ops.cli import main
 from delayq.ops.cluster import intents_text
+from delayq.ops.status import render
 from delayq.store.audit import Entry
 from delayq.zkpaths import node_id_problem
 
@@ -29,6 +30,17 @@ def test_an_audit_row_prints_its_clients_control_characters_escaped():
 def test_the_intents_print_node_names_escaped():
     text = intents_text({"drained": ["n1", "x\x1by"], "pinned": {"3": "a\rb"}, "reshardTo": None})
     assert text.splitlines() == ["drained: n1, x\\x1by", "pinned: 3->a\\rb", "reshard in progress: no"]
+
+
+def test_status_prints_the_names_operators_asked_for_escaped():
+    report = {"cluster": "c", "master": "n1", "epoch": 3, "shards": 4, "maxClockOffsetMs": 100,
+              "nodes": [{"node": "n1", "endpoint": "h:9090", "shards": 4, "queue": 0, "master": True,
+                         "drained": False}],
+              "drained": ["gone\x1b]0;x\x07"], "pinned": {"2": "a\rb"}, "tasks": {"DELAY": 0},
+              "oldestOverdueMs": None}
+    text = render(report)
+    assert all(line.isprintable() for line in text.splitlines())
+    assert "drained, not a member now: gone\\x1b]0;x\\x07" in text and "pinned shards: 2 -> a\\rb" in text
 
 
 @pytest.mark.parametrize("name", ["node2", "host-9090", "db.example.org-9091", "n_1:a", "узел-1", "a@b"])

@@ -20,7 +20,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import Unavailable
-from delayq.zkpaths import Intents, ZkPaths
+from delayq.zkpaths import Intents, ZkPaths, node_id_problem
 
 Call = Callable[..., Any]
 
@@ -76,10 +76,19 @@ MAX_DRAINED = 1000      # nodes drained at once: the intents znode stays far bel
 
 
 def _unknown_node(node: str, info: ttypes.ClusterInfo, force: bool) -> tuple[str, str] | None:
+    # A name no node can have is refused even with force: no node could ever join as it.
+    problem = node_id_problem(node)
+    if problem is not None:
+        return "nodeId", problem
     if force or node in members(info):
         return None
     return "nodeId", (f"{node!r} is not a member of cluster {info.cluster!r} "
                       f"(members: {', '.join(sorted(members(info)))}); force it for a node that will join later")
+
+
+def _problem_or(node: str, reason: str) -> str:
+    problem = node_id_problem(node)
+    return reason if problem is None else problem
 
 
 def _shard_out_of_range(shard: int, info: ttypes.ClusterInfo) -> tuple[str, str] | None:
@@ -100,8 +109,11 @@ def drain(node: str, force: bool = False) -> Change:
 
 def undrain(node: str) -> Change:
     return Change(f"undrain {node}", lambda i: dataclasses.replace(i, drained=i.drained - {node}),
+                  # A drained name is taken whatever it is: one recorded before names were checked
+                  # can still be undrained.
                   lambda info, i: None if node in i.drained else
-                  ("nodeId", f"{node!r} is not drained (drained: {', '.join(sorted(i.drained)) or 'none'})"),
+                  ("nodeId", _problem_or(node, f"{node!r} is not drained "
+                                               f"(drained: {', '.join(sorted(i.drained)) or 'none'})")),
                   lambda info, i: node in info.assignment.values() or node not in members(info))
 
 

@@ -93,7 +93,8 @@ def check_task(req: TaskRequest, limits: Limits, index: int | None = None) -> No
         raise InvalidTask("maxRetries", f"must be between 0 and {MAX_RETRIES}, got {req.max_retries}", index)
     if req.ttr_ms is not None and not 0 <= req.ttr_ms <= MAX_TTR_MS:
         raise InvalidTask("ttrMs", f"must be between 0 and {MAX_TTR_MS}, got {req.ttr_ms}", index)
-    if req.key is not None or req.tags or req.traceparent is not None or req.mode is not KeyMode.ALLOW:
+    if (req.key is not None or req.tags or req.traceparent is not None or req.mode is not KeyMode.ALLOW
+            or req.max_debounce_ms is not None):
         check_key(req.key, index)       # the key fields only when some is set: most tasks have none
         check_tags(req.tags, index)
         check_traceparent(req.traceparent, index)

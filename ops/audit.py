@@ -18,7 +18,7 @@ from delayq.clock import SYSTEM_CLOCK
 from delayq.config import Settings
 from delayq.db import make_engine
 from delayq.errors import DelayqError
-from delayq.ops.common import INSTANT, load_settings, run, utc_time
+from delayq.ops.common import INSTANT, load_settings, run, shown, utc_time
 from delayq.store.audit import AuditLog, Entry
 
 # How a command that ended with sys.exit(code) ended (delayq's exit codes).
@@ -85,4 +85,12 @@ def audit(actor, action, since, until, limit, as_json, config_file) -> None:
                                 "target": e.target, "outcome": e.outcome} for e in entries], indent=2))
         return
     for e in entries:
-        click.echo(f"{utc_time(e.at_ms)}  {e.actor:24} {e.address:16} {e.action:16} {e.target:32} {e.outcome}")
+        click.echo(line(e))
+
+
+def line(e: Entry) -> str:
+    """An entry as `delayq audit` prints it. Its actor, action and target may come from any client
+    (a read-only one's refused cancel of an id it made up is recorded too): each text column is
+    printed with its control characters escaped, as the task commands print keys."""
+    return (f"{utc_time(e.at_ms)}  {shown(e.actor):24} {shown(e.address):16} {shown(e.action):16} "
+            f"{shown(e.target):32} {shown(e.outcome)}")

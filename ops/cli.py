@@ -17,7 +17,7 @@ import click
 
 from delayq import options
 from delayq.errors import ConfigError, Unavailable
-from delayq.ops.common import Commands, load_settings
+from delayq.ops.common import SECONDS, Commands, load_settings
 
 EXIT_UNAVAILABLE = 3
 # The collector's first generation runs once this many more objects were made than freed. At
@@ -196,7 +196,7 @@ def status(endpoints: tuple[str, ...], as_json: bool, config_file: str | None) -
 @click.option("--tasks", type=click.IntRange(1, 10_000), default=10, show_default=True)
 @click.option("--spread-ms", type=click.IntRange(0, 600_000), default=5000, show_default=True,
               help="Due times are spread over this span, starting 1 s from now.")
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=SECONDS, default=60.0, show_default=True)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False))
 def demo(endpoints: tuple[str, ...], tasks: int, spread_ms: int, timeout_s: float, config_file: str | None) -> None:
     """Register the topic `demo`, submit tasks and print them as they fire from RabbitMQ."""

@@ -16,18 +16,33 @@ import click
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.errors import Unavailable
 from delayq.ops.audit import Outcome, recorded
-from delayq.ops.common import EXIT_USAGE, fail, load_settings
+from delayq.ops.common import EXIT_USAGE, SECONDS, fail, load_settings, shown
 from delayq.master import intents as intents_
 from delayq.ops.intents import cluster_info, wait_applied, wait_for, zk_session
-from delayq.zkpaths import ZkPaths
+from delayq.zkpaths import ZkPaths, node_id_problem
 
 EXIT_TIMEOUT, EXIT_UNAVAILABLE = 1, 3
+
+
+class _NodeId(click.ParamType):
+    """A node to drain or pin: a name a node can have (delayq.zkpaths.node_id_problem), checked
+    before anything is asked of the cluster."""
+    name = "node"
+
+    def convert(self, value, param, ctx) -> str:
+        problem = node_id_problem(value)
+        if problem is not None:
+            self.fail(f"nodeId {value!r} {problem}", param, ctx)
+        return value
+
+
+NODE_ID = _NodeId()
 
 
 def cluster_options(f):
     for option in reversed([
             click.option("--endpoint", "endpoints", multiple=True, help="A node (default: found in ZooKeeper)."),
-            click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
+            click.option("--timeout", "timeout_s", type=SECONDS, default=60.0, show_default=True,
                          help="Seconds to wait for the cluster to apply it."),
             click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
             click.option("--config", "config_file", type=click.Path(dir_okay=False))]):
@@ -67,13 +82,13 @@ def _apply(settings, endpoints, timeout_s, as_json, change: intents_.Change, out
     if as_json:
         click.echo(json.dumps(report, indent=2))
     elif info is not None:
-        click.echo(f"{what}: applied at epoch {info.epoch}; shards per node: "
+        click.echo(f"{shown(what)}: applied at epoch {info.epoch}; shards per node: "
                    + ", ".join(f"{n} {c}" for n, c in report["shardsPerNode"].items()))
     else:
         waited = ("the master to write an assignment that includes it" if applied is None
                   else "the nodes to report the new assignment")
         master = f"the master is {before.master}" if before.master else "no master is running"
-        click.echo(f"{what}: recorded, but not applied within --timeout {timeout_s:g} s (waited for {waited}; "
+        click.echo(f"{shown(what)}: recorded, but not applied within --timeout {timeout_s:g} s (waited for {waited}; "
                    f"{master}); it stays recorded: see `delayq intents`", err=True)
     outcome.value = "applied" if info is not None else "recorded, not applied in time"
     if info is None:
@@ -88,7 +103,7 @@ def _per_node(info: ttypes.ClusterInfo) -> dict[str, int]:
 
 
 @click.command()
-@click.argument("node")
+@click.argument("node", type=NODE_ID)
 @click.option("--force", is_flag=True, help="Record it for a node that is not a member (yet).")
 @cluster_options
 def drain(node: str, force: bool, endpoints, timeout_s, as_json, config_file) -> None:
@@ -106,7 +121,7 @@ def undrain(node: str, endpoints, timeout_s, as_json, config_file) -> None:
 
 @click.command()
 @click.argument("shard", type=int)
-@click.argument("node")
+@click.argument("node", type=NODE_ID)
 @click.option("--force", is_flag=True, help="Record it for a node that is not a member (yet).")
 @cluster_options
 def pin(shard: int, node: str, force: bool, endpoints, timeout_s, as_json, config_file) -> None:
@@ -142,10 +157,15 @@ def intents(endpoints, timeout_s, as_json, config_file) -> None:
         sys.exit(EXIT_UNAVAILABLE)
     out: dict[str, Any] = {"drained": sorted(i.drained), "pinned": {str(k): v for k, v in sorted(i.pinned.items())},
            "reshardTo": i.shards}
-    click.echo(json.dumps(out, indent=2) if as_json else
-               f"drained: {', '.join(out['drained']) or 'none'}\n"
-               f"pinned: {', '.join(f'{k}->{v}' for k, v in out['pinned'].items()) or 'none'}\n"
-               f"reshard in progress: {i.shards or 'no'}")
+    click.echo(json.dumps(out, indent=2) if as_json else intents_text(out))
+
+
+def intents_text(out: dict[str, Any]) -> str:
+    """`delayq intents` without --json. A drained or pinned node's name is whatever was asked for
+    (with --force, or before names were checked): printed with its control characters escaped."""
+    return (f"drained: {', '.join(map(shown, out['drained'])) or 'none'}\n"
+            f"pinned: {', '.join(f'{k}->{shown(v)}' for k, v in out['pinned'].items()) or 'none'}\n"
+            f"reshard in progress: {out['reshardTo'] or 'no'}")
 
 
 @click.command()
@@ -163,13 +183,14 @@ def reshard(target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, t
     soon on the shards going away are left to fire first)."""
     settings = load_settings(config_file)
     if dry_run:
-        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json)
+        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json, Outcome())
         return
-    with recorded(settings, "reshard", str(target)):
-        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json)
+    with recorded(settings, "reshard", str(target)) as outcome:
+        _reshard(settings, target, dry_run, batch, margin_ms, endpoints, timeout_s, as_json, outcome)
 
 
-def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, timeout_s, as_json) -> None:
+def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, endpoints, timeout_s, as_json,
+             outcome: Outcome) -> None:
     from delayq.master.assignment import AssignmentInput, assign
     from delayq.clock import SYSTEM_CLOCK
     from delayq.db import make_engine
@@ -185,7 +206,10 @@ def _reshard(settings, target: int, dry_run: bool, batch: int, margin_ms: int, e
             if refusal(i, target) is not None:
                 raise click.UsageError(f"{refusal(i, target)} (--shards {i.shards})")
             if p.current == target and i.shards is None:
-                click.echo(f"the cluster has {target} shards already")
+                # Audited as what it was: nothing changed (not a reshard that went "ok").
+                outcome.value = "unchanged"
+                click.echo(json.dumps({"from": target, "to": target, "changed": False}) if as_json else
+                           f"nothing changed: the cluster has {target} shards already")
                 return
             nodes = frozenset(n.nodeId for n in info.nodes)
             after = assign(AssignmentInput(target, nodes, dict(info.assignment),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import sys
 import tempfile
@@ -76,6 +77,9 @@ def said(e: BaseException) -> tuple[str, int] | None:
     """The message and exit code of an error the command knows (None: not one of them)."""
     if isinstance(e, (ttypes.InvalidService, ttypes.InvalidTask, ttypes.InvalidRequest)):
         return f"{e.field}: {e.reason}", EXIT_USAGE
+    if isinstance(e, ttypes.UnknownTopic) and e.disabled:
+        return (f"topic {e.topic!r}: its service is disabled and takes no new tasks; enable it with "
+                f"`delayq services disable {e.topic} --enable`", EXIT_USAGE)
     if isinstance(e, ttypes.UnknownTopic):
         return f"unknown topic {e.topic!r}: register its service first (delayq services add)", EXIT_USAGE
     if isinstance(e, ConfigError):
@@ -175,11 +179,37 @@ DURATION = _Parsed("duration", duration_ms)
 INSTANT = _Parsed("time", instant)
 
 
+class _Seconds(click.FloatRange):
+    """A wait in seconds (--timeout): 0 or more, and a number (click's FloatRange lets nan and inf
+    through, and a wait until nan never ends)."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value, param, ctx) -> float:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
+SECONDS = _Seconds()
+
+
 def utc_time(ms: int | None) -> str:
     """Epoch milliseconds as an ISO 8601 UTC time to the millisecond ("-" for none)."""
     if ms is None:
         return "-"
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def shown(text: str | None) -> str:
+    """Text a client or an operator gave, as a terminal prints it safely: "-" for none, and each
+    character that is not printable (a control character, a line separator) escaped as \\n, \\x1b
+    or \\u2028, so that none can move the cursor, retitle the window or break a table's row."""
+    if text is None:
+        return "-"
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class PrivateFile:

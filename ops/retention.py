@@ -13,7 +13,7 @@ import click
 
 from delayq.clock import SYSTEM_CLOCK
 from delayq.db import make_engine
-from delayq.errors import InvalidTask
+from delayq.errors import InvalidTask, UnknownTopic
 from delayq.nodes.validation import check_topic
 from delayq.ops.audit import recorded
 from delayq.ops.common import EXIT_USAGE, fail, load_settings, run
@@ -72,7 +72,11 @@ def set_days(topic: str, days: int, config_file: str | None) -> None:
     _topic(topic, False)
     settings = load_settings(config_file)
     with recorded(settings, "retention.set", f"{topic} days={days}"):
-        run(lambda: RetentionStore(make_engine(settings.mysql)).set_override(topic, days, SYSTEM_CLOCK.now_ms()))
+        try:
+            run(lambda: RetentionStore(make_engine(settings.mysql)).set_override(topic, days, SYSTEM_CLOCK.now_ms()))
+        except UnknownTopic:
+            fail(f"unknown topic {topic!r}: no service was ever registered for it (delayq services list)",
+                 EXIT_USAGE)
     click.echo(f"{topic}: kept {days} days" if days else f"{topic}: kept for ever")
 
 

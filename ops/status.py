@@ -12,6 +12,7 @@ from delayq.config import Settings
 from delayq.db import make_engine, unavailable_on_failure
 from delayq.errors import Unavailable
 from delayq.lifecycle import Status
+from delayq.ops.common import shown
 
 
 def collect(settings: Settings, endpoints: list[str]) -> dict:
@@ -85,9 +86,10 @@ def render(r: dict) -> str:
             lines.append(f"    holding back {topic}: {why}")
     absent = [d for d in r["drained"] if d not in {n["node"] for n in r["nodes"]}]
     if absent:
-        lines.append("drained, not a member now: " + ", ".join(absent))
+        # Names as operators asked for them (with --force, or before names were checked): escaped.
+        lines.append("drained, not a member now: " + ", ".join(map(shown, absent)))
     if r["pinned"]:
-        lines.append("pinned shards: " + ", ".join(f"{s} -> {n}" for s, n in r["pinned"].items()))
+        lines.append("pinned shards: " + ", ".join(f"{s} -> {shown(n)}" for s, n in r["pinned"].items()))
     lines += ["", "tasks: " + ", ".join(f"{k} {v}" for k, v in r["tasks"].items())]
     overdue = r["oldestOverdueMs"]
     lines.append("oldest overdue task: " + ("none" if overdue is None else f"{overdue} ms late"))

@@ -76,6 +76,8 @@ def submit_task(topic, delay, at, task_id, payload, payload_file, key, tags, on_
         raise click.UsageError("give exactly one of --delay and --at")
     if payload is not None and payload_file is not None:
         raise click.UsageError("give at most one of --payload and --payload-file")
+    if max_debounce is not None and (on_key_conflict or "").upper() != "REPLACE":
+        raise click.UsageError("--max-debounce applies to --on-key-conflict replace only (with --key)")
     body = payload.encode() if payload is not None else payload_file.read() if payload_file else b""
     spec = ttypes.TaskSpec(topic=topic, taskId=task_id, payload=body,
                            delayMs=delay, dueAtMs=at, key=key, tags=list(tags) or None,

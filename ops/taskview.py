@@ -3,27 +3,19 @@
 under --json, or the lines printed without it.
 
 A task's key, tags, trace context and messages come from its submitter or its consumer: printed,
-each character that is not printable is escaped (`shown`), so that none can move the terminal's
-cursor or break a table's row, and the KEY column is as wide as its widest key."""
+each character that is not printable is escaped (delayq.ops.common.shown), so that none can move
+the terminal's cursor or break a table's row, and the KEY column is as wide as its widest key."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.ops.common import utc_time
+from delayq.ops.common import shown, utc_time
 
 
 def stored_text(raw: bytes | None) -> str | None:
     """A key or tags column read from MySQL as a node answers it: bytes that are not UTF-8 as U+FFFD."""
     return None if raw is None else bytes(raw).decode(errors="replace")
-
-
-def shown(text: str | None) -> str:
-    """Text as a terminal prints it safely: "-" for none, and each character that is not printable
-    (a control character, a line separator) escaped as \\n, \\x1b or \\u2028."""
-    if text is None:
-        return "-"
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def info_dict(info: ttypes.TaskInfo) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from delayq import zkauth
 from delayq.addresses import parse_addresses
 from delayq.errors import ConfigError
+from delayq.zkpaths import node_id_problem
 
 if TYPE_CHECKING:       # delayq.config imports this module
     from delayq.config import SecuritySettings, Settings, ZkSettings
@@ -92,7 +93,10 @@ def _check_security(sec: SecuritySettings) -> None:
 
 
 def check_node(s: Settings) -> None:
-    """What only a node needs: its certificate unless it runs insecure."""
+    """What only a node needs: an id it can join as, its certificate unless it runs insecure."""
+    problem = node_id_problem(s.node.node_id)
+    if problem is not None:
+        raise ConfigError(f"DELAYQ_NODE_ID {problem}")
     sec = s.security
     if not sec.insecure and not (sec.tls_cert_file and sec.tls_key_file):
         raise ConfigError("security is on: set DELAYQ_TLS_CERT_FILE and DELAYQ_TLS_KEY_FILE (`delayq certs dev` "

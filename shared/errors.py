@@ -41,9 +41,11 @@ class InvalidRequest(DelayqError):
 
 
 class UnknownTopic(DelayqError):
-    def __init__(self, topic: str):
-        super().__init__(f"no enabled callback service for topic {topic!r}")
-        self.topic = topic
+    """disabled: the topic has a service, disabled (registering it again would be refused: it exists)."""
+    def __init__(self, topic: str, disabled: bool = False):
+        super().__init__(f"the callback service for topic {topic!r} is disabled" if disabled
+                         else f"no enabled callback service for topic {topic!r}")
+        self.topic, self.disabled = topic, disabled
 
 
 class Conflict(DelayqError):

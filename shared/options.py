@@ -38,7 +38,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CLUSTER", "node", "cluster", str, "default",
             "Cluster name: nodes of one cluster share shards and ZooKeeper paths."),
     Setting("DELAYQ_NODE_ID", "node", "node_id", str, _default_node_id,
-            "This node's id, unique in the cluster (default: <hostname>-<port>)."),
+            "This node's id, unique in the cluster (default: <hostname>-<port>): 1 to 128 characters, "
+            "without / or control characters (it names its ZooKeeper node; docs/operations.md)."),
     Setting("DELAYQ_HOST", "node", "host", str, "127.0.0.1",
             "Address the Thrift server binds to (0.0.0.0 to accept remote clients)."),
     Setting("DELAYQ_PORT", "node", "port", int, 9090, "Thrift server port."),

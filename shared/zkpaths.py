@@ -11,6 +11,7 @@ is a new member: nothing it owned before is valid for it any more.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 
@@ -36,6 +37,31 @@ def candidate_order(name: str) -> int:
 
 def candidate_member(name: str) -> str:
     return name.rsplit("__", 1)[0]
+
+
+MAX_NODE_ID = 128
+# What ZooKeeper refuses in a znode's name besides "/" (its PathUtils.validatePath): control
+# characters, and the UTF-16 ranges U+D800-U+F8FF and U+FFF0-U+FFFF, which in Java include every
+# character beyond U+FFFF (a surrogate pair). Line separators are refused too (delayq.textrules).
+_ZK_REFUSED = re.compile("[/\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\uf8ff\ufff0-\U0010ffff]")
+
+
+def node_id_problem(node_id: str | None) -> str | None:
+    """Why node_id cannot be a node's id, or None. A node's id names its member znode
+    (`<node_id>@<session>` under nodes/), so it is what ZooKeeper takes as one name: 1 to 128
+    characters, not "." or "..", none of them "/", a control character, a line separator, or in
+    U+D800-U+F8FF or U+FFF0 and above. DELAYQ_NODE_ID is held to it (a node with another id could
+    never join), and so is a node named to drain or pin."""
+    if not node_id:
+        return "is required"
+    if len(node_id) > MAX_NODE_ID:
+        return f"is {len(node_id)} characters long, at most {MAX_NODE_ID}"
+    if node_id in (".", ".."):
+        return f"must not be {node_id!r}"
+    m = _ZK_REFUSED.search(node_id)
+    if m is not None:
+        return f"must not hold {m.group()!r} (U+{ord(m.group()):04X}): a node id is a ZooKeeper node's name"
+    return None
 
 
 def member_name(node_id: str, session_id: int) -> str:

@@ -47,10 +47,10 @@ class ServiceRegistry:
         self._upserted = 0
 
     def get(self, topic: str) -> ServiceSpec:
-        """The enabled service for a topic, or UnknownTopic."""
+        """The enabled service for a topic, or UnknownTopic (saying whether it has one, disabled)."""
         svc = self._cached(topic) or self._reread(topic)
         if svc is None or not svc.enabled:
-            raise UnknownTopic(topic)
+            raise UnknownTopic(topic, disabled=svc is not None)
         return svc
 
     def find(self, topic: str) -> ServiceSpec | None:

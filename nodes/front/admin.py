@@ -33,7 +33,7 @@ from delayq.nodes.front.errors import CallAnswers, declared
 from delayq.nodes.validation import check_task_id
 from delayq.store import maintenance
 from delayq.store.clients import ClientStore, NoSuchClient
-from delayq.zkpaths import Intents, ZkPaths
+from delayq.zkpaths import Intents, ZkPaths, node_id_problem
 
 MAX_REDRIVE_IDS, REDRIVE_BATCH, REDRIVE_BATCHES = 500, 500, 10
 
@@ -65,7 +65,7 @@ class AdminCalls:
     @declared
     def undrain(self, nodeId: str) -> ttypes.Intents:
         self._admin()
-        return self._change(layout.undrain(_node(nodeId)))
+        return self._change(layout.undrain(_drained(nodeId)))
 
     @declared
     def pin(self, shard: int, nodeId: str, force: bool) -> ttypes.Intents:
@@ -214,8 +214,19 @@ def _as_thrift(i: Intents) -> ttypes.Intents:
 
 
 def _node(node_id: str | None) -> str:
-    if not node_id or len(node_id) > 128:
-        raise errors.InvalidRequest("nodeId", "is required (at most 128 characters)")
+    """A node to drain or pin: a name a node can have (delayq.zkpaths.node_id_problem)."""
+    problem = node_id_problem(node_id)
+    if problem is not None:
+        raise errors.InvalidRequest("nodeId", problem)
+    assert node_id is not None
+    return node_id
+
+
+def _drained(node_id: str | None) -> str:
+    """A node to undrain: any name that is drained (one drained before names were checked too);
+    layout.undrain refuses one that is not, naming what is wrong with it."""
+    if node_id is None:
+        raise errors.InvalidRequest("nodeId", "is required")
     return node_id
 
 

@@ -37,7 +37,7 @@ def as_declared(e: errors.DelayqError) -> Exception:
     if isinstance(e, errors.InvalidRequest):
         return ttypes.InvalidRequest(field=e.field, reason=e.reason)
     if isinstance(e, errors.UnknownTopic):
-        return ttypes.UnknownTopic(topic=e.topic)
+        return ttypes.UnknownTopic(topic=e.topic, disabled=True if e.disabled else None)
     if isinstance(e, errors.Conflict):
         return ttypes.Conflict(taskId=e.task_id, reason=e.reason)
     if isinstance(e, errors.NotFound):

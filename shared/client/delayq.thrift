@@ -344,8 +344,11 @@ exception InvalidRequest {
   2: required string reason,
 }
 
+// No enabled callback service for the topic: none registered, or (disabled set) one that is
+// disabled, which takes no new tasks until it is enabled again.
 exception UnknownTopic {
   1: required string topic,
+  2: optional bool disabled,
 }
 
 exception Conflict {

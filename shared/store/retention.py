@@ -30,11 +30,12 @@ from sqlalchemy import Connection, Engine, delete, select, text
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
+from delayq.errors import UnknownTopic
 from delayq.retention import DAY_MS, TAIL, Partition, PartitionPlan, Retention, plan
 from delayq.store.sqltext import literal_ids
 
 log = logging.getLogger(__name__)
-EXECLOG, BACKLOG, OVERRIDES = tables.execlog, tables.backlog, tables.topic_retention
+EXECLOG, BACKLOG, OVERRIDES, SERVICE = tables.execlog, tables.backlog, tables.topic_retention, tables.callback_service
 # Each history table and the column it is partitioned by.
 PARTITIONED = {EXECLOG.name: "due_ms", BACKLOG.name: "finished_ms"}
 
@@ -65,7 +66,11 @@ class RetentionStore:
             return {r.topic: r.days for r in conn.execute(select(OVERRIDES.c.topic, OVERRIDES.c.days))}
 
     def set_override(self, topic: str, days: int, now_ms: int) -> None:
+        """UnknownTopic when no service was ever registered for the topic: a mistyped name would
+        otherwise be kept silently and change nothing."""
         with unavailable_on_failure(), self._engine.begin() as conn:
+            if conn.execute(select(SERVICE.c.topic).where(SERVICE.c.topic == topic)).first() is None:
+                raise UnknownTopic(topic)
             conn.execute(text("INSERT INTO job_topic_retention (topic, days, updated_ms) VALUES (:t, :d, :n) "
                               "ON DUPLICATE KEY UPDATE days = VALUES(days), updated_ms = VALUES(updated_ms)"),
                          {"t": topic, "d": days, "n": now_ms})

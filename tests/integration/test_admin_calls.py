@@ -168,6 +168,11 @@ def test_an_admin_drains_pins_and_reshards_a_running_cluster(cluster2):
         with pytest.raises(ttypes.InvalidRequest) as e:
             admin.undrain("n2")
         assert "'n2' is not drained" in e.value.reason
+        for call in (lambda: admin.drain("", True), lambda: admin.drain("a/b", True),
+                     lambda: admin.pin(0, "x\x1by", True), lambda: admin.undrain("a/b")):
+            with pytest.raises(ttypes.InvalidRequest) as e:      # no node can have these names, force or not
+                call()
+            assert e.value.field == "nodeId" and ("is required" in e.value.reason or "must not hold" in e.value.reason)
         assert admin.intents() == ttypes.Intents(drained=[], pinned={}, reshardTo=None)
 
         assert admin.drain("n2", False).drained == ["n2"]

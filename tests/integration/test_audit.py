@@ -78,3 +78,17 @@ def test_operators_changes_are_recorded_as_the_operator(database, clients):
 def test_audit_refuses_a_bad_time_with_exit_2(database):
     out = delayq(database, "audit", "--since", "yesterday-ish")
     assert out.returncode == 2 and "ISO 8601" in out.stderr
+
+
+def test_what_a_read_only_client_sent_is_printed_escaped(node, database, clients):
+    name = f"au-ro-{uuid.uuid4().hex[:6]}"
+    token = clients.add(name, grants=(("read", "*"),))
+    with as_client(node, token) as c:
+        for made_up in ("\x1b]0;pwned\x07zz", "ab\rXX"):
+            with pytest.raises(ttypes.InvalidTask):
+                c.cancel(made_up)
+    assert sorted(r["target"] for r in log(database, "--actor", name)) == ["\x1b]0;pwned\x07zz", "ab\rXX"]
+    out = delayq(database, "audit", "--actor", name)
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout and "\r" not in out.stdout and "\x07" not in out.stdout
+    assert "\\x1b]0;pwned\\x07zz" in out.stdout and "ab\\rXX" in out.stdout

@@ -155,6 +155,18 @@ def test_cluster_commands_refuse_what_does_not_exist_and_name_what_does(cluster3
     assert delayq(n1, "unpin", "5", "--timeout", "10").returncode == 0
 
 
+
+def test_a_reshard_to_the_current_count_says_nothing_changed_and_is_audited_so(cluster3):
+    n1 = cluster3[0]
+    out = delayq(n1, "reshard", "--shards", "16", "--timeout", "10")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "nothing changed: the cluster has 16 shards already"
+    out = delayq(n1, "reshard", "--shards", "16", "--json", "--timeout", "10")
+    assert json.loads(out.stdout) == {"from": 16, "to": 16, "changed": False}
+    rows = json.loads(delayq(n1, "audit", "--action", "reshard", "--json").stdout)
+    assert [(r["target"], r["outcome"]) for r in rows] == [("16", "unchanged"), ("16", "unchanged")]
+
+
 def test_timeout_bounds_the_whole_wait_and_the_message_says_what_was_waited_for(cluster3):
     n1, n2, n3 = cluster3
     master = next(n for n in cluster3 if n.node_id == _info(n1).master)

@@ -217,9 +217,20 @@ def test_the_services_commands_add_update_disable_and_list(node):
     with node.client() as c:
         with pytest.raises(Exception) as e:
             c.submit(TaskSpec(topic=topic, delayMs=10))
-        assert type(e.value).__name__ == "UnknownTopic"
+        assert type(e.value).__name__ == "UnknownTopic" and e.value.disabled is True
+        with pytest.raises(Exception) as e:
+            c.submit(TaskSpec(topic=_topic(), delayMs=10))
+        assert type(e.value).__name__ == "UnknownTopic" and not e.value.disabled
     listed = json.loads(_delayq(node, "services", "list", "--endpoint", ep, "--json").stdout)
     assert {s["topic"]: s["enabled"] for s in listed}[topic] is False
+    # The command says what to do: enable it (registering it again is refused: it exists).
+    refused = _delayq(node, "tasks", "submit", topic, "--delay", "1s", "--endpoint", ep)
+    assert refused.returncode == 2
+    assert f"topic {topic!r}: its service is disabled" in refused.stderr and "services add" not in refused.stderr
+    assert f"delayq services disable {topic} --enable" in refused.stderr
+    assert _delayq(node, "services", "disable", topic, "--enable", "--endpoint", ep).returncode == 0
+    enabled = _delayq(node, "tasks", "submit", topic, "--delay", "1s", "--endpoint", ep)
+    assert enabled.returncode == 0, enabled.stderr
 
 
 def test_the_cli_submits_a_task_and_answers_json_in_one_key_style_errors_included(node):

@@ -47,6 +47,16 @@ def db(database):
     engine.dispose()
 
 
+def register(engine, *topics: str) -> None:
+    """Services for the topics (a topic's own retention is set for a registered topic only)."""
+    with engine.begin() as conn:
+        for topic in topics:
+            conn.execute(text(
+                "INSERT IGNORE INTO job_callback_service (topic, exchange, routing_key, max_retries, backoff, "
+                "retry_backoff_ms, retry_backoff_max_ms, ttr_ms, enabled, misfire_policy, created_ms, updated_ms) "
+                "VALUES (:t, 'delayq', :t, 3, 'exponential', 1000, 300000, 0, 1, 'fire', 0, 0)"), {"t": topic})
+
+
 def archive(conn, topic: str, finished_ms: int, dead_letter: int = 0, attempts: int = 1) -> str:
     task_id = f"t-{uuid.uuid4().hex[:12]}"
     conn.exec_driver_sql(
@@ -119,6 +129,7 @@ def test_daily_passes_keep_each_topic_its_retention_and_at_most_a_day_more(db):
     past 5 days; the others' rows go row by row."""
     store = RetentionStore(db)
     kept = {"orders": 3, "pings": 1, "audit": 5}
+    register(db, "pings", "audit")
     store.set_override("pings", 1, now_ms())
     store.set_override("audit", 5, now_ms())
     start = now_ms()
@@ -263,6 +274,10 @@ def delayq(database, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_retention_command(db, database):
+    unknown = delayq(database, "retention", "set", "audit.trail", "90")
+    assert unknown.returncode == 2 and "unknown topic 'audit.trail'" in unknown.stderr
+    assert RetentionStore(db).overrides() == {}
+    register(db, "audit.trail")
     assert delayq(database, "retention", "set", "audit.trail", "90").returncode == 0
     shown = delayq(database, "retention", "show")
     assert shown.returncode == 0, shown.stderr

@@ -131,3 +131,10 @@ def test_a_stop_says_whether_the_job_had_ended_before_it():
     assert bulk.stop_note(stopped, stopped) == "job b-1 had been stopped already"
     assert bulk.stop_note(done, done) == "job b-1 had already ended (DONE): nothing to stop"
     assert bulk.stop_note(running, done) == "job b-1 had already ended (DONE): nothing to stop"   # ended meanwhile
+
+
+@pytest.mark.parametrize("extra", [[], ["--key", "k"], ["--key", "k", "--on-key-conflict", "reject"]])
+def test_max_debounce_without_replace_is_a_usage_error(extra):
+    out = CliRunner().invoke(main, ["tasks", "submit", "walk", "--delay", "1s", "--max-debounce", "2h", *extra])
+    assert out.exit_code == 2, out.output
+    assert "--max-debounce applies to --on-key-conflict replace only" in out.output

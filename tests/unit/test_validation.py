@@ -122,6 +122,8 @@ def test_check_task_accepts_minimal_and_full_requests():
     (TaskRequest("t", max_retries=MAX_RETRIES + 1), "maxRetries"),
     (TaskRequest("t", ttr_ms=-1), "ttrMs"),
     (TaskRequest("t", ttr_ms=MAX_TTR_MS + 1), "ttrMs"),
+    (TaskRequest("t", max_debounce_ms=7_200_000), "maxDebounceMs"),        # alone: no key, no REPLACE
+    (TaskRequest("t", key="k", max_debounce_ms=1000), "maxDebounceMs"),
 ])
 def test_check_task_rules(req, field, index):
     with raises_task(field, index):

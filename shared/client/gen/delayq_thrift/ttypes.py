@@ -3374,12 +3374,14 @@ class UnknownTopic(TException):
     """
     Attributes:
      - topic
+     - disabled
 
     """
 
 
-    def __init__(self, topic=None,):
+    def __init__(self, topic=None, disabled=None,):
         super(UnknownTopic, self).__setattr__('topic', topic)
+        super(UnknownTopic, self).__setattr__('disabled', disabled)
 
     def __setattr__(self, *args):
         raise TypeError("can't modify immutable instance")
@@ -3388,7 +3390,7 @@ class UnknownTopic(TException):
         raise TypeError("can't modify immutable instance")
 
     def __hash__(self):
-        return hash(self.__class__) ^ hash((self.topic, ))
+        return hash(self.__class__) ^ hash((self.topic, self.disabled, ))
 
     @classmethod
     def read(cls, iprot):
@@ -3396,6 +3398,7 @@ class UnknownTopic(TException):
             return iprot._fast_decode(None, iprot, [cls, cls.thrift_spec])
         iprot.readStructBegin()
         topic = None
+        disabled = None
         while True:
             (fname, ftype, fid) = iprot.readFieldBegin()
             if ftype == TType.STOP:
@@ -3405,12 +3408,18 @@ class UnknownTopic(TException):
                     topic = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
                 else:
                     iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.BOOL:
+                    disabled = iprot.readBool()
+                else:
+                    iprot.skip(ftype)
             else:
                 iprot.skip(ftype)
             iprot.readFieldEnd()
         iprot.readStructEnd()
         return cls(
             topic=topic,
+            disabled=disabled,
         )
 
     def write(self, oprot):
@@ -3421,6 +3430,10 @@ class UnknownTopic(TException):
         if self.topic is not None:
             oprot.writeFieldBegin('topic', TType.STRING, 1)
             oprot.writeString(self.topic.encode('utf-8') if sys.version_info[0] == 2 else self.topic)
+            oprot.writeFieldEnd()
+        if self.disabled is not None:
+            oprot.writeFieldBegin('disabled', TType.BOOL, 2)
+            oprot.writeBool(self.disabled)
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
         oprot.writeStructEnd()
@@ -4328,6 +4341,7 @@ all_structs.append(UnknownTopic)
 UnknownTopic.thrift_spec = (
     None,  # 0
     (1, TType.STRING, 'topic', 'UTF8', None, ),  # 1
+    (2, TType.BOOL, 'disabled', None, None, ),  # 2
 )
 all_structs.append(Conflict)
 Conflict.thrift_spec = (

@@ -186,3 +186,25 @@ def test_status_marks_drained_nodes_and_pinned_shards_in_numeric_order(cluster3)
     assert report["drained"] == ["n3"] and report["pinned"] == {"12": "n1"}
     assert {n["node"]: n["drained"] for n in report["nodes"]} == {"n1": False, "n2": False, "n3": True}
     assert "oldestOverdueMs" in report and all("clockOffsetMs" in n for n in report["nodes"])
+
+
+@pytest.mark.timeout(120)
+def test_a_shrinking_reshard_gives_the_assignment_a_new_epoch_and_leaves_no_fence_on_a_removed_shard(tmp_path):
+    """Two nodes own 8 of 16 shards each; at 15 the balance (8/7) needs no move, but the owner of
+    shard 15 loses it: the assignment changed, so its epoch does. The fence a claim checks is gone
+    with the shard's row, so that owner could not claim under it whatever epoch it still held."""
+    from sqlalchemy import create_engine, text
+    with zk_cluster(tmp_path, 16, 2) as (db, (n1, _)):
+        before = _info(n1)
+        down = delayq(n1, "reshard", "--shards", "15", "--margin-ms", "1000", "--json", "--timeout", "60")
+        assert down.returncode == 0, down.stderr
+        after = _info(n1)
+        assert sorted(after.assignment) == list(range(15))
+        assert {s: n for s, n in after.assignment.items()} == {s: n for s, n in before.assignment.items() if s < 15}
+        assert after.epoch > before.epoch
+        engine = create_engine(db.url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(text("SELECT COUNT(*) FROM job_shard WHERE shard_id >= 15")).scalar_one() == 0
+        finally:
+            engine.dispose()

@@ -15,7 +15,7 @@ import builtins
 import contextlib
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
 from delayq import tables
@@ -150,8 +150,12 @@ class ClientStore:
         stopped working before."""
         name, digest = client
         if digest is not None:
-            conn.execute(mysql_insert(RETIRED).values(name=name, token_sha256=digest, why=why,
-                                                      retired_ms=self._clock.now_ms()).prefix_with("IGNORE"))
+            # Later than the client's last retirement even within one millisecond, so "newest" is
+            # always one order (the client's row is locked: its changes run one at a time).
+            last = conn.execute(select(func.max(RETIRED.c.retired_ms)).where(RETIRED.c.name == name)).scalar()
+            at = max(self._clock.now_ms(), -1 if last is None else last + 1)
+            conn.execute(mysql_insert(RETIRED).values(name=name, token_sha256=digest, why=why, retired_ms=at)
+                         .prefix_with("IGNORE"))
         old = [r.token_sha256 for r in conn.execute(
             select(RETIRED.c.token_sha256).where(RETIRED.c.name == name)
             .order_by(RETIRED.c.retired_ms.desc(), RETIRED.c.token_sha256).offset(RETIRED_KEPT))]

@@ -3,7 +3,8 @@
     members change / intents change / became master
         -> debounce (membership blips settle: wait `debounce_s` of quiet, at most `max_delay_s`)
         -> assign() over the live members (balanced +-1, sticky, pins, drains)
-        -> new epoch = max(ZooKeeper epoch, MySQL epoch) + 1 for the shards that move
+        -> new epoch = max(ZooKeeper epoch, MySQL epoch) + 1 for the shards that move (the
+           assignment's epoch also rises when a shrinking reshard removed shards)
         -> write /assignment with a version check (a stale master's write fails)
         -> write the moved shards' (owner, epoch) to MySQL job_shard: from that commit on the old
            owner's claims fail, the new owner's succeed
@@ -161,12 +162,16 @@ class Rebalancer:
         # again at the new epoch, or its owner's claims would keep failing.
         moved.update({s: (g.member, g.member) for s, g in current.shards.items()
                       if s in target and stored.get(s, (None, 0))[1] > g.epoch})
+        # Shards a shrinking reshard removed (their job_shard rows are gone, so nothing can claim
+        # under them): the owners change, so the assignment does too, and takes a new epoch.
+        removed = sorted(s for s in current.shards if s >= len(shard_ids))
         if not moved and len(current.shards) == len(shard_ids) and active == current.active and not fresh \
                 and intents_zxid == current.intents_zxid:
             self._repair(current, stored, set())
             return None
-        # An intent that moves nothing is still acknowledged (intents_zxid), at the same epoch.
-        epoch = max(current.epoch, self._shards.max_epoch()) + (1 if moved else 0)
+        # A new epoch whenever a shard changes hands, appears or goes; an intent that changes no
+        # owner (an acknowledgement: intents_zxid, or the active count) keeps the epoch.
+        epoch = max(current.epoch, self._shards.max_epoch()) + (1 if moved or removed else 0)
         doc = AssignmentDoc(epoch, {s: current.shards[s] if s not in moved else Grant(m, epoch)
                                     for s, m in target.items()}, master=me, updated_ms=self._clock.now_ms(),
                             active=active, rebalance=max(intents.rebalance, current.rebalance),
@@ -186,8 +191,8 @@ class Rebalancer:
         per_node: dict[str, int] = {}
         for g in doc.shards.values():
             per_node[node_of(g.member)] = per_node.get(node_of(g.member), 0) + 1
-        log.info("assignment epoch %d: moved %d shards %s; shards per node %s", epoch, len(moved),
-                 sorted(moved), dict(sorted(per_node.items())))
+        log.info("assignment epoch %d: moved %d shards %s%s; shards per node %s", epoch, len(moved),
+                 sorted(moved), f", removed {removed}" if removed else "", dict(sorted(per_node.items())))
         return doc
 
     def _repair(self, doc: AssignmentDoc, stored: dict[int, tuple[str | None, int]], moved: set[int]) -> None:

@@ -30,7 +30,7 @@ NODE_GRANTS = {
     # Clients: not their tenant (`delayq tenants`, the admin account).
     "job_client": "SELECT, INSERT (name, token_sha256, revoked, created_ms, updated_ms), "
                   "UPDATE (token_sha256, revoked, updated_ms)",
-    "job_client_grant": _RW, "job_audit": "SELECT, INSERT",
+    "job_client_grant": _RW, "job_client_retired_token": "SELECT, INSERT, DELETE", "job_audit": "SELECT, INSERT",
     "job_tenant": "SELECT",
 }
 

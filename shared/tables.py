@@ -145,6 +145,14 @@ client_grant = Table(
     Column("pattern", String(128), primary_key=True),
 )
 
+client_retired_token = Table(
+    "job_client_retired_token", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("token_sha256", String(64), primary_key=True),
+    Column("why", String(8), nullable=False),
+    Column("retired_ms", BigInteger, nullable=False),
+)
+
 audit = Table(
     "job_audit", metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Mapping
 from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console.sessions import local_path, same_origin
+from delayq.nodes.front.access import NOT_VALID
 from delayq.nodes.front.caller import CERTIFICATE, Caller, serving
 
 if TYPE_CHECKING:
@@ -34,9 +35,11 @@ def answer(console: Console, req: Request) -> Response:
             name = console.access.client(caller).name if req.certificate and console.access.enabled else None
         else:
             name = console.service.authenticate((req.form.get("token") or "").strip())
-    except ttypes.Unauthenticated:
+    except ttypes.Unauthenticated as e:
+        # A token that was a client's says what became of it (revoked, rotated), as the command does.
         return _form(console, req, req.form, status=401,
-                     problem="That token is not a valid client token of this cluster.")
+                     problem="That token is not a valid client token of this cluster." if e.reason == NOT_VALID
+                     else f"Refused: {e.reason}.")
     except errors.Unauthenticated:
         return _form(console, req, req.form, status=401, problem=(
             f"Your certificate ({req.certificate}) names no client of this cluster, or a revoked one."))

@@ -10,9 +10,12 @@ MySQL moves (delayq.store.clients), which the node's Watch (delayq.nodes.cluster
 few hundred milliseconds and hands to `seen`.
 
 Refusals, each counted in delayq_refusals_total by reason:
-- Unauthenticated: no identity (`unauthenticated`), a token that is not a client's current one
-  (`bad_token`), a client revoked (`revoked`) or whose token was rotated since this connection
-  authenticated (`rotated`), a certificate naming no client (`unknown_certificate`);
+- Unauthenticated: no identity (`unauthenticated`), a token that never was a client's (`bad_token`),
+  a client revoked (`revoked`) or whose token was rotated since this connection authenticated
+  (`rotated`), a certificate naming no client (`unknown_certificate`). A token that was a client's
+  and was revoked or replaced by a rotation (its digest is kept: delayq.store.clients) is refused
+  at `authenticate` as `revoked` or `rotated` too; any other is `bad_token`, so a guess learns
+  nothing about which clients exist.
 - Forbidden(permission, topic): a topic the call names itself, or "" when the client holds the
   permission on no topic (`forbidden`);
 - NotFound for a task of a topic the client may not touch (`hidden`): the client learns nothing
@@ -36,11 +39,12 @@ from delayq.access import tokens
 from delayq.access.grants import Client, Permission
 from delayq.nodes.front.caller import CERTIFICATE, Caller, current
 from delayq.nodes.metrics import Metrics
-from delayq.store.clients import ClientStore
+from delayq.store.clients import ROTATED, ClientStore
 
 log = logging.getLogger(__name__)
 
 LOOKS_PER_S, LOOKS_BURST = 10, 5
+NOT_VALID = "the token is not valid"        # a token that never was a client's (or long retired)
 EVERYONE = Client("insecure", None, grants=frozenset((p, "*") for p in Permission))
 
 
@@ -90,7 +94,7 @@ class Access:
         if client is None and parsed is not None and self._fresh_look():
             client = self._valid(parsed)
         if caller is None or client is None:
-            raise self._refused(errors.Unauthenticated("the token is not valid", "bad_token"))
+            raise self._refused(self._retired(parsed) or errors.Unauthenticated(NOT_VALID, "bad_token"))
         caller.name, caller.credential = client.name, client.token
         return client.name
 
@@ -99,6 +103,18 @@ class Access:
             return None
         client = self._clients.get(parsed[0])
         return client if client is not None and not client.revoked and tokens.same(client.token, parsed[1]) else None
+
+    def _retired(self, parsed: tuple[str, str] | None) -> errors.Unauthenticated | None:
+        """The refusal of a token its client had and no longer has, or None."""
+        client = self._clients.get(parsed[0]) if parsed else None
+        if parsed is None or client is None:
+            return None
+        for digest, why in client.retired:
+            if tokens.same(digest, parsed[1]):
+                if why == ROTATED:
+                    return errors.Unauthenticated("the token was rotated: use the client's new token", "rotated")
+                return errors.Unauthenticated("the token was revoked", "revoked")
+        return None
 
     def client(self, caller: Caller | None) -> Client:
         """The caller's client as it stands now, or Unauthenticated."""

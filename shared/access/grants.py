@@ -44,11 +44,13 @@ def _regex(pattern: str) -> str:
 @dataclass(frozen=True)
 class Client:
     """A client as the nodes know it. `token` is the digest of its current token's secret (None:
-    certificate only)."""
+    certificate only); `retired` the digests of its last tokens that no longer work, each with why
+    (`revoked`, `rotated`), so that a refusal can say which."""
     name: str
     token: str | None
     revoked: bool = False
     grants: frozenset[tuple[Permission, str]] = frozenset()
+    retired: tuple[tuple[str, str], ...] = ()
     _matchers: dict = field(default_factory=dict, compare=False, repr=False)
     _seen: dict = field(default_factory=dict, compare=False, repr=False)
 

@@ -1,6 +1,9 @@
 """ClientStore: the clients that may call the nodes and their grants (job_client,
 job_client_grant), written by `delayq clients` and read by every node.
 
+A revoked or rotated token's digest is kept in job_client_retired_token (a client's newest
+RETIRED_KEPT), so a node can refuse it as `revoked` or `rotated` rather than as never valid.
+
 Every change bumps the `clients_version` row of delayq_meta in its own transaction; a node reads
 that one row every few hundred milliseconds and re-reads the clients only when it moved
 (delayq.nodes.front.access), so a grant, a revocation or a rotated token holds on every node
@@ -12,7 +15,7 @@ import builtins
 import contextlib
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
 from delayq import tables
@@ -22,7 +25,9 @@ from delayq.clock import SYSTEM_CLOCK, Clock
 from delayq.db import unavailable_on_failure
 from delayq.store import versions
 
-CLIENT, GRANT = tables.client, tables.client_grant
+CLIENT, GRANT, RETIRED = tables.client, tables.client_grant, tables.client_retired_token
+RETIRED_KEPT = 10       # retired tokens told apart per client; older ones read as never valid
+REVOKED, ROTATED = "revoked", "rotated"
 VERSION = versions.CLIENTS
 
 
@@ -59,8 +64,11 @@ class ClientStore:
                     grants.setdefault(row.name, set()).add(check_grant(row.permission, row.pattern))
                 except ValueError:
                     continue        # written by hand and not valid: grants nothing
+            retired: dict[str, list[tuple[str, str]]] = {}
+            for row in conn.execute(select(RETIRED.c.name, RETIRED.c.token_sha256, RETIRED.c.why)):
+                retired.setdefault(row.name, []).append((row.token_sha256, row.why))
             clients = {row.name: Client(row.name, row.token_sha256, bool(row.revoked),
-                                        frozenset(grants.get(row.name, ())))
+                                        frozenset(grants.get(row.name, ())), tuple(retired.get(row.name, ())))
                        for row in conn.execute(select(CLIENT))}
         return version, clients
 
@@ -99,7 +107,7 @@ class ClientStore:
     def revoke(self, name: str) -> None:
         """The client can no longer call anything: its token and its certificate stop working."""
         with self._change() as conn:
-            self._existing(conn, name)
+            self._retire(conn, self._existing(conn, name), REVOKED)
             conn.execute(update(CLIENT).where(CLIENT.c.name == name)
                          .values(revoked=1, token_sha256=None, updated_ms=self._clock.now_ms()))
 
@@ -107,7 +115,7 @@ class ClientStore:
         """A new token for the client (revoked or not: rotating reinstates it); the old one stops working."""
         issued, digest = new_token(name)
         with self._change() as conn:
-            self._existing(conn, name)
+            self._retire(conn, self._existing(conn, name), ROTATED)
             conn.execute(update(CLIENT).where(CLIENT.c.name == name)
                          .values(revoked=0, token_sha256=digest, updated_ms=self._clock.now_ms()))
         return issued
@@ -128,9 +136,31 @@ class ClientStore:
         return versions.bumping(self._engine, VERSION)
 
     @staticmethod
-    def _existing(conn: Connection, name: str) -> None:
-        if conn.execute(select(CLIENT.c.name).where(CLIENT.c.name == name).with_for_update()).first() is None:
+    def _existing(conn: Connection, name: str) -> tuple[str, str | None]:
+        """(name, digest of its current token), the row locked; NoSuchClient when there is none."""
+        row = conn.execute(select(CLIENT.c.name, CLIENT.c.token_sha256).where(CLIENT.c.name == name)
+                           .with_for_update()).first()
+        if row is None:
             raise NoSuchClient(f"no client {name!r}")
+        return row.name, row.token_sha256
+
+    def _retire(self, conn: Connection, client: tuple[str, str | None], why: str) -> None:
+        """Keep the digest of the token the client stops using (if it had one), and its newest
+        RETIRED_KEPT only. A token revoked and then replaced by a rotation stays `revoked`: it had
+        stopped working before."""
+        name, digest = client
+        if digest is not None:
+            # Later than the client's last retirement even within one millisecond, so "newest" is
+            # always one order (the client's row is locked: its changes run one at a time).
+            last = conn.execute(select(func.max(RETIRED.c.retired_ms)).where(RETIRED.c.name == name)).scalar()
+            at = max(self._clock.now_ms(), -1 if last is None else last + 1)
+            conn.execute(mysql_insert(RETIRED).values(name=name, token_sha256=digest, why=why, retired_ms=at)
+                         .prefix_with("IGNORE"))
+        old = [r.token_sha256 for r in conn.execute(
+            select(RETIRED.c.token_sha256).where(RETIRED.c.name == name)
+            .order_by(RETIRED.c.retired_ms.desc(), RETIRED.c.token_sha256).offset(RETIRED_KEPT))]
+        if old:
+            conn.execute(delete(RETIRED).where(RETIRED.c.name == name, RETIRED.c.token_sha256.in_(old)))
 
     def _grant(self, conn: Connection, name: str, grants: builtins.list[tuple[Permission, str]]) -> None:
         for perm, pattern in grants:

@@ -198,3 +198,30 @@ def test_status_marks_drained_nodes_and_pinned_shards_in_numeric_order(cluster3)
     assert report["drained"] == ["n3"] and report["pinned"] == {"12": "n1"}
     assert {n["node"]: n["drained"] for n in report["nodes"]} == {"n1": False, "n2": False, "n3": True}
     assert "oldestOverdueMs" in report and all("clockOffsetMs" in n for n in report["nodes"])
+
+
+@pytest.mark.timeout(120)
+def test_a_shrinking_reshard_gives_the_assignment_a_new_epoch_and_leaves_no_fence_on_a_removed_shard(tmp_path):
+    """Two nodes own 8 of 16 shards each; at 15 the balance (8/7) needs no move, but the owner of
+    shard 15 loses it: the assignment changed, so its epoch does. The fence a claim checks goes
+    with the shard's row, so its former owner claims nothing under the grant it still remembers."""
+    from sqlalchemy import create_engine, text
+    from delayq.store.tasks import TaskStore
+    from delayq.store.values import Entry
+    with zk_cluster(tmp_path, 16, 2) as (db, (n1, _)):
+        engine = create_engine(db.url)
+        try:
+            with engine.connect() as conn:
+                owner, epoch = conn.execute(text("SELECT owner, epoch FROM job_shard WHERE shard_id = 15")).one()
+            remembered = ([Entry("t-of-15", 15, 0)], owner, {15: epoch}, 1)
+            assert TaskStore(engine).claim(*remembered).fenced == []     # held: it is still that owner's
+            before = _info(n1)
+            down = delayq(n1, "reshard", "--shards", "15", "--margin-ms", "1000", "--json", "--timeout", "60")
+            assert down.returncode == 0, down.stderr
+            after = _info(n1)
+            assert sorted(after.assignment) == list(range(15))
+            assert dict(after.assignment) == {s: n for s, n in before.assignment.items() if s < 15}
+            assert after.epoch > before.epoch
+            assert TaskStore(engine).claim(*remembered).fenced == [15]
+        finally:
+            engine.dispose()

@@ -105,6 +105,41 @@ def test_a_rotated_token_stops_working_and_the_new_one_works(node, clients, topi
         assert c.submit(later(topics[0])).created
 
 
+def test_a_token_revoked_or_replaced_by_a_rotation_is_refused_as_such(node, clients, topics):
+    name = f"old-{uuid.uuid4().hex[:6]}"
+    first = clients.add(name, grants=(("read", "*"),))
+    second = clients.rotate(name)
+    clients.revoke(name)
+    env = {**{k: v for k, v in node.env.items() if not k.startswith("DELAYQ_TOKEN")}, "DELAYQ_TOKEN": first}
+    before = {why: refusals(node, why) for why in ("rotated", "revoked", "bad_token")}
+    out = subprocess.run([sys.executable, "-m", "delayq", "status", "--endpoint", node.endpoint], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "not authenticated: the token was rotated" in out.stderr and "Traceback" not in out.stderr
+    assert first.partition(".")[2] not in out.stdout + out.stderr
+    with as_client(node, second) as c, pytest.raises(ttypes.Unauthenticated) as e:
+        c.submit(later(topics[0]))
+    assert e.value.reason == "the token was revoked"
+    with as_client(node, f"{name}.{uuid.uuid4().hex}") as c, pytest.raises(ttypes.Unauthenticated) as e:
+        c.submit(later(topics[0]))
+    assert e.value.reason == "the token is not valid"
+    assert {why: refusals(node, why) - n for why, n in before.items()} == {"rotated": 1, "revoked": 1, "bad_token": 1}
+
+
+def test_only_a_clients_newest_retired_tokens_are_told_apart(node, clients, topics):
+    from delayq.store.clients import RETIRED_KEPT
+    name = f"many-{uuid.uuid4().hex[:6]}"
+    issued = [clients.add(name, grants=(("submit", "*"),))]
+    issued += [clients.rotate(name) for _ in range(RETIRED_KEPT + 1)]
+    for token, says in ((issued[0], "the token is not valid"), (issued[1], "the token was rotated"),
+                        (issued[-2], "the token was rotated")):
+        with as_client(node, token) as c, pytest.raises(ttypes.Unauthenticated) as e:
+            c.submit(later(topics[0]))
+        assert e.value.reason.startswith(says)
+    with as_client(node, issued[-1]) as c:
+        assert c.submit(later(topics[0])).created
+
+
 def _refused(c, topic) -> bool:
     try:
         c.submit(later(topic))

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from delayq import config, zkauth
+from delayq import config, errors, zkauth
 from delayq.access import tokens
 from delayq.access.grants import Client, Permission, check_grant
 from delayq.errors import ConfigError
+from delayq.nodes.front.access import Access
+from delayq.nodes.front.caller import Caller
+from delayq.nodes.metrics import Metrics
+from delayq.testing.fakes import Clients
 
 
 def test_a_token_names_its_client_and_only_its_digest_is_kept():
@@ -99,3 +103,31 @@ def test_help_never_shows_a_secret_default():
     from delayq.options import reference
     text = "\n".join(reference())
     assert "guest:guest" not in text and "DELAYQ_MYSQL_URL = (secret)" in text
+
+
+def _refusal(access, token: str) -> tuple[str, str]:
+    """(why, reason) of an authenticate refused."""
+    with pytest.raises(errors.Unauthenticated) as e:
+        access.authenticate(Caller(("127.0.0.1", 1)), token)
+    return e.value.why, e.value.reason
+
+
+def test_a_revoked_or_rotated_token_is_refused_as_such_and_a_token_never_valid_as_bad():
+    current, digest = tokens.new_token("billing")
+    rotated, rotated_digest = tokens.new_token("billing")
+    revoked, revoked_digest = tokens.new_token("billing")
+    metrics = Metrics()
+    access = Access(Clients(Client("billing", digest, retired=((rotated_digest, "rotated"),
+                                                                (revoked_digest, "revoked")))), metrics, enabled=True)
+    access.load()
+
+    assert _refusal(access, rotated)[0] == "rotated" and "new token" in _refusal(access, rotated)[1]
+    assert _refusal(access, revoked) == ("revoked", "the token was revoked")
+    never = "billing." + rotated.partition(".")[2][::-1]
+    stranger = "nobody." + rotated.partition(".")[2]      # a real secret, of another client's name
+    for token in (never, stranger):
+        assert _refusal(access, token) == ("bad_token", "the token is not valid")
+    assert metrics.refusals.labels("rotated")._value.get() == 2
+    assert metrics.refusals.labels("revoked")._value.get() == 1
+    assert metrics.refusals.labels("bad_token")._value.get() == 2
+    assert access.authenticate(Caller(("127.0.0.1", 1)), current) == "billing"

@@ -36,8 +36,8 @@ class Service:
     def authenticate(self, token):
         try:
             return self.access.authenticate(current(), token)
-        except errors.DelayqError:
-            raise ttypes.Unauthenticated(reason="the token is not valid") from None
+        except errors.Unauthenticated as e:
+            raise ttypes.Unauthenticated(reason=e.reason) from None
 
     def cancel(self, task_id):
         try:
@@ -82,6 +82,19 @@ def test_login_takes_a_valid_token_only_and_sets_a_strict_cookie():
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
     assert "Secure" not in cookie          # a plain-HTTP node (the test's request did not come over TLS)
     assert ADMIN_TOKEN.split(".")[1] not in cookie
+
+
+def test_a_rotated_token_is_refused_as_rotated_and_a_wrong_one_as_not_valid():
+    rotated, digest = tokens.new_token("ops")
+    c, _, clients, access = console()
+    clients.clients["ops"] = Client("ops", ADMIN_DIGEST, retired=((digest, "rotated"),))
+    clients.version_ = "2"
+    access.seen(clients.version())
+    old = c.handle(req("POST", "/ui/login", {"token": rotated}))
+    assert old.status == 401 and b"Refused: the token was rotated: use the client&#39;s new token." in old.body
+    assert rotated.split(".")[1].encode() not in old.body
+    wrong = c.handle(req("POST", "/ui/login", {"token": "ops.wrong"}))
+    assert wrong.status == 401 and b"not a valid client token" in wrong.body
 
 
 def test_an_action_needs_the_csrf_token_and_runs_as_the_sessions_client():

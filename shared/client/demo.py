@@ -15,10 +15,14 @@ from delayq.client.consumer import Delivery, RetryLater, TaskConsumer
 def run_demo(endpoints: list[str], amqp_url: str, tasks: int, spread_ms: int, timeout_s: float) -> bool:
     run = f"{int(time.time())}"
     flaky = f"demo-{run}-0"
+    ids = [f"demo-{run}-{i}" for i in range(tasks)]
     finished: set[str] = set()
     lock = threading.Lock()
 
     def handle(task: Delivery) -> None:
+        if task.task_id not in ids:     # left in the topic by an earlier demo, or sent to it by hand
+            click.echo(f"  fired {task.task_id} attempt {task.attempt}: not one of this demo's tasks (finished)")
+            return
         late = int(time.time() * 1000) - task.due_at_ms
         click.echo(f"  fired {task.task_id} attempt {task.attempt}: payload {task.payload.decode()!r}, "
                    f"{late} ms after its due time")
@@ -35,7 +39,6 @@ def run_demo(endpoints: list[str], amqp_url: str, tasks: int, spread_ms: int, ti
     thread.start()
     if not consumer.wait_ready(10):
         raise click.ClickException("the demo consumer could not reach RabbitMQ")
-    ids = [f"demo-{run}-{i}" for i in range(tasks)]
     step = spread_ms // max(1, tasks - 1) if tasks > 1 else 0
     with DelayqClient(endpoints) as dq:
         refs = dq.submitBatch([TaskSpec(topic="demo", taskId=tid, delayMs=1000 + i * step,

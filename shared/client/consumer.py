@@ -20,9 +20,10 @@ delayq.client.heartbeats), and `task.set_progress(b"...")` goes with the next on
 told through `task.cancelled` (a threading.Event; `task.cancelled_why` says why) when delayq says
 the task was cancelled, or that its attempt is over (timed out, ended), or when three heartbeats
 in a row failed. Python cannot stop a thread from outside: the handler must look at the event
-itself. A handler that returns after it was told (cancelled, or over) is taken to have stopped:
-RETRY is reported, not SUCCESS, so a cancelled task ends CANCELLED; one that returned before the
-helper was told reports SUCCESS.
+itself. A handler that returns after it was told the task was cancelled is taken to have
+stopped: RETRY is reported, not SUCCESS, so the task ends CANCELLED; one that returned before the
+helper was told, or after its attempt was over (its SUCCESS settles a task waiting to go again),
+reports SUCCESS.
 
 After three failed heartbeats the attempt is given up: neither reported nor acked; once
 its handler returns, `run()` closes the connection (the broker hands the consumer's unacked
@@ -45,7 +46,6 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pika
@@ -54,8 +54,9 @@ import pika.exceptions
 from delayq import topology
 from delayq.client import amqp
 from delayq.client.consumersettings import ConsumerSettings
+from delayq.client.delivery import Delivery, delivery_from
 from delayq.client.gen.delayq_thrift.ttypes import ResultStatus
-from delayq.client.heartbeats import AttemptState, Heartbeat
+from delayq.client.heartbeats import Heartbeat
 from delayq.client.reporting import Reporter
 
 log = logging.getLogger(__name__)
@@ -72,53 +73,6 @@ class RetryLater(Exception):
 
 class HeartbeatsLost(Exception):
     """run() stopped: three heartbeats of an attempt failed in a row (the attempt was given up)."""
-
-
-@dataclass(frozen=True)
-class Delivery:
-    task_id: str
-    topic: str
-    attempt: int
-    due_at_ms: int
-    dispatched_at_ms: int
-    payload: bytes
-    message_id: str
-    key: str | None = None
-    tags: tuple[str, ...] = ()
-    traceparent: str | None = None
-    ttr_ms: int | None = None          # the attempt's time-to-run (None from nodes that do not send it)
-    state: AttemptState = field(default_factory=AttemptState, repr=False, compare=False)
-
-    @property
-    def cancelled(self) -> threading.Event:
-        """Set when the handler should stop: the task was cancelled, the attempt is over for delayq,
-        or the helper could not heartbeat (see `cancelled_why`)."""
-        return self.state.cancelled
-
-    @property
-    def cancelled_why(self) -> str | None:
-        """"cancelled", "stale" or "heartbeats failed"; None while not cancelled."""
-        return self.state.why
-
-    def set_progress(self, progress: bytes) -> None:
-        """Progress (up to 1024 bytes) sent with the next heartbeat; `get` shows it."""
-        self.state.set_progress(progress)
-
-
-def _text(value) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def delivery_from(properties: pika.BasicProperties, body: bytes) -> Delivery:
-    h = properties.headers or {}
-    tags = _text(h.get(topology.HEADER_TAGS))
-    ttr = h.get(topology.HEADER_TTR)
-    return Delivery(task_id=h[topology.HEADER_TASK_ID], topic=h[topology.HEADER_TOPIC],
-                    attempt=int(h[topology.HEADER_ATTEMPT]), due_at_ms=int(h[topology.HEADER_DUE_AT]),
-                    dispatched_at_ms=int(h[topology.HEADER_DISPATCHED_AT]), payload=body,
-                    message_id=properties.message_id or "", key=_text(h.get(topology.HEADER_KEY)),
-                    tags=tuple(tags.split(",")) if tags else (), traceparent=_text(h.get(topology.HEADER_TRACEPARENT)),
-                    ttr_ms=None if ttr is None else int(ttr))
 
 
 # Why the helper told a handler to stop, for which a normal return is reported RETRY, not SUCCESS:

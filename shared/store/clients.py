@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 from dataclasses import dataclass
 
+import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 
@@ -26,6 +28,8 @@ from delayq.db import unavailable_on_failure
 from delayq.store import versions
 
 CLIENT, GRANT, RETIRED = tables.client, tables.client_grant, tables.client_retired_token
+log = logging.getLogger(__name__)
+
 RETIRED_KEPT = 10       # retired tokens told apart per client; older ones read as never valid
 REVOKED, ROTATED = "revoked", "rotated"
 VERSION = versions.CLIENTS
@@ -64,9 +68,7 @@ class ClientStore:
                     grants.setdefault(row.name, set()).add(check_grant(row.permission, row.pattern))
                 except ValueError:
                     continue        # written by hand and not valid: grants nothing
-            retired: dict[str, list[tuple[str, str]]] = {}
-            for row in conn.execute(select(RETIRED.c.name, RETIRED.c.token_sha256, RETIRED.c.why)):
-                retired.setdefault(row.name, []).append((row.token_sha256, row.why))
+            retired = _retired(conn)
             clients = {row.name: Client(row.name, row.token_sha256, bool(row.revoked),
                                         frozenset(grants.get(row.name, ())), tuple(retired.get(row.name, ())))
                        for row in conn.execute(select(CLIENT))}
@@ -170,3 +172,24 @@ class ClientStore:
 
     def _touch(self, conn: Connection, name: str) -> None:
         conn.execute(update(CLIENT).where(CLIENT.c.name == name).values(updated_ms=self._clock.now_ms()))
+
+
+# What keeps the retired tokens' table from a reader for a while in an upgrade: the nodes' account
+# not yet granted it (`db init --node-account` not run again after `db migrate`), or the table not
+# there yet. Revoked and rotated tokens are then refused as never valid, and nothing else changes.
+_RETIRED_UNREADABLE = frozenset({1142, 1146})
+
+
+def _retired(conn: Connection) -> dict[str, list[tuple[str, str]]]:
+    """The retired tokens' digests and why, by client; none while the table cannot be read (an
+    upgrade under way), so that a node still starts and re-reads its clients."""
+    retired: dict[str, list[tuple[str, str]]] = {}
+    try:
+        for row in conn.execute(select(RETIRED.c.name, RETIRED.c.token_sha256, RETIRED.c.why)):
+            retired.setdefault(row.name, []).append((row.token_sha256, row.why))
+    except sqlalchemy.exc.DBAPIError as e:
+        if getattr(e.orig, "args", (None,))[0] not in _RETIRED_UNREADABLE:
+            raise
+        log.warning("cannot read %s (%s): revoked and rotated tokens are refused as not valid until "
+                    "`delayq db init --node-account` is run again after the upgrade", RETIRED.name, e.orig)
+    return retired

@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from conftest import Collector, wait_until
 from delayq import config, db as dbm
 from delayq.client import CallbackService, CancelResult, TaskSpec, TaskStatus
+from delayq.store.clients import ClientStore
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +130,34 @@ def test_db_init_again_keeps_the_password_and_resets_the_grants(database, node_u
                 cur.execute("DROP TABLE job_delay_hint")
     finally:
         conn.close()
+
+
+def test_a_node_account_not_yet_granted_the_retired_tokens_still_reads_its_clients(database, node_url, tmp_path):
+    # An upgrade: `db migrate` ran, `db init --node-account` not yet again. A node must still start
+    # and follow its clients; it only cannot tell revoked and rotated tokens from others.
+    account = make_url(node_url).username
+    admin = connect(database.url, database=None)
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"REVOKE SELECT, INSERT, DELETE ON `{database.name}`.job_client_retired_token "
+                        f"FROM '{account}'@'%'")
+    finally:
+        admin.close()
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
+    as_admin = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.url}).mysql)
+    try:
+        name = f"app-{uuid.uuid4().hex[:6]}"
+        ClientStore(as_admin).add(name)
+        ClientStore(as_admin).rotate(name)      # a retired token the node account cannot see
+        _, clients = ClientStore(engine).load()
+        assert name in clients and clients[name].retired == ()
+    finally:
+        engine.dispose()
+        as_admin.dispose()
+        url_file = tmp_path / "node-url"
+        url_file.write_text(node_url + "\n")
+        out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))
+        assert out.returncode == 0, out.stderr
 
 
 @pytest.mark.parametrize("args, says", [

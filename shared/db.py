@@ -78,12 +78,14 @@ def checked_url(text: str) -> URL:
     except (sqlalchemy.exc.ArgumentError, ValueError):
         raise ConfigError("DELAYQ_MYSQL_URL is not a URL of the form "
                           "mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE") from None
+    if url.get_backend_name() != "mysql" or url.get_driver_name() != "pymysql":
+        raise ConfigError(f"DELAYQ_MYSQL_URL: delayq speaks to MySQL through PyMySQL, not {url.drivername!r} "
+                          "(use mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE)")
+    dialect = url.get_dialect()
     try:
-        dialect = url.get_dialect()
-    except sqlalchemy.exc.NoSuchModuleError:
-        raise ConfigError(f"DELAYQ_MYSQL_URL: no database driver {url.drivername!r} "
-                          "(use mysql+pymysql://USER:PASSWORD@HOST:PORT/DATABASE)") from None
-    _, kwargs = dialect().create_connect_args(url)
+        _, kwargs = dialect().create_connect_args(url)
+    except (ValueError, TypeError) as e:        # an option's value of the wrong kind (?connect_timeout=abc)
+        raise ConfigError(f"DELAYQ_MYSQL_URL: an option in the URL's query is not valid: {e}") from None
     taken = inspect.signature(dialect.import_dbapi().connect).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
         unknown = sorted(k for k in kwargs if k not in taken)

@@ -21,7 +21,10 @@ NOWHERE = "127.0.0.1:1"
 
 @pytest.mark.parametrize("url, says", [
     (f"garbage-{SECRET}", "is not a URL of the form"),
-    (f"garbage://u:{SECRET}@h/db", "no database driver 'garbage'"),
+    (f"garbage://u:{SECRET}@h/db", "through PyMySQL, not 'garbage'"),
+    (f"mysql://u:{SECRET}@h/db", "through PyMySQL, not 'mysql'"),
+    (f"postgresql://u:{SECRET}@h/db", "through PyMySQL, not 'postgresql'"),
+    (f"mysql+pymysql://u:{SECRET}@h:3306/db?connect_timeout=abc", "an option in the URL's query is not valid"),
     (f"mysql+pymysql://u:{SECRET}@h:port/db", "is not a URL of the form"),
     (f"mysql+pymysql://u:{SECRET}@h:3306/db?bogus=1&charset=utf8mb4", "takes no option bogus"),
 ])
@@ -42,7 +45,7 @@ def test_a_command_with_an_unusable_mysql_url_says_so_and_exits_2(args):
     result = CliRunner().invoke(main, args, env={"DELAYQ_MYSQL_URL": f"garbage://u:{SECRET}@h/db"})
     assert result.exit_code == EXIT_USAGE, result.output
     assert isinstance(result.exception, SystemExit)        # not a traceback
-    assert "DELAYQ_MYSQL_URL: no database driver 'garbage'" in result.output and SECRET not in result.output
+    assert "DELAYQ_MYSQL_URL: delayq speaks to MySQL through PyMySQL, not 'garbage'" in result.output and SECRET not in result.output
 
 
 @pytest.mark.parametrize("args", [["status", "--endpoint", "garbage"], ["tasks", "get", "t-1", "--endpoint", "garbage"],

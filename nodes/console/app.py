@@ -112,6 +112,9 @@ def describe(e: Exception) -> str:
     """A Thrift call's declared exception (or delayq's error) as a sentence for the page."""
     if isinstance(e, (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService)):
         return f"{e.field}: {e.reason}"
+    if isinstance(e, ttypes.UnknownTopic) and e.disabled:
+        return (f"topic: the service of {shown(e.topic or '')} is disabled and takes no new tasks "
+                f"(delayq services disable {shown(e.topic or '')} --enable)")
     if isinstance(e, ttypes.UnknownTopic):
         return f"topic: no topic {shown(e.topic or '')} (no enabled callback service has it)"
     if isinstance(e, ttypes.QuotaExceeded):

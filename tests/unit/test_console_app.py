@@ -269,6 +269,19 @@ def test_an_unknown_topic_is_said_on_the_page_not_an_internal_error():
     assert session.flash == ("error", "topic: no topic 'no\\x01such' (no enabled callback service has it)")
 
 
+def test_a_disabled_topic_is_said_to_be_disabled():
+    c, service, _, _ = console()
+
+    def disabled(controls):
+        raise ttypes.UnknownTopic(topic=controls.topic, disabled=True)
+    service.setTopicControls = disabled
+    sid, session = login(c, ADMIN_TOKEN)
+    c.handle(req("POST", "/ui/topics/controls", {"topic": "orders", "action": "pause", "csrf": session.csrf},
+                 {"sid": sid}))
+    assert session.flash == ("error", "topic: the service of 'orders' is disabled and takes no new tasks "
+                                      "(delayq services disable 'orders' --enable)")
+
+
 def test_a_refreshed_fragment_leaves_the_last_actions_message_to_the_page():
     c, service, _, _ = console()
     service.cluster = lambda: ttypes.ClusterInfo(nodes=[])

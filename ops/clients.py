@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Iterator, Protocol
+from typing import Iterator
 
 import click
 
@@ -27,7 +27,7 @@ GRANT_HELP = ("PERMISSION:PATTERN, e.g. submit:orders.* (permissions: submit, ca
 
 @contextlib.contextmanager
 def _store(config_file: str | None, action: str, target: str, token_file: str | None = None
-           ) -> Iterator[tuple[ClientStore, "_TokenOut | None", Outcome]]:
+           ) -> Iterator[tuple[ClientStore, PrivateFile | None, Outcome]]:
     """The store, inside the audit record of this action (`delayq audit`), with --token-file
     readied first (a path that cannot be written is refused before anything changes)."""
     settings = load_settings(config_file)
@@ -51,13 +51,7 @@ def _checked(fn):
         fail(str(e).strip('"'), EXIT_USAGE)
 
 
-class _TokenOut(Protocol):
-    path: str
-
-    def write(self, text: str) -> None: ...
-
-
-def _hand_out(token: str, out: _TokenOut | None, outcome: Outcome) -> None:
+def _hand_out(token: str, out: PrivateFile | None, outcome: Outcome) -> None:
     """The token on stdout, or in --token-file; never lost: the change that made it is done."""
     if out is None:
         click.echo(token)
@@ -101,7 +95,7 @@ def add(name: str, grants: tuple[str, ...], certificate_only: bool, exist_ok: bo
         _add(store, name, parsed, certificate_only, exist_ok, out, outcome)
 
 
-def _add(store: ClientStore, name: str, parsed, certificate_only: bool, exist_ok: bool, out: _TokenOut | None,
+def _add(store: ClientStore, name: str, parsed, certificate_only: bool, exist_ok: bool, out: PrivateFile | None,
          outcome: Outcome) -> None:
     if exist_ok and _checked(lambda: any(c.name == name for c in store.list())):
         for g in parsed:

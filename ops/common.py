@@ -18,6 +18,7 @@ import click
 from thrift.Thrift import TException
 
 from delayq import config as config_mod
+from delayq.clock import LATEST_MS
 from delayq.client import DelayqClient, discover
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.scheduler import parse_endpoint
@@ -124,10 +125,7 @@ class Commands(click.Group):
             fail(*found, as_json)
 
 
-# The latest instant the ISO form can say (9999-12-31T23:59:59.999Z), and the bound of every time
-# and duration the command takes: past it, a value would not fit a Thrift i64 (or a due time added
-# to it would not), and the call would fail in the client's encoder rather than on the command line.
-MAX_MS = 253_402_300_799_999
+MAX_MS = LATEST_MS      # every time and duration the command takes (delayq.clock)
 _DURATION = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 

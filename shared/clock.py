@@ -5,6 +5,11 @@ import threading
 import time
 from typing import Protocol
 
+# The latest instant ISO 8601 can say (9999-12-31T23:59:59.999Z): the bound of every time and
+# duration the delayq command and the console take; past it a value would not fit a Thrift i64
+# (or a due time added to it would not), and a call would fail in the client's encoder.
+LATEST_MS = 253_402_300_799_999
+
 
 class Clock(Protocol):
     def now_ms(self) -> int:

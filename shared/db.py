@@ -186,6 +186,13 @@ _STATEMENT = (sqlalchemy.exc.ProgrammingError, pymysql.err.ProgrammingError)
 _SCHEMA_ERRORS = {1146, 1054}    # no such table, no such column
 
 
+def mysql_code(e: BaseException) -> int | None:
+    """The MySQL error number of a driver error, raw or as SQLAlchemy wraps it (None: not one)."""
+    orig = e if isinstance(e, pymysql.err.MySQLError) else getattr(e, "orig", None)
+    code = getattr(orig, "args", (None,))[0]
+    return code if isinstance(code, int) else None
+
+
 @contextlib.contextmanager
 def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
     """Turn a lost or refused database connection into StoreUnavailable (retriable), and a schema
@@ -193,8 +200,7 @@ def unavailable_on_failure(what: str = "MySQL") -> Iterator[None]:
     try:
         yield
     except UNAVAILABLE_ERRORS + _STATEMENT as e:
-        orig = e if isinstance(e, pymysql.err.MySQLError) else getattr(e, "orig", None)
-        code = getattr(orig, "args", (None,))[0]
+        code = mysql_code(e)
         if code in _SCHEMA_ERRORS:
             raise ConfigError(f"the database schema is not up to date ({_short(e)}): "
                               "run `delayq db migrate`") from None

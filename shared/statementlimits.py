@@ -10,7 +10,7 @@ import pymysql.err
 import sqlalchemy.exc
 from sqlalchemy import Connection
 
-from delayq.db import UNAVAILABLE_ERRORS
+from delayq.db import UNAVAILABLE_ERRORS, mysql_code
 from delayq.errors import STATEMENT_TIMEOUTS, ConfigError, StatementStopped
 
 
@@ -49,8 +49,7 @@ def time_limited(conn: Connection, seconds: float) -> Iterator[None]:
         try:
             yield
         except (sqlalchemy.exc.DBAPIError, pymysql.err.MySQLError) as e:
-            orig = e if isinstance(e, pymysql.err.MySQLError) else e.orig
-            code = getattr(orig, "args", (None,))[0]
+            code = mysql_code(e)
             if code not in STATEMENT_TIMEOUTS:
                 raise
             raise StatementStopped(f"a statement was stopped after {seconds:g} s", code) from None

@@ -10,7 +10,9 @@ import math
 import re
 from typing import Iterable
 
-MAX_MS = 253_402_300_799_999        # 9999-12-31T23:59:59.999Z, as the delayq command's times
+from delayq.clock import LATEST_MS
+
+MAX_MS = LATEST_MS                  # as the delayq command's times (delayq.clock)
 _WHOLE = re.compile(r"[+-]?[0-9]{1,19}")
 _DECIMAL = re.compile(r"[+-]?([0-9]{1,19}(\.[0-9]*)?|\.[0-9]+)")
 

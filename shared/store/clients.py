@@ -24,7 +24,7 @@ from delayq import tables
 from delayq.access.grants import Client, Permission, check_grant
 from delayq.access.tokens import check_name, new_token
 from delayq.clock import SYSTEM_CLOCK, Clock
-from delayq.db import unavailable_on_failure
+from delayq.db import mysql_code, unavailable_on_failure
 from delayq.store import versions
 
 CLIENT, GRANT, RETIRED = tables.client, tables.client_grant, tables.client_retired_token
@@ -188,7 +188,7 @@ def _retired(conn: Connection) -> dict[str, list[tuple[str, str]]]:
         for row in conn.execute(select(RETIRED.c.name, RETIRED.c.token_sha256, RETIRED.c.why)):
             retired.setdefault(row.name, []).append((row.token_sha256, row.why))
     except sqlalchemy.exc.DBAPIError as e:
-        if getattr(e.orig, "args", (None,))[0] not in _RETIRED_UNREADABLE:
+        if mysql_code(e) not in _RETIRED_UNREADABLE:
             raise
         log.warning("cannot read %s (%s): revoked and rotated tokens are refused as not valid until "
                     "`delayq db init --node-account` is run again after the upgrade", RETIRED.name, e.orig)

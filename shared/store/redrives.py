@@ -32,11 +32,12 @@ from sqlalchemy import Connection, and_, delete, insert, or_, select
 
 from delayq import tables
 from delayq.lifecycle import Status
+from delayq.db import mysql_code
 from delayq.schema import shard_count
+from delayq.store.keyed import DUPLICATE_KEY
 from delayq.store.values import KeyMode
 
 TASK, BACKLOG = tables.task, tables.backlog
-DUPLICATE_KEY = 1062
 RUNS = 5            # a batch whose keys other writers keep taking is answered Unavailable (retriable)
 
 
@@ -62,7 +63,7 @@ def redrive_locked(conn: Connection, rows: Sequence[Mapping], now_ms: int, most:
     try:
         conn.execute(insert(TASK), new)
     except sqlalchemy.exc.IntegrityError as e:
-        if getattr(e.orig, "args", (None,))[0] == DUPLICATE_KEY:
+        if mysql_code(e) == DUPLICATE_KEY:
             raise KeyTaken from None
         raise
     # A single-table DELETE takes no index hint; the rows are few and locked by the caller.

@@ -93,7 +93,12 @@ def node(config_file: str | None) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
-    stop.wait()
+    # Woken every half second, not only by the event: Python runs a signal's handler on the main
+    # thread, but Linux may deliver SIGTERM to another thread (it does when the main thread still
+    # has a signal pending, as right after a SIGCONT), which only notes it; a main thread asleep
+    # on the event would never run the handler, and the node would not stop.
+    while not stop.wait(0.5):
+        pass
     runtime.stop()
 
 

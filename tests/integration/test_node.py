@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import collections
+import os
+import signal
+import subprocess
 import threading
 import uuid
 
@@ -118,6 +121,32 @@ def test_a_node_killed_and_restarted_loses_no_task(node_factory):
         thread.join(5)
         collector.close()
         victim.stop()
+
+
+def test_a_node_told_to_stop_as_it_wakes_from_a_pause_stops(node_factory):
+    """A SIGTERM right after a SIGCONT: Linux may hand it to a thread other than the main one (which
+    still has the SIGCONT pending), where Python only notes it for the main thread to act on."""
+    victim = node_factory()
+    try:
+        for _ in range(2):
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            wait_until(lambda: _state(victim.proc.pid) == "T", 5, 0.01, what="the node to stop")
+            os.kill(victim.proc.pid, signal.SIGCONT)
+            os.kill(victim.proc.pid, signal.SIGTERM)
+            try:
+                victim.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                pytest.fail("a SIGTERM sent as the node woke from a SIGSTOP did not stop it within 15 s")
+            assert victim.proc.returncode == 0, victim.log_tail()
+            victim.start()
+    finally:
+        victim.stop()
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 def _idle_closes(node) -> float:

@@ -154,7 +154,7 @@ def _fired_ms(got: list) -> list[int]:
 
 
 def _limited_drain(got: list, ids: list[str], what: str) -> None:
-    """Every task of `ids` arrived (`got`), never fired more than RATE + 10% in one second, and
+    """Every task of `ids` arrived (`got`), never fired more than RATE + BURST + 10% in one second, and
     no faster than RATE lets them."""
     arrivals = [m.at_ms for m in got]
     most = most_in_one_second(_fired_ms(got))
@@ -162,7 +162,10 @@ def _limited_drain(got: list, ids: list[str], what: str) -> None:
     print(f"{what}: {len(got)} arrivals of {len(ids)} tasks in {span_s:.2f} s, at most {most} fired in one second "
           f"({most_in_one_second(arrivals)} arrived) (limit {RATE:.0f}/s); per second {_per_second(got)}")
     assert {m.headers["x-delayq-task-id"] for m in got} == set(ids), "a task never arrived"
-    assert most <= RATE * OVER, f"{most} tasks fired within one second; the limit is {RATE:.0f}/s"
+    # A token bucket lets its burst out on top of a second's rate: RATE + BURST in one second is
+    # the limit's own; OVER covers the stamps, taken at the publish after the paced claim, which a
+    # stall of the node bunches.
+    assert most <= RATE * OVER + BURST, f"{most} tasks fired within one second; the limit is {RATE:.0f}/s"
     # The limit is not met by firing nothing, nor the figure above by a collector that fell behind:
     # at RATE, with BURST up front, the drain takes this long.
     assert span_s >= (len(ids) - BURST) / RATE, f"{len(ids)} tasks drained in {span_s:.2f} s: faster than {RATE:.0f}/s"

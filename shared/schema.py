@@ -11,14 +11,13 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, func, select, text
 
 from delayq import tables
 from delayq.clock import SYSTEM_CLOCK, Clock
-from delayq.db import unavailable_on_failure
+from delayq.db import mysql_code, unavailable_on_failure
 from delayq.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -91,10 +90,9 @@ def migrate(engine: Engine, clock: Clock = SYSTEM_CLOCK) -> list[int]:
                     conn.execute(text(stmt))
                 except sqlalchemy.exc.OperationalError as e:
                     # A run cut short after this statement: its change is there already.
-                    args: tuple[Any, ...] = getattr(e.orig, "args", (None,))
-                    if args[0] not in _ALREADY_APPLIED:
+                    if mysql_code(e) not in _ALREADY_APPLIED:
                         raise
-                    log.info("migration %03d: already applied: %s", mig.version, args[1])
+                    log.info("migration %03d: already applied: %s", mig.version, e.orig)
             conn.execute(text("INSERT INTO delayq_schema_version (version, name, applied_ms) "
                               "VALUES (:v, :n, :t)"), {"v": mig.version, "n": mig.name, "t": clock.now_ms()})
             conn.commit()
@@ -144,7 +142,7 @@ def recorded_versions(conn: Connection) -> set[int]:
     try:
         return {v for (v,) in conn.execute(text("SELECT version FROM delayq_schema_version"))}
     except sqlalchemy.exc.ProgrammingError as e:
-        if getattr(e.orig, "args", (None,))[0] == 1146:     # no such table
+        if mysql_code(e) == 1146:     # no such table
             conn.rollback()
             return set()
         raise

@@ -23,6 +23,7 @@ import sqlalchemy.exc
 from sqlalchemy import Connection
 
 from delayq import tables
+from delayq.db import mysql_code
 from delayq.errors import Conflict
 from delayq.lifecycle import Status
 from delayq.store.backlog import move_to_backlog
@@ -52,7 +53,7 @@ def write_keyed(conn: Connection, group: Sequence[NewTask]) -> list[Submitted] |
             conn.exec_driver_sql("ROLLBACK")
         except Exception:  # noqa: BLE001 - the connection is broken: the server ends the transaction
             conn.invalidate()
-        if isinstance(e, sqlalchemy.exc.IntegrityError) and getattr(e.orig, "args", (None,))[0] == DUPLICATE_KEY:
+        if isinstance(e, sqlalchemy.exc.IntegrityError) and mysql_code(e) == DUPLICATE_KEY:
             raise Again from None
         raise
 

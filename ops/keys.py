@@ -37,7 +37,7 @@ def _print_outcomes(out: ttypes.KeyedOutcomes, as_json: bool, wanted: int) -> No
         if not rows:
             click.echo("no live task has this key")
         if out.more:
-            click.echo("(the key has more live tasks: run again)")
+            click.echo("(the key has more tasks to change than one call handles: run again to go on)")
     if not rows or any(o.result != wanted for o in out.tasks):
         sys.exit(EXIT_FAILURE)
 

@@ -157,7 +157,9 @@ struct KeyedOutcome {
   3: required i64 dueAtMs,           // when it fires (RESCHEDULED), or was due
 }
 
-// Per live task of the key, newest first; more: the key has more live tasks than one call handles (call again).
+// Per live task of the key, newest first; more: the key has more tasks to change than one call
+// handles (1,000): call again, and it goes on with those (of such a key, a call takes first the
+// tasks still to change, then the others as room is left).
 struct KeyedOutcomes {
   1: required list<KeyedOutcome> tasks,
   2: required bool more,

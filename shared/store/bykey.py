@@ -125,7 +125,7 @@ class KeyRequests:
 
     def cancel(self, topic: str, key: bytes, now_ms: int, limit: int) -> tuple[list[Changed], bool]:
         """Cancel the key's live tasks that have not fired (up to limit, newest first); each one's
-        outcome, and whether the key has more live tasks."""
+        outcome, and whether the key has more to cancel than `limit`."""
         def change(conn: Connection, rows: list) -> list[Changed]:
             waiting = [(r.task_id, r.attempt) for r in rows if r.status == Status.DELAY]
             moved = move_to_backlog(conn, waiting, (Status.DELAY,), Status.CANCELLED, now_ms, "cancelled by key")
@@ -137,7 +137,10 @@ class KeyRequests:
                              .values(cancel_ms=now_ms))
             return [Changed(r.task_id, KeyResult.CANCELLED if r.task_id in moved else KeyResult.ALREADY_DISPATCHED,
                             r.due_ms, r.shard_id) for r in rows]
-        return self._change(topic, key, limit, change)
+        # An in-flight task told of the cancel has had its answer: a call again goes on with the rest.
+        todo = or_(TASK.c.status == int(Status.DELAY),
+                   and_(TASK.c.status.in_([int(s) for s in IN_FLIGHT]), TASK.c.cancel_ms.is_(None)))
+        return self._change(topic, key, limit, change, todo)
 
     def reschedule(self, topic: str, key: bytes, due_ms: int, shard_id: int | None, now_ms: int,
                    limit: int) -> tuple[list[Changed], bool]:
@@ -153,20 +156,36 @@ class KeyRequests:
             return [Changed(r.task_id, KeyResult.RESCHEDULED, due_ms, r.shard_id if shard_id is None else shard_id)
                     if r.status == Status.DELAY else Changed(r.task_id, KeyResult.ALREADY_DISPATCHED, r.due_ms,
                                                              r.shard_id) for r in rows]
-        return self._change(topic, key, limit, change)
+        # A rescheduled task stays live: a call again goes on with those not yet at the new time.
+        moved = TASK.c.due_ms != due_ms
+        if shard_id is not None:
+            moved = or_(moved, TASK.c.shard_id != shard_id)
+        todo = and_(TASK.c.status == int(Status.DELAY), moved)
+        return self._change(topic, key, limit, change, todo)
 
-    def _change(self, topic: str, key: bytes, limit: int, change) -> tuple[list[Changed], bool]:
+    def _change(self, topic: str, key: bytes, limit: int, change, todo) -> tuple[list[Changed], bool]:
+        """change() the key's live tasks, newest first, up to limit; `more`: the key has more. A key
+        of more live tasks than one call answers takes first those it still has to change (`todo`),
+        then the others as room is left, so that each call goes on where the last left off: newest
+        first alone, a reschedule answered the same thousand tasks again at every call."""
         for run in range(RUNS):
             try:
                 with unavailable_on_failure(), self._engine.begin() as conn:
                     # Locked through the (topic, task_key) index: a claim of one of these rows waits
                     # for this transaction, and then finds it changed.
-                    rows = conn.execute(
-                        select(TASK.c.task_id, TASK.c.status, TASK.c.attempt, TASK.c.due_ms, TASK.c.shard_id)
-                        .where(TASK.c.topic == topic, TASK.c.task_key == key)
-                        .order_by(TASK.c.created_ms.desc(), TASK.c.task_id.desc()).limit(limit + 1)
-                        .with_for_update()).all()
-                    return change(conn, rows[:limit]), len(rows) > limit
+                    cols = (TASK.c.task_id, TASK.c.status, TASK.c.attempt, TASK.c.due_ms, TASK.c.shard_id)
+                    newest = (TASK.c.created_ms.desc(), TASK.c.task_id.desc())
+                    rows = conn.execute(select(*cols).where(TASK.c.topic == topic, TASK.c.task_key == key)
+                                        .order_by(*newest).limit(limit + 1).with_for_update()).all()
+                    if len(rows) <= limit:
+                        return change(conn, rows), False
+                    first = conn.execute(select(*cols).where(TASK.c.topic == topic, TASK.c.task_key == key, todo)
+                                         .order_by(*newest).limit(limit + 1).with_for_update()).all()
+                    if len(first) > limit:
+                        return change(conn, first[:limit]), True
+                    taken = {r.task_id for r in first}
+                    rest = [r for r in rows if r.task_id not in taken][:limit - len(first)]
+                    return change(conn, [*first, *rest]), False
             except StoreUnavailable as e:
                 if e.code not in LOCK_CONFLICTS or run == RUNS - 1:
                     raise

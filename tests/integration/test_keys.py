@@ -258,6 +258,61 @@ def test_find_by_key_and_list_tasks_page_through_live_and_ended_tasks(node, topi
         assert sorted(t.result for t in out.tasks) == [ttypes.KeyedResult.CANCELLED] * 4
 
 
+def test_a_key_of_more_tasks_than_one_call_changes_is_changed_whole_by_calling_again(node, topic):
+    """1,000 a call: `more` says call again, and the call again goes on with the tasks not yet
+    changed (a rescheduled task stays live, so newest first alone answered the same thousand)."""
+    with node.client() as c:
+        due = now_ms() + 3_600_000
+        ids = {r.taskId for n in (600, 600) for r in c.submitBatch(
+            [TaskSpec(topic=topic, dueAtMs=due + i, key="big") for i in range(n)])}
+        later = now_ms() + 7_200_000
+        first = c.rescheduleByKey(topic, "big", later)
+        again = c.rescheduleByKey(topic, "big", later)
+        assert (len(first.tasks), first.more, len(again.tasks), again.more) == (1000, True, 1000, False)
+        answered = [o for out in (first, again) for o in out.tasks]
+        assert {o.taskId for o in answered} == ids
+        assert {(o.result, o.dueAtMs) for o in answered} == {(ttypes.KeyedResult.RESCHEDULED, later)}
+        moved, token = 0, None
+        while True:
+            page = c.listTasks(ttypes.TaskFilter(topic=topic, keyPrefix="big", dueFromMs=later, dueBeforeMs=later + 1),
+                               token, 500)
+            moved += len(page.tasks)
+            if (token := page.nextPageToken) is None:
+                break
+        assert moved == 1200, f"{1200 - moved} tasks of the key were left at their old time"
+        gone = [c.cancelByKey(topic, "big") for _ in range(2)]
+        assert [(len(g.tasks), g.more) for g in gone] == [(1000, True), (200, False)]
+        assert {o.taskId for g in gone for o in g.tasks} == ids
+
+
+def test_cancel_by_key_goes_on_past_tasks_in_flight_it_has_answered(engine, node, topic):
+    """Tasks in flight stay live after a cancel (their attempts run on): a call again takes those
+    still to cancel first, so a key with more in flight than a call answers is not stuck on them."""
+    from delayq.store.bykey import KeyRequests, KeyResult
+    with node.client() as c:
+        ids = [c.submit(TaskSpec(topic=topic, delayMs=3_600_000 + i, key="busy")).taskId for i in range(5)]
+    running = ids[2:]           # the three newest, as if claimed
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("UPDATE job_delay_task SET status = 1, attempt = 1 WHERE task_id IN :ids")
+                     .bindparams(sqlalchemy.bindparam("ids", expanding=True)), {"ids": running})
+    requests, answers = KeyRequests(engine), []
+    for _ in range(5):
+        changed, more = requests.cancel(topic, b"busy", now_ms(), 2)
+        answers.append(changed)
+        if not more:
+            break
+    assert not more, f"still `more` after {len(answers)} calls of 2: {answers}"
+    results = {}
+    for changed in answers:
+        for ch in changed:
+            results.setdefault(ch.task_id, set()).add(ch.result)
+    assert results == {**{t: {KeyResult.CANCELLED} for t in ids[:2]},
+                       **{t: {KeyResult.ALREADY_DISPATCHED} for t in running}}
+    marked = _rows(engine, "SELECT COUNT(*) FROM job_delay_task WHERE task_id IN :ids AND cancel_ms IS NOT NULL",
+                   ids=tuple(running))
+    assert marked[0][0] == 3, "an attempt in flight was not told of the cancel"
+
+
 def test_max_debounce_bounds_the_first_replace_submit_of_a_chain_too(node, topic, collector):
     """docs/clients.md: a REPLACE chain is due at most its first submit plus maxDebounceMs — the
     first submit included, not only the replacements after it."""

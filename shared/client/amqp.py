@@ -14,6 +14,7 @@ from delayq import topology
 
 log = logging.getLogger(__name__)
 PRECONDITION_FAILED = 406
+NOT_FOUND = 404
 
 
 def parameters(url: str, ca_file: str = "") -> pika.URLParameters:
@@ -23,6 +24,22 @@ def parameters(url: str, ca_file: str = "") -> pika.URLParameters:
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         params.ssl_options = pika.SSLOptions(context, server_hostname=params.host)
     return params
+
+
+def declare_exchange(connection: pika.BlockingConnection, channel, name: str):
+    """Make sure the exchange `name` exists, as the nodes do (delayq.nodes.amqp.exchanges): one that
+    exists is used as it is, a direct exchange as well as a topic one (declared as a topic exchange,
+    a direct one was refused with 406 and the consumer never started); a missing one is made a
+    durable topic exchange. Returns the channel to go on with (the 404 closes the one given)."""
+    try:
+        channel.exchange_declare(name, passive=True)
+        return channel
+    except pika.exceptions.ChannelClosedByBroker as e:
+        if e.reply_code != NOT_FOUND:
+            raise
+    channel = connection.channel()
+    channel.exchange_declare(name, exchange_type=topology.EXCHANGE_TYPE, durable=True)
+    return channel
 
 
 def declare_queue(connection: pika.BlockingConnection, channel, name: str):

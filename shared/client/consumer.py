@@ -157,9 +157,9 @@ class TaskConsumer:
 
     def declare(self, channel) -> str:
         queue = topology.queue_name(self.topic)
-        channel.exchange_declare(self._exchange, exchange_type=topology.EXCHANGE_TYPE, durable=True)
         assert self._conn is not None
-        # A refused declaration closes the channel: go on with the one declare_queue returns.
+        # A refused declaration closes the channel: go on with the one each returns.
+        channel = amqp.declare_exchange(self._conn, channel, self._exchange)
         channel = amqp.declare_queue(self._conn, channel, queue)
         channel.queue_bind(queue, self._exchange, self._routing_key)
         self._channel = channel

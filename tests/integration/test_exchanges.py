@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import urllib.request
 import uuid
 
 import pika
 import pytest
 
-from delayq.client import CallbackService, TaskSpec
+from delayq.client import CallbackService, DelayqClient, TaskSpec, TaskStatus
+from delayq.client.consumer import TaskConsumer
 from delayq.client.gen.delayq_thrift import ttypes
 from conftest import AMQP_URL, Collector, NodeFactory, fresh_database, now_ms, wait_until
 
@@ -179,3 +181,27 @@ def test_re_registering_a_held_topic_on_a_good_exchange_releases_its_tasks(node_
             got.close()
         delete_exchange(bad_ex)
         delete_exchange(good_ex)
+
+
+def test_the_consumer_helper_takes_the_tasks_of_a_topic_on_a_direct_exchange(node):
+    """A service may name a direct exchange of its own (the nodes publish to it as it is): the
+    helper, given it, binds to it as it is too (it declared it a topic exchange, which RabbitMQ
+    refused, and never started)."""
+    exchange, topic = f"ex.direct.{uuid.uuid4().hex[:8]}", f"d.{uuid.uuid4().hex[:8]}"
+    make_exchange(exchange, "direct")
+    handled: list[str] = []
+    consumer = TaskConsumer(topic, lambda task: handled.append(task.task_id), results=DelayqClient([node.endpoint]),
+                            amqp_url=AMQP_URL, exchange=exchange, routing_key="cancel")
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    try:
+        with node.client() as c:
+            c.registerService(CallbackService(topic=topic, exchange=exchange, routingKey="cancel", ttrMs=5000))
+            assert consumer.wait_ready(10), "the consumer did not start on a direct exchange"
+            ref = c.submit(TaskSpec(topic=topic, delayMs=200, payload=b"d"))
+            wait_until(lambda: c.get(ref.taskId).status == TaskStatus.FINISHED, 15, what="the task to be handled")
+        assert handled == [ref.taskId]
+    finally:
+        consumer.stop()
+        thread.join(10)
+        delete_exchange(exchange)

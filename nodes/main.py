@@ -273,6 +273,8 @@ class NodeRuntime:
             self.standalone.take_shards()
 
     def stop(self, timeout: float = 10.0) -> None:
+        began = time.monotonic()
+        log.info("node %s stopping", self.settings.node.node_id)
         doors: tuple[Part, ...] = (self.server, self.submits, self.calls, *self.watches, self.quotas)
         for door in doors:
             door.stop()
@@ -298,4 +300,4 @@ class NodeRuntime:
         self.http.stop()
         if self.console is not None:
             self.console.stop()
-        log.info("node %s stopped", self.settings.node.node_id)
+        log.info("node %s stopped in %.1f s", self.settings.node.node_id, time.monotonic() - began)

@@ -34,6 +34,10 @@ class Expiry:
         if self._grace.hold_until() is not None:
             return
         for task_id, attempt in self._store.expired(shards, now_ms, BATCH, self._ownership.fence()[0]):
+            # Shards moved away meanwhile, or the node stops (it gave them all up): their new owners
+            # time these out. Going on, a stopping node spent seconds on them, one transaction each.
+            if not self._ownership.shards() >= shards:
+                break
             try:
                 self._results.apply(task_id, attempt, Result.TIMEOUT, "no result within the time-to-run")
             except Unavailable:

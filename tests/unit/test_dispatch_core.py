@@ -431,6 +431,30 @@ def test_an_attempt_a_dead_node_dispatched_is_timed_out_by_the_shards_new_owner_
     assert core.results.applied == [("orphan", 1, Result.TIMEOUT)]
 
 
+def test_expiry_stops_timing_out_attempts_once_the_node_gives_up_the_shards_it_scanned():
+    """A stopping node gives every shard up while its last scan's time-outs are being applied, one
+    transaction each: the rest are the new owners' to apply."""
+    core = Core()
+    grace = OutageGrace(core.clock, 15_000)
+    grace.observe("mysql", True)
+    core.clock.now += 15_001
+    expiry = Expiry(core.table, core.results, core.ownership, grace)
+    for name in ("o1", "o2", "o3"):
+        core.table.add(name, 1, core.clock.now - 5_000)
+        row = core.table.rows[name]
+        row.status, row.attempt, row.owner, row.deadline_ms = Status.RUNNING, 1, "n2", core.clock.now - 1
+    scanned = core.ownership.shards()
+    apply = core.results.apply
+
+    def apply_then_stop(*args, **kwargs):
+        out = apply(*args, **kwargs)
+        core.ownership.set({}, core.ownership.all_shards())       # NodeRuntime.stop, meanwhile
+        return out
+    core.results.apply = apply_then_stop
+    expiry.scanned(scanned, core.clock.now)
+    assert len(core.results.applied) == 1
+
+
 # ---- KEEP_IF_ACTIVE: one attempt of a key in flight ------------------------------------------------
 
 def b_waits_for_a() -> Core:

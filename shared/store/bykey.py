@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import enum
 import heapq
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
-from sqlalchemy import Connection, Engine, Table, and_, or_, select, update
+from sqlalchemy import Connection, Engine, Row, Table, and_, or_, select, update
 
 from delayq import tables
 from delayq.db import unavailable_on_failure
@@ -171,16 +171,10 @@ class KeyRequests:
         for run in range(RUNS):
             try:
                 with unavailable_on_failure(), self._engine.begin() as conn:
-                    # Locked through the (topic, task_key) index: a claim of one of these rows waits
-                    # for this transaction, and then finds it changed.
-                    cols = (TASK.c.task_id, TASK.c.status, TASK.c.attempt, TASK.c.due_ms, TASK.c.shard_id)
-                    newest = (TASK.c.created_ms.desc(), TASK.c.task_id.desc())
-                    rows = conn.execute(select(*cols).where(TASK.c.topic == topic, TASK.c.task_key == key)
-                                        .order_by(*newest).limit(limit + 1).with_for_update()).all()
+                    rows = _newest_locked(conn, topic, key, limit + 1)
                     if len(rows) <= limit:
                         return change(conn, rows), False
-                    first = conn.execute(select(*cols).where(TASK.c.topic == topic, TASK.c.task_key == key, todo)
-                                         .order_by(*newest).limit(limit + 1).with_for_update()).all()
+                    first = _newest_locked(conn, topic, key, limit + 1, todo)
                     if len(first) > limit:
                         return change(conn, first[:limit]), True
                     taken = {r.task_id for r in first}
@@ -190,4 +184,13 @@ class KeyRequests:
                 if e.code not in LOCK_CONFLICTS or run == RUNS - 1:
                     raise
         raise AssertionError("unreachable")
+
+
+def _newest_locked(conn: Connection, topic: str, key: bytes, n: int, *where) -> Sequence[Row]:
+    """The key's n newest live tasks (meeting `where`), locked through the (topic, task_key)
+    index: a claim of one of them waits for this transaction, and then finds it changed."""
+    return conn.execute(select(TASK.c.task_id, TASK.c.status, TASK.c.attempt, TASK.c.due_ms, TASK.c.shard_id)
+                        .where(TASK.c.topic == topic, TASK.c.task_key == key, *where)
+                        .order_by(TASK.c.created_ms.desc(), TASK.c.task_id.desc()).limit(n)
+                        .with_for_update()).all()
 

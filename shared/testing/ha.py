@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from delayq.testing.process import process_state
+
 # cgroup v2: the whole hierarchy (systemd's unified layout), or its part beside v1's (hybrid).
 CGROUP_ROOT = Path("/sys/fs/cgroup") if Path("/sys/fs/cgroup/cgroup.controllers").exists() \
     else Path("/sys/fs/cgroup/unified")
@@ -103,10 +105,7 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     # A killed child of ours lingers as a zombie until reaped: dead all the same.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return process_state(pid) not in ("", "Z")
 
 
 def wait(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.1) -> None:

@@ -22,6 +22,15 @@ from delayq.client import DelayqClient, connect
 from delayq.client.security import ClientSecurity
 
 
+def process_state(pid: int) -> str:
+    """The process's state letter in /proc/PID/stat (R, S, T: stopped, Z: a zombie not yet
+    reaped); "" when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 

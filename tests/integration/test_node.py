@@ -12,6 +12,7 @@ import pytest
 
 from delayq.client import CallbackService, CancelResult, DelayqClient, TaskSpec, TaskStatus
 from delayq.client.consumer import TaskConsumer
+from delayq.testing.process import process_state
 from conftest import AMQP_URL, Collector, now_ms, wait_until
 
 pytestmark = pytest.mark.integration
@@ -130,7 +131,7 @@ def test_a_node_told_to_stop_as_it_wakes_from_a_pause_stops(node_factory):
     try:
         for _ in range(2):
             os.kill(victim.proc.pid, signal.SIGSTOP)
-            wait_until(lambda: _state(victim.proc.pid) == "T", 5, 0.01, what="the node to stop")
+            wait_until(lambda: process_state(victim.proc.pid) == "T", 5, 0.01, what="the node to stop")
             os.kill(victim.proc.pid, signal.SIGCONT)
             os.kill(victim.proc.pid, signal.SIGTERM)
             try:
@@ -141,12 +142,6 @@ def test_a_node_told_to_stop_as_it_wakes_from_a_pause_stops(node_factory):
             victim.start()
     finally:
         victim.stop()
-
-
-def _state(pid: int) -> str:
-    """The process's state letter in /proc (T: stopped)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 def _idle_closes(node) -> float:

@@ -14,7 +14,7 @@ from delayq.options import SETTINGS
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 CONFIGURATION = ROOT / "docs" / "configuration.md"
-LINKED_DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md",
+LINKED_DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md",
                *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -2,7 +2,7 @@
 each error, which field of a reply carries it, and how each call is counted (method, outcome).
 
 Both ways calls are answered use it: the generated Processor (through `declared`, for every call
-but submits) and the submit path (Handler.submit_many through `CallAnswers.answer`; the
+but submits) and the submit path (SubmitPath.submit_many through `CallAnswers.answer`; the
 SubmitBatcher through `exception_fields`).
 """
 from __future__ import annotations

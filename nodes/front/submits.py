@@ -3,7 +3,7 @@ one MySQL statement (one commit, one fsync) for all of them.
 
 The Thrift server hands it the calls (see delayq.nodes.front.server). It takes every call waiting when it is
 free (nothing is held back on purpose: an idle node serves a lone submit at once), up to
-`max_rows` tasks, decodes them, has the handler validate and insert them (`Handler.submit_many`)
+`max_rows` tasks, decodes them, has the handler validate and insert them (`SubmitPath.submit_many`)
 and writes each reply. Each call keeps its own result: its tasks, created or existing, or its own
 declared exception. A submitBatch of more tasks than the protocol reads (`max_batch`) is answered
 `InvalidTask(tasks)` here, from the count its request declares, without building its tasks.

@@ -4,8 +4,9 @@ What it replaces: `cursor.execute(sql, params)`, where PyMySQL escapes every val
 and a call per value). Why: for a 1000-task submitBatch and for the recorder's execlog upserts in a
 burst, escaping cost more CPU than the statement's round trip, so the values are written in (ids
 and topics as they are, bytes as hex literals, numbers as numbers). The figure to watch is the
-node's CPU per batched task (`python -m bench --scenario submit`, batch_1000_node_cpu: 19 us in
-the run of 2026-11-25; no before/after of this module alone was kept). It is safe only because task ids and topics are restricted to
+node's CPU per batched task (`python -m bench --scenario submit`, batch_1000_node_cpu in
+bench/RESULTS.md; no before/after of this module alone was kept). It is safe only because task ids
+and topics are restricted to
 `[A-Za-z0-9._:-]` at the door (delayq.nodes.validation) and checked again here: a value with any
 other character raises ValueError instead of reaching MySQL.
 

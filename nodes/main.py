@@ -57,6 +57,8 @@ from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
 from delayq.nodes.console.assembly import ConsolePart
 from delayq.nodes.http import HealthServer
+from delayq.nodes.front import pages
+from delayq.store.clusterkey import ClusterKey
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
@@ -193,7 +195,9 @@ class NodeRuntime:
         placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
         limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
         self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
-        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits)
+        self.cluster_key = ClusterKey(self.engine)
+        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits,
+                             page_key=lambda: self.cluster_key.derive(pages.PURPOSE))
         self.topics = TopicCalls(self.services, ControlStore(self.engine, clock), self.access, answers,
                                  self.exchanges.check, default_exchange=s.amqp.exchange)
         self.submit_path = SubmitPath(SubmitGate(self.access, self.quotas),
@@ -269,6 +273,7 @@ class NodeRuntime:
         schema.check_ready(self.engine)
         self.services_watch.load()
         self.access.load()
+        self.cluster_key.derive(pages.PURPOSE)      # read now: the Thrift port's first page token needs it
         if self.standalone is not None:
             self.standalone.take_shards()
 

@@ -57,6 +57,8 @@ from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
 from delayq.nodes.console.assembly import ConsolePart
 from delayq.nodes.http import HealthServer
+from delayq.nodes import httpgate
+from delayq.nodes.httpgate import HttpGate
 from delayq.nodes.front import pages
 from delayq.store.clusterkey import ClusterKey
 from delayq.nodes.memory.loader import Loader, ScanSettings
@@ -234,8 +236,9 @@ class NodeRuntime:
         # The HTTP port speaks TLS too when the node has a certificate (the console needs it). It
         # asks for a client certificate as the Thrift port does, never requires one: a browser
         # without one logs in with a token.
-        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
-                                 self.probes.detail, tls=None if sec.insecure else server_context(
+        gate = HttpGate(self.access, lambda: self.cluster_key.derive(httpgate.PURPOSE))
+        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes, gate,
+                                 tls=None if sec.insecure else server_context(
                                      sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file,
                                      "none" if sec.tls_client_cert == "none" else "optional"))
         # The web console (nodes/console): reads on an engine of its own, actions through the service.

@@ -10,7 +10,7 @@ from delayq.clock import Clock
 from delayq.config import Settings
 from delayq.nodes.console.app import Console
 from delayq.nodes.console.history import HistoryThread
-from delayq.nodes.console.peers import Peers
+from delayq.nodes.console.peers import Peers, fetch
 from delayq.nodes.console.reads import ConsoleReads, console_engine
 from delayq.nodes.front.access import Access
 from delayq.nodes.http import HealthServer
@@ -27,7 +27,8 @@ class ConsolePart:
         self._engine = engine = console_engine(s.mysql)
         self.console = Console(
             service=service, access=access, reads=ConsoleReads(engine), history=HistoryThread(metrics, clock),
-            peers=Peers(), http_endpoints=http_endpoints, clock=clock, cluster=s.node.cluster,
+            peers=Peers(lambda ep, path: fetch(ep, path, credential=http.gate.credential())),
+            http_endpoints=http_endpoints, clock=clock, cluster=s.node.cluster,
             node_id=s.node.node_id, audit=AuditLog(engine), tenants=TenantStore(engine, clock),
             cookie=f"delayq_console_{http.port}", tls=http.tls, plaintext=s.http.console_plaintext)
         http.console = self.console

@@ -164,7 +164,8 @@ class HealthServer:
                 req = Request(method, path, {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}, form,
                               {k: m.value for k, m in jar.items()}, self.headers.get("Origin"),
                               self.headers.get("Host"), self.client_address, secure,
-                              common_name(cert) if cert else None)
+                              common_name(cert) if cert else None,
+                              polled=bool(self.headers.get("HX-Request") or self.headers.get("X-Delayq-Poll")))
                 r = server.console.handle(req)
                 self._send(r.status, r.body, r.ctype, r.headers)
 

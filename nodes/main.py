@@ -55,7 +55,7 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
-from delayq.nodes.console.assembly import ConsolePart
+from delayq.nodes.console.assembly import ConsolePart, serves_console
 from delayq.nodes.http import HealthServer
 from delayq.nodes import httpgate
 from delayq.nodes.httpgate import HttpGate
@@ -243,7 +243,7 @@ class NodeRuntime:
                                      "none" if sec.tls_client_cert == "none" else "optional"))
         # The web console (nodes/console): reads on an engine of its own, actions through the service.
         self.console = ConsolePart(s, self.service, self.access, self.metrics, clock, self.http,
-                                   self.probes.http_endpoints) if s.http.console else None
+                                   self.probes.http_endpoints) if serves_console(s) else None
 
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:

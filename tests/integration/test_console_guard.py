@@ -122,26 +122,37 @@ def test_an_address_past_its_failed_logins_is_refused_unchecked(node):
         {"token": security.admin_token()}))[0] == 303              # another address logs in
 
 
-def test_page_tokens_are_the_clusters_own_and_a_node_without_security_serves_no_console(node, tmp_path):
+@pytest.fixture(scope="module")
+def other_cluster(tmp_path_factory):
+    """A node of another cluster (a database of its own), run without security."""
+    with fresh_database(2) as other:
+        factory = NodeFactory(other, tmp_path_factory.mktemp("other"))
+        try:
+            yield factory(DELAYQ_INSECURE="true")
+        finally:
+            factory.stop_all()
+
+
+def test_a_node_without_security_serves_no_console_unless_asked(other_cluster):
+    assert ask(other_cluster, "GET", "/ui/login")[0] == 404
+    assert ask(other_cluster, "GET", "/ui/overview")[0] == 404
+    assert ask(other_cluster, "GET", "/readyz")[0] == 200
+
+
+def test_page_tokens_are_the_clusters_own(node, other_cluster):
     with node.client() as c:
         c.registerService(CallbackService(topic=TOPIC, ttrMs=0))
         for _ in range(3):
             c.submit(TaskSpec(topic=TOPIC, delayMs=3_600_000))
         token = c.listTasks(ttypes.TaskFilter(topic=TOPIC), None, 2).nextPageToken
     assert token
-    with fresh_database(2) as other:
-        factory = NodeFactory(other, tmp_path)
-        try:
-            insecure = factory(DELAYQ_INSECURE="true")
-            assert ask(insecure, "GET", "/ui/login")[0] == 404
-            assert ask(insecure, "GET", "/readyz")[0] == 200
-            with insecure.client() as c:
-                c.registerService(CallbackService(topic=TOPIC, ttrMs=0))
-                with pytest.raises(ttypes.InvalidTask) as e:
-                    c.listTasks(ttypes.TaskFilter(topic=TOPIC), token, 2)      # another cluster's token
-                assert e.value.field == "pageToken"
-        finally:
-            factory.stop_all()
+    with other_cluster.client() as c:
+        c.registerService(CallbackService(topic=TOPIC, ttrMs=0))
+        with pytest.raises(ttypes.InvalidTask) as e:
+            c.listTasks(ttypes.TaskFilter(topic=TOPIC), token, 2)          # another cluster's token
+        assert e.value.field == "pageToken"
+    with node.client() as c:
+        assert len(c.listTasks(ttypes.TaskFilter(topic=TOPIC), token, 2).tasks) == 1     # its own cluster's
 
 
 def test_failed_logins_are_audited_as_one_row_per_address_and_interval(node, node_factory, database):

@@ -36,14 +36,14 @@ from typing import Any, Callable, Mapping
 import jinja2
 
 from delayq.access.grants import Client, Permission
-from delayq.store.audit import Entry
-from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
 from delayq.nodes.console import login, view
 from delayq.nodes.console.door import Door
-from delayq.nodes.console.fields import ActionRefused, shown
+from delayq.nodes.console.fields import ActionRefused
 from delayq.nodes.console.history import HistoryThread
 from delayq.nodes.console.peers import Peers
+from delayq.nodes.console.problems import DECLARED, describe
 from delayq.nodes.console.reads import ConsoleReads
 from delayq.nodes.console.recent import Recent
 from delayq.nodes.console.sessions import Session, Sessions, csrf_ok, local_path, same_origin
@@ -51,7 +51,7 @@ from delayq.nodes.console.throttle import LoginThrottle, Summary
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import CERTIFICATE, Caller, serving
 from delayq import errors
-from delayq.store.audit import AuditLog
+from delayq.store.audit import AuditLog, Entry
 from delayq.store.tenants import TenantStore
 
 log = logging.getLogger(__name__)
@@ -114,49 +114,7 @@ class Ctx:
 Handler = Callable[["Console", Ctx], Response]
 
 
-# The declared exceptions of the Thrift calls (every one the IDL has: a page makes many calls).
-DECLARED: tuple[type[Exception], ...] = (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService,
-                                         ttypes.UnknownTopic, ttypes.Forbidden, ttypes.NotFound,
-                                         ttypes.Unauthenticated, ttypes.Conflict, ttypes.QuotaExceeded,
-                                         ttypes.StaleAttempt, ttypes.Unavailable)
 __all__ = ["ActionRefused", "Console", "Ctx", "DECLARED", "Request", "Response", "describe"]
-
-
-def describe(e: Exception) -> str:
-    """A Thrift call's declared exception (or delayq's error) as a sentence for the page. An
-    outage's own text (MySQL's, RabbitMQ's: addresses, accounts, statements) stays in the node's
-    log, under an id the page gives."""
-    if isinstance(e, (ttypes.Unavailable, errors.Unavailable)):
-        return f"the cluster could not do it now (error {logged(e)}: this node's log has the details)"
-    if isinstance(e, (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService)):
-        return f"{e.field}: {e.reason}"
-    if isinstance(e, ttypes.UnknownTopic) and e.disabled:
-        return (f"topic: the service of {shown(e.topic or '')} is disabled and takes no new tasks "
-                f"(delayq services disable {shown(e.topic or '')} --enable)")
-    if isinstance(e, ttypes.UnknownTopic):
-        return f"topic: no topic {shown(e.topic or '')} (no enabled callback service has it)"
-    if isinstance(e, ttypes.QuotaExceeded):
-        return f"tenant {e.tenant} is over its {e.quota} quota of {e.limit:,}"
-    if isinstance(e, ttypes.StaleAttempt):
-        return f"attempt {e.attempt} of {e.taskId}: {e.reason}"
-    if isinstance(e, ttypes.Forbidden):
-        return f"not allowed: this client does not hold {e.permission}" + (f" on {e.topic}" if e.topic else "")
-    if isinstance(e, ttypes.NotFound):
-        return f"no task {e.taskId} (or not one this client may see)"
-    if isinstance(e, ttypes.Unauthenticated):
-        return f"not logged in: {e.reason}"
-    if isinstance(e, ttypes.Conflict):
-        return f"conflict on {e.taskId}: {e.reason}"
-    if isinstance(e, errors.DelayqError):
-        return str(e)
-    return f"internal error (error {logged(e)}: this node's log has the details)"
-
-
-def logged(e: Exception) -> str:
-    """An id for `e`, logged with its text: what a page says in its place."""
-    ref = secrets.token_hex(4)
-    log.warning("console: error %s: %s", ref, getattr(e, "reason", None) or e)
-    return ref
 
 
 class Console:

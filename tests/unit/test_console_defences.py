@@ -169,3 +169,10 @@ def test_a_node_without_security_serves_the_console_only_when_asked():
     assert serves_console(config.load({"DELAYQ_TLS_CERT_FILE": "n.pem", "DELAYQ_TLS_KEY_FILE": "n.key"}))
     assert not serves_console(config.load({"DELAYQ_TLS_CERT_FILE": "n.pem", "DELAYQ_TLS_KEY_FILE": "n.key",
                                            "DELAYQ_CONSOLE": "false"}))
+
+
+def test_a_read_stopped_at_its_time_limit_is_said_in_delayqs_own_words():
+    from delayq import errors
+    from delayq.nodes.console.problems import describe
+    assert describe(errors.StatementStopped("a statement was stopped after 3 s", 1969)) == \
+        "a statement was stopped after 3 s"

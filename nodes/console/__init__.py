@@ -9,6 +9,7 @@
     peers              the other nodes' history and health, asked over their HTTP ports
     reads              the console's MySQL reads: bounded, indexed, with a statement timeout
     view               pure formatting: numbers, times, payloads, error fingerprints
+    problems           a failed call or read as a sentence; an outage's text only in the log
     pages_*            one module per page group
 
 Who may see and do what is the Thrift service's rule, not a second one: a login is

@@ -165,6 +165,7 @@ class Console:
             return Response(503, b"the console is busy: retry in a moment\n", "text/plain; charset=utf-8",
                             [("Retry-After", "2"), *HEADERS])
         try:
+            self.throttle.report_ended()
             r = self._handle(req)
         finally:
             self._busy.release()

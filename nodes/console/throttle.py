@@ -8,9 +8,9 @@
 A peer's interval starts at its first failure and lasts INTERVAL_S; in it, FAILURES failed logins
 are checked and any further attempt is refused unchecked, so guessing tokens through the console
 costs as much as the interval allows and nothing of the node's token lookups. Each interval with
-failures is handed to `report` once, as one Summary, after it ended (at the next login attempt
-from anyone, or at `flush()` when the console stops): the audit log gets one row per peer and
-interval, however many attempts there were. At most MAX_PEERS intervals are kept; past that the
+failures is handed to `report` once, as one Summary, after it ended (at the next request the
+console serves, `report_ended()`, or at `flush()` when it stops): the audit log gets one row per
+peer and interval, however many attempts there were. At most MAX_PEERS intervals are kept; past that the
 oldest is reported early.
 
 Thread-safe (the HTTP server's request threads); `report` runs outside the lock.
@@ -76,6 +76,10 @@ class LoginThrottle:
                 current = self._by_peer[peer] = _Interval(self._clock.now_ms())
             current.failed += 1
         self._send(ended)
+
+    def report_ended(self) -> None:
+        """Report the intervals that ended (cheap when none did)."""
+        self._send(self._take_ended())
 
     def flush(self) -> None:
         """Report every interval now, ended or not (the console stops)."""

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class Health(Protocol):
     """The node's checks (delayq.nodes.probes.Probes): part -> None when fine, else what is wrong."""
     def alive(self) -> dict[str, str | None]: ...
@@ -52,6 +53,8 @@ class Gate(Protocol):
     """Who may read the whole of /readyz and /history (delayq.nodes.httpgate.HttpGate)."""
     def admits(self, authorization: str | None, peer: tuple) -> bool: ...
     def credential(self) -> str | None: ...         # what this node shows the others' ports
+
+
 REQUEST_TIMEOUT_S = 10.0
 MAX_FORM_BYTES = 64 * 1024
 TLS_RECORD = b"\x16"                             # a TLS handshake record's first byte

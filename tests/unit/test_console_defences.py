@@ -176,3 +176,14 @@ def test_a_read_stopped_at_its_time_limit_is_said_in_delayqs_own_words():
     from delayq.nodes.console.problems import describe
     assert describe(errors.StatementStopped("a statement was stopped after 3 s", 1969)) == \
         "a statement was stopped after 3 s"
+
+
+def test_a_host_header_is_read_as_its_name_without_the_port():
+    from delayq.nodes.console.hosts import allowed, listed, name_of, own_names
+    assert [name_of(h) for h in ("node1:10090", "NODE1.", "[::1]:8443", "[::1]", "127.0.0.1")] == \
+        ["node1", "node1", "::1", "::1", "127.0.0.1"]
+    assert [name_of(h) for h in ("", None, "node:port", "[::1", "[::1]x", "a b", "node:80\r\n")] == [None] * 7
+    names = own_names("node1", "0.0.0.0")
+    assert {"node1", "localhost", "127.0.0.1", "::1"} <= names and "0.0.0.0" not in names
+    assert allowed("localhost:10090", names) and not allowed("rebound.example:10090", names)
+    assert listed(" proxy.example , Console.Example. ,") == {"proxy.example", "console.example"}

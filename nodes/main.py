@@ -55,8 +55,12 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
-from delayq.nodes.console.assembly import ConsolePart
+from delayq.nodes.console.assembly import ConsolePart, serves_console
 from delayq.nodes.http import HealthServer
+from delayq.nodes import httpgate
+from delayq.nodes.httpgate import HttpGate
+from delayq.nodes.front import pages
+from delayq.store.clusterkey import ClusterKey
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
@@ -193,7 +197,9 @@ class NodeRuntime:
         placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
         limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
         self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
-        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits)
+        self.cluster_key = ClusterKey(self.engine)
+        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits,
+                             page_key=lambda: self.cluster_key.derive(pages.PURPOSE))
         self.topics = TopicCalls(self.services, ControlStore(self.engine, clock), self.access, answers,
                                  self.exchanges.check, default_exchange=s.amqp.exchange)
         self.submit_path = SubmitPath(SubmitGate(self.access, self.quotas),
@@ -230,13 +236,14 @@ class NodeRuntime:
         # The HTTP port speaks TLS too when the node has a certificate (the console needs it). It
         # asks for a client certificate as the Thrift port does, never requires one: a browser
         # without one logs in with a token.
-        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
-                                 self.probes.detail, tls=None if sec.insecure else server_context(
+        gate = HttpGate(self.access, lambda: self.cluster_key.derive(httpgate.PURPOSE))
+        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes, gate,
+                                 tls=None if sec.insecure else server_context(
                                      sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file,
                                      "none" if sec.tls_client_cert == "none" else "optional"))
         # The web console (nodes/console): reads on an engine of its own, actions through the service.
         self.console = ConsolePart(s, self.service, self.access, self.metrics, clock, self.http,
-                                   self.probes.http_endpoints) if s.http.console else None
+                                   self.probes.http_endpoints) if serves_console(s) else None
 
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:
@@ -269,6 +276,7 @@ class NodeRuntime:
         schema.check_ready(self.engine)
         self.services_watch.load()
         self.access.load()
+        self.cluster_key.derive(pages.PURPOSE)      # read now: the Thrift port's first page token needs it
         if self.standalone is not None:
             self.standalone.take_shards()
 

@@ -106,6 +106,8 @@ class HttpSettings:
     port: int
     console: bool
     console_plaintext: bool
+    console_hosts: str
+    console_insecure: bool
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CONSOLE_PLAINTEXT", "http", "console_plaintext", _bool, False,
             "Serve the console over plain HTTP too on a node with a certificate (only behind a proxy that "
             "terminates TLS on the same machine): tokens and session cookies then cross in the clear."),
+    Setting("DELAYQ_CONSOLE_HOSTS", "http", "console_hosts", str, "",
+            "Names (comma-separated) a request to the console may give in its Host header, e.g. a proxy's "
+            "(default: the node's DELAYQ_HOST, DELAYQ_ADVERTISE_HOST, this machine's names and the loopback "
+            "addresses); any other is refused with 421."),
+    Setting("DELAYQ_CONSOLE_INSECURE", "http", "console_insecure", _bool, False,
+            "Serve the console on a node run with DELAYQ_INSECURE (plain HTTP, any token logs in)."),
     Setting("DELAYQ_RETENTION_DAYS", "retention", "days", int, 7,
             "Days the history of a task (its archived row and its attempts) is kept after it ended, unless its "
             "topic has its own (`delayq retention set`); 0 keeps it for ever. Nodes drop whole day "

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import logging
 import time
+from pathlib import Path
 
 from thrift.protocol import TBinaryProtocol
 
@@ -34,6 +35,7 @@ from delayq.nodes.outcomes.deadlines import Deadlines
 from delayq.nodes.outcomes.expiry import Expiry
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.freeze import FreezePoint
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.flow import Flow, follow
 from delayq.nodes.memory.keyholds import KeyHolds
@@ -111,7 +113,8 @@ class NodeRuntime:
         # Submits, one group at a time (on the Thrift I/O thread, or the SubmitBatcher's while MySQL
         # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True, members=members)
-        self.store = TaskStore(self.engine)
+        freeze = FreezePoint(Path(s.node.freeze_in_claim_file)) if s.node.freeze_in_claim_file else None
+        self.store = TaskStore(self.engine, locked=freeze)
         self.overdue = OverdueRows(self.engine)
         self.requests = TaskRequests(self.engine)
         self.epochs = ShardEpochs(self.engine, clock)

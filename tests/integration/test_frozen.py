@@ -8,9 +8,15 @@ import time
 import uuid
 
 import pytest
+import sqlalchemy.exc
 
 from conftest import Collector, now_ms, wait_until
+from delayq import config, db
+from delayq.clock import SystemClock
 from delayq.client import CallbackService
+from delayq.errors import StoreUnavailable
+from delayq.store.connections import NodeConnections
+from delayq.store.epochs import ShardEpochs
 from delayq.testing.process import process_state
 from test_cluster import balanced, cluster, owners  # noqa: F401  (cluster: fixture)
 from test_handover import PRODUCTION, assert_each_attempt_once_and_none_early, first_deliveries, submit_stream
@@ -77,3 +83,68 @@ def test_a_node_frozen_inside_a_claim_holds_up_no_task_of_its_shards_once_they_m
             f"{[(due[t] - moved_at, ms, first[t][1]) for t, ms in sorted(held.items(), key=lambda kv: -kv[1])[:8]]}"
     finally:
         collector.close()
+
+
+def test_a_departed_nodes_transaction_holds_up_the_epoch_write_a_second_at_most_and_not_once_ended(database):
+    # As the nodes run: the node account, each connection written down, lock waits bounded.
+    settings = config.load({"DELAYQ_MYSQL_URL": database.node_url}).mysql
+    frozen, master = db.make_engine(settings), db.make_engine(settings)
+    connections = NodeConnections(master, settings)
+    for engine, node in ((frozen, "frozen"), (master, "master")):
+        connections.register(engine, node)
+        db.bound_lock_waits(engine)
+    epochs = ShardEpochs(master, SystemClock())
+    try:
+        held = frozen.connect()
+        stuck = held.begin()
+        # What a claim holds between its first statement and its commit.
+        held.exec_driver_sql("SELECT shard_id FROM job_shard WHERE shard_id = 0 LOCK IN SHARE MODE").all()
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable) as refused:
+            epochs.grant({0: ("n2@1", 10**6)})
+        assert refused.value.code == 1205 and time.monotonic() - began < 2.5, \
+            f"the write waited {time.monotonic() - began:.1f} s and ended with {refused.value}"
+
+        assert connections.end(["frozen"]) >= 1
+        began = time.monotonic()
+        assert epochs.grant({0: ("n2@1", 10**6)}) == 1
+        assert time.monotonic() - began < 0.5
+        assert epochs.read()[0] == ("n2@1", 10**6)
+        with pytest.raises(sqlalchemy.exc.DBAPIError):      # the frozen node, going on, finds it ended
+            held.exec_driver_sql("SELECT 1").all()
+        stuck.close()
+        held.close()
+        # Forgotten once ended; the master's own connections are left alone.
+        assert connections.end(["frozen"]) == 0
+        with master.connect() as conn:
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+    finally:
+        frozen.dispose()
+        master.dispose()
+
+
+def test_a_stopping_node_withdraws_its_connections_and_a_reused_id_is_never_ended(database):
+    settings = config.load({"DELAYQ_MYSQL_URL": database.node_url}).mysql
+    engine = db.make_engine(settings)
+    connections = NodeConnections(engine, settings)
+    connections.register(engine, "n1")
+    try:
+        with engine.connect() as conn:
+            mine = conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar()
+            server, client = conn.exec_driver_sql(
+                "SELECT server, client FROM job_node_connection WHERE node_id = 'n1' AND connection_id = %s",
+                (mine,)).one()
+            assert client and server.endswith(":3306")
+            conn.commit()           # a snapshot of its own for each read below
+            connections.forget("n1")
+            assert conn.exec_driver_sql("SELECT COUNT(*) FROM job_node_connection WHERE node_id = 'n1'").scalar() == 0
+            conn.commit()
+            # A row naming this live id from another client: a restarted server gave the id out
+            # again, and it is not that row's node's connection.
+            conn.exec_driver_sql("INSERT INTO job_node_connection VALUES (%s, %s, 'old', 'elsewhere:1', 0)",
+                                 (server, mine))
+            conn.commit()
+            assert connections.end(["old"]) == 0
+            assert conn.exec_driver_sql("SELECT CONNECTION_ID()").scalar() == mine
+    finally:
+        engine.dispose()

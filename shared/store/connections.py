@@ -48,7 +48,7 @@ _UNKNOWN_THREAD = 1094      # KILL of a connection that ended meanwhile
 
 
 @dataclass(frozen=True, order=True)
-class HeldConnection:
+class Registered:
     server: str             # host:port the node connected to
     connection_id: int
     client: str             # the connection's HOST in the server's processlist
@@ -99,7 +99,7 @@ class NodeConnections:
         if not node_ids:
             return 0
         with unavailable_on_failure(), self._engine.connect() as conn:
-            held = sorted(HeldConnection(r.server, r.connection_id, r.client) for r in conn.execute(
+            held = sorted(Registered(r.server, r.connection_id, r.client) for r in conn.execute(
                 select(CONNECTION.c.server, CONNECTION.c.connection_id, CONNECTION.c.client)
                 .where(CONNECTION.c.node_id.in_(sorted(node_ids)))))
         ended = 0
@@ -120,7 +120,7 @@ class NodeConnections:
         with unavailable_on_failure(), self._engine.begin() as conn:
             conn.execute(delete(CONNECTION).where(CONNECTION.c.node_id == node_id))
 
-    def _end_on(self, server: str, held: list[HeldConnection]) -> int:
+    def _end_on(self, server: str, held: list[Registered]) -> int:
         ended = 0
         with self._connect(server) as cur:
             cur.execute(f"SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE ID IN ({','.join(['%s'] * len(held))})",

@@ -26,6 +26,7 @@ class NodeSettings:
     port: int
     advertise_host: str
     switch_interval_us: int
+    freeze_in_claim_file: str
 
 
 @dataclass(frozen=True)

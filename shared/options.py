@@ -50,6 +50,10 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a Python thread may keep the interpreter while another waits for it "
             "(sys.setswitchinterval; Python's own default is 5000). The node's dispatching threads "
             "wait for it after every MySQL and RabbitMQ round trip, so it bounds their lateness."),
+    Setting("DELAYQ_FREEZE_IN_CLAIM_FILE", "node", "freeze_in_claim_file", str, "",
+            "For fault tests only (default: off): whenever this file exists, the node's next claim of a task "
+            "removes it and stops the node (SIGSTOP) inside the claim's transaction, holding its locks, as a "
+            "GC pause or a frozen VM would (docs/faults.md)."),
     Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
             "SQLAlchemy URL of the MySQL/MariaDB database (default: root on 127.0.0.1:3306, database delayq).",
             secret=True),

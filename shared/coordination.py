@@ -42,7 +42,7 @@ RECONNECT_MAX_S = 0.25
 class ZkSession:
     def __init__(self, settings: ZkSettings, cluster_root: str):
         self.client = KazooClient(
-            hosts=settings.hosts, timeout=settings.session_timeout_ms / 1000.0, **zkauth.kazoo_args(settings.auth),
+            timeout=settings.session_timeout_ms / 1000.0, **zkauth.connection_args(settings),
             # Reconnect attempts at most RECONNECT_MAX_S apart (kazoo's default backoff reaches a
             # second and more, with jitter): nodes resume within a fraction of a second of
             # ZooKeeper answering again. An attempt to a member that is down costs a refused connect.
@@ -50,6 +50,7 @@ class ZkSession:
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self._call_timeout = max(2.0, settings.session_timeout_ms / 1000.0)
         self._auth, self._root = settings.auth, cluster_root
+        self._hosts = settings.hosts       # as given: kazoo keeps them parsed
         self._listeners: list[Listener] = []
         self._cond = threading.Condition()
         self._tasks: list[tuple[float, int, Callable[[], None]]] = []
@@ -67,7 +68,7 @@ class ZkSession:
             self.client.start(timeout=timeout)
         except KazooTimeoutError:
             self.stop()
-            raise Unavailable(f"ZooKeeper at {self.client.hosts} did not answer within {timeout:.0f} s") from None
+            raise Unavailable(f"ZooKeeper at {self._hosts} did not answer within {timeout:.0f} s") from None
         # The cluster's znode must be this identity's alone before anything is read or written
         # under it: one made by another identity is refused (ConfigError), and the node stops.
         # Every call here has a deadline (the session timeout).

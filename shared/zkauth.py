@@ -10,7 +10,10 @@ given (DELAYQ_INSECURE development setups) znodes are created open, as ZooKeeper
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from delayq.config import ZkSettings
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,17 @@ def kazoo_args(auth: str) -> dict[str, Any]:
     from kazoo.security import make_digest_acl      # here: delayq.config checks the form without kazoo
     user, _, password = auth.partition(":")
     return {"auth_data": [("digest", auth)], "default_acl": [make_digest_acl(user, password, all=True)]}
+
+
+def connection_args(zk: "ZkSettings") -> dict[str, Any]:
+    """Every KazooClient argument a session of delayq's needs: the ensemble, the identity (and the
+    ACL of what it creates), and TLS when DELAYQ_ZK_TLS asks for it (the certificate verified,
+    host name included, against DELAYQ_ZK_CA_FILE or the system's CAs)."""
+    args: dict[str, Any] = {"hosts": zk.hosts, **kazoo_args(zk.auth)}
+    if zk.tls:
+        args.update(use_ssl=True, verify_certs=True, check_hostname=True, ca=zk.ca_file or None,
+                    certfile=zk.cert_file or None, keyfile=zk.key_file or None)
+    return args
 
 
 def describe(error: Exception) -> str:

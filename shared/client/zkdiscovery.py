@@ -6,15 +6,27 @@ which only operators (and the `delayq` command) should hold. Clients ask a node 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
+
+if TYPE_CHECKING:
+    from delayq.config import ZkSettings
 
 
 def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0, zk_auth: str | None = None) -> list[str]:
     """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper as delayq's
     identity (`zk_auth`, user:password; default: ClientSecurity.from_env().zk_auth). ConfigError
     when ZooKeeper refuses that identity (none given, or not the nodes')."""
+    from delayq.config import ZkSettings
+    auth = ClientSecurity.from_env().zk_auth if zk_auth is None else zk_auth
+    return live_members(ZkSettings(zk_hosts, auth, False, "", "", "", int(timeout_s * 1000), True), cluster)
+
+
+def live_members(settings: "ZkSettings", cluster: str) -> list[str]:
+    """discover, with every ZooKeeper setting of a node (TLS included): for `delayq` commands.
+    Every call waits at most the session timeout."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoAuthError, NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
@@ -24,8 +36,8 @@ def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0, zk
     from delayq.zkpaths import ZkPaths
 
     paths = ZkPaths(cluster)
-    auth = ClientSecurity.from_env().zk_auth if zk_auth is None else zk_auth
-    zk = KazooClient(hosts=zk_hosts, timeout=timeout_s, **zkauth.kazoo_args(auth))
+    auth, zk_hosts, timeout_s = settings.auth, settings.hosts, settings.session_timeout_ms / 1000.0
+    zk = KazooClient(timeout=timeout_s, **zkauth.connection_args(settings))
     try:
         zk.start(timeout=timeout_s)
     except KazooTimeoutError:

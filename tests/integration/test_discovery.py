@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from conftest import wait_until
+from conftest import ZK_HOSTS, wait_until
 from delayq.client import CallbackService, DelayqClient, TaskSpec, live_endpoints
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.security import ClientSecurity
@@ -76,3 +76,10 @@ def test_a_client_from_seeds_fails_over_to_a_node_it_learned_when_its_seed_stops
         seed.stop()
         ref = dq.submit(TaskSpec(topic=topic, taskId=f"t-{uuid.uuid4().hex[:8]}", delayMs=600_000, payload=b"x"))
         assert ref.created
+
+
+def test_from_zookeeper_still_finds_the_nodes_with_the_operators_identity_and_warns_it_is_deprecated(nodes, database):
+    with pytest.warns(DeprecationWarning, match="from_seeds"):
+        dq = DelayqClient.from_zookeeper(ZK_HOSTS, cluster=database.name)
+    with dq:
+        assert sorted(dq.endpoints().endpoints) == sorted(n.endpoint for n in nodes)

@@ -79,11 +79,9 @@ def ensure_root(client: Any, auth: str, timeout: float = 5.0) -> None:
     """Create /delayq, the parent of every cluster, if it is not there, as this identity's alone:
     no one else may list it, read its ACL or create a cluster under it, so no one can take a
     cluster's name before its nodes do. A cluster of another identity gets its znode from this
-    identity's operator (docs/security.md). A /delayq that lets anyone create or delete under it
-    (made by an older delayq) is left as it is, with a warning: other clusters' operators may
-    rely on it, and closing it is theirs to decide."""
-    from kazoo.exceptions import NodeExistsError, NoAuthError
-    from kazoo.security import Permissions
+    identity's operator (docs/security.md). A /delayq made open by an older delayq is left as it
+    is (`warn_if_open`)."""
+    from kazoo.exceptions import NodeExistsError
     # Asked first: ZooKeeper checks a create against the parent's ACL before it looks whether the
     # node exists, and the parent (a chroot) may not let this identity create.
     if client.exists_async(ROOT).get(timeout=timeout) is None:
@@ -92,11 +90,17 @@ def ensure_root(client: Any, auth: str, timeout: float = 5.0) -> None:
             return
         except NodeExistsError:
             pass
-    if not auth:
-        return
+
+
+def warn_if_open(client: Any, timeout: float = 5.0) -> None:
+    """Log a warning when /delayq lets anyone create or delete under it (an older delayq made it
+    so). It is left as it is: other clusters' operators may rely on it, and closing it is its
+    owner's decision. Nodes say it once as they start; commands do not repeat it."""
+    from kazoo.exceptions import NoAuthError, NoNodeError
+    from kazoo.security import Permissions
     try:
         acls, _ = client.get_acls_async(ROOT).get(timeout=timeout)
-    except NoAuthError:
+    except (NoAuthError, NoNodeError):
         return          # another identity's /delayq: the cluster's own znode is what is checked
     if any(a.id.scheme == "world" and a.perms & ~Permissions.READ for a in acls):
         log.warning("%s lets anyone create or delete a cluster's znode under it: close it as its owner, "
@@ -114,6 +118,7 @@ def claim_cluster(client: Any, auth: str, path: str, timeout: float = 5.0) -> No
     if not auth:
         _create(client, path, None, timeout, exists_ok=True)
         return
+    warn_if_open(client, timeout)
     try:
         if client.exists_async(path).get(timeout=timeout) is None:
             _create(client, path, [_digest(auth)], timeout, exists_ok=True)    # another node may be first

@@ -15,7 +15,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, OPEN_ACL_UNSAFE, Permissions, make_digest_acl
 
 from conftest import ZK_HOSTS, wait_until
 from delayq import zkauth
@@ -201,3 +201,20 @@ def test_a_command_without_delayqs_identity_says_which_setting_to_give_and_exits
     assert out.returncode == 2, (out.stdout, out.stderr)
     shown = out.stdout if "--json" in command else out.stderr
     assert says in shown and "Traceback" not in out.stderr and "guess" not in shown
+
+
+def test_a_node_warns_of_a_delayq_znode_an_older_version_left_open_and_leaves_it(node_factory, chroot, paths):
+    ours = session(**zkauth.kazoo_args(security.zk_auth()))
+    closed, _ = ours.get_acls(zkauth.ROOT)
+    older = [ACL(Permissions.READ | Permissions.CREATE | Permissions.DELETE, ANYONE_ID_UNSAFE), *closed]
+    ours.set_acls(zkauth.ROOT, older)
+    try:
+        node = node_factory(DELAYQ_ZK_ENABLED="true", DELAYQ_ZK_HOSTS=chroot,
+                            DELAYQ_CLUSTER=f"older-{uuid.uuid4().hex[:6]}")
+        assert "/delayq lets anyone create or delete a cluster's znode under it" in node.log_path.read_text()
+        assert ours.get_acls(zkauth.ROOT)[0] == older
+        node.stop()
+    finally:
+        ours.set_acls(zkauth.ROOT, closed)
+        ours.stop()
+        ours.close()

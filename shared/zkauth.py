@@ -93,7 +93,7 @@ def ensure_root(client: Any, auth: str, timeout: float = 5.0) -> None:
 
 
 def warn_if_open(client: Any, timeout: float = 5.0) -> None:
-    """Log a warning when /delayq lets anyone create or delete under it (an older delayq made it
+    """Say in the log when /delayq lets anyone create or delete under it (an older delayq made it
     so). It is left as it is: other clusters' operators may rely on it, and closing it is its
     owner's decision. Nodes say it once as they start; commands do not repeat it."""
     from kazoo.exceptions import NoAuthError, NoNodeError
@@ -103,7 +103,8 @@ def warn_if_open(client: Any, timeout: float = 5.0) -> None:
     except (NoAuthError, NoNodeError):
         return          # another identity's /delayq: the cluster's own znode is what is checked
     if any(a.id.scheme == "world" and a.perms & ~Permissions.READ for a in acls):
-        log.warning("%s lets anyone create or delete a cluster's znode under it: close it as its owner, "
+        # INFO, not a warning: a cluster znode squatted under it is refused all the same (claim_cluster).
+        log.info("%s lets anyone create or delete a cluster's znode under it: close it as its owner, "
                     "keeping the identities it lists (docs/security.md, ZooKeeper)", ROOT)
 
 

@@ -203,7 +203,7 @@ def test_a_command_without_delayqs_identity_says_which_setting_to_give_and_exits
     assert says in shown and "Traceback" not in out.stderr and "guess" not in shown
 
 
-def test_a_node_warns_of_a_delayq_znode_an_older_version_left_open_and_leaves_it(node_factory, chroot, paths):
+def test_a_node_logs_that_a_delayq_znode_an_older_version_left_open_is_open_and_leaves_it(node_factory, chroot, paths):
     ours = session(**zkauth.kazoo_args(security.zk_auth()))
     closed, _ = ours.get_acls(zkauth.ROOT)
     older = [ACL(Permissions.READ | Permissions.CREATE | Permissions.DELETE, ANYONE_ID_UNSAFE), *closed]

@@ -42,6 +42,7 @@ from delayq.nodes.memory.flow import Flow, follow
 from delayq.nodes.memory.keyholds import KeyHolds
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.admin import AdminCalls
+from delayq.nodes.front.discovery import DiscoveryCalls
 from delayq.nodes.front.bulkcalls import BulkCalls
 from delayq.nodes.bulkrunner import BulkRunner, RunnerSettings
 from delayq.nodes.front import quotas
@@ -235,7 +236,7 @@ class NodeRuntime:
                                     RunnerSettings(s.node.node_id, s.bulk.batch, s.bulk.lease_ms))
         self.service = Service(self.handler, self.keys, self.topics, self.admin, BulkCalls(
             jobs, self.access, answers, clock, default_rate=s.bulk.rate, max_horizon_ms=s.limits.max_horizon_ms,
-            started=self.bulk_jobs.wake))
+            started=self.bulk_jobs.wake), DiscoveryCalls(self.access, answers, s.node.cluster, self.probes.endpoints))
         self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,

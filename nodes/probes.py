@@ -1,6 +1,6 @@
 """Probes: what a node says about itself, read from its parts and never changing them: the gauges
 and counters of /metrics, /healthz (every thread alive), /readyz (ZooKeeper, the assignment, MySQL,
-RabbitMQ), the detail both show, and the cluster() call's view.
+RabbitMQ), the detail both show, and the cluster() and endpoints() calls' view.
 
 Built by NodeRuntime (delayq.nodes.main) once its parts exist; each method runs on the thread that
 asks (the HTTP server's, a Thrift call's).
@@ -105,6 +105,14 @@ class Probes:
         return {"clock_offset_ms": None if offset is None else int(round(offset)),
                 "held_topics": dict(n.dispatcher.held_topics),
                 **({"clock": f"this machine's clock is {clock} MySQL's; due times follow MySQL's"} if clock else {})}
+
+    def endpoints(self) -> list[str]:
+        """The Thrift endpoint each live member advertises (this node's alone when standalone)."""
+        n = self._node
+        if n.cluster is None:
+            return [f"{n.settings.node.advertise_host}:{n.server.port}"]
+        members = read_view(n.cluster.session, n.cluster.paths).members.values()
+        return [m["endpoint"] for m in members if m.get("endpoint")]
 
     def cluster_info(self) -> ttypes.ClusterInfo:
         n = self._node

@@ -82,8 +82,8 @@ def node(config_file: str | None) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         runtime.start()
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from None
+    except ConfigError as e:        # found on starting (a cluster znode not delayq's): as bad as a bad setting
+        raise click.UsageError(str(e)) from None
     except Unavailable as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_UNAVAILABLE)

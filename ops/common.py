@@ -19,9 +19,10 @@ from thrift.Thrift import TException
 
 from delayq import config as config_mod
 from delayq.clock import LATEST_MS
-from delayq.client import DelayqClient, discover
+from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.client.scheduler import parse_endpoint
+from delayq.client.zkdiscovery import live_members
 from delayq.errors import LOGIN_REFUSED, PRIVILEGE_MISSING, ConfigError, StoreUnavailable, Unavailable
 
 EXIT_FAILURE, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
@@ -48,7 +49,7 @@ def checked_endpoints(endpoints: tuple[str, ...] | list[str]) -> None:
 def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
     """A client over the given endpoints, or the cluster's live nodes found in ZooKeeper."""
     checked_endpoints(endpoints)
-    found = list(endpoints) or discover(settings.zk.hosts, settings.node.cluster, zk_auth=settings.zk.auth)
+    found = list(endpoints) or live_members(settings.zk, settings.node.cluster)
     if not found:
         raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
     return DelayqClient(found)

@@ -13,8 +13,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from thrift.Thrift import TException
 
 from delayq import zkauth
-from delayq.client import DelayqClient, discover
+from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.client.zkdiscovery import live_members
 from delayq.config import Settings
 from delayq.errors import ConfigError, Unavailable
 from delayq.master.intents import Call, kazoo_call
@@ -27,7 +28,7 @@ def zk_session(settings: Settings) -> Iterator[Call]:
     """A short ZooKeeper session as delayq's identity; yields its calls (each with a deadline).
     A refused identity is a ConfigError naming the setting."""
     timeout = settings.zk.session_timeout_ms / 1000.0
-    zk = KazooClient(hosts=settings.zk.hosts, timeout=timeout, **zkauth.kazoo_args(settings.zk.auth))
+    zk = KazooClient(timeout=timeout, **zkauth.connection_args(settings.zk))
     try:
         zk.start(timeout=timeout)
     except KazooTimeoutError:
@@ -59,8 +60,7 @@ def wait_applied(call: Call, paths: ZkPaths, zxid: int, timeout_s: float) -> Ass
 
 def cluster_info(settings: Settings, endpoints: list[str]) -> ttypes.ClusterInfo:
     checked_endpoints(endpoints)
-    found = endpoints or discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000,
-                                  settings.zk.auth)
+    found = endpoints or live_members(settings.zk, settings.node.cluster)
     if not found:
         raise Unavailable(f"no live node in cluster {settings.node.cluster!r}")
     try:

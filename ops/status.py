@@ -5,8 +5,9 @@ from sqlalchemy import func, select
 from thrift.Thrift import TException
 
 from delayq import tables
-from delayq.client import DelayqClient, discover
+from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
+from delayq.client.zkdiscovery import live_members
 from delayq.clock import SYSTEM_CLOCK
 from delayq.config import Settings
 from delayq.db import make_engine, unavailable_on_failure
@@ -18,8 +19,7 @@ from delayq.ops.common import shown
 def collect(settings: Settings, endpoints: list[str]) -> dict:
     if not endpoints:
         try:
-            endpoints = discover(settings.zk.hosts, settings.node.cluster, settings.zk.session_timeout_ms / 1000,
-                                 settings.zk.auth)
+            endpoints = live_members(settings.zk, settings.node.cluster)
         except ttypes.Unavailable as e:
             raise Unavailable(e.reason) from None
         if not endpoints:

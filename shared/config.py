@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from delayq.configrules import check, check_node  # noqa: F401 - check_node: the node's own rules, public here
@@ -52,7 +52,11 @@ class AmqpSettings:
 @dataclass(frozen=True)
 class ZkSettings:
     hosts: str
-    auth: str
+    auth: str = field(repr=False)
+    tls: bool
+    ca_file: str
+    cert_file: str
+    key_file: str
     session_timeout_ms: int
     enabled: bool
 

@@ -81,6 +81,10 @@ def _check_zk_auth(zk: ZkSettings) -> None:
             zkauth.check(zk.auth)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+    if bool(zk.cert_file) != bool(zk.key_file):
+        raise ConfigError("DELAYQ_ZK_CERT_FILE and DELAYQ_ZK_KEY_FILE go together")
+    if not zk.tls and (zk.ca_file or zk.cert_file):
+        raise ConfigError("DELAYQ_ZK_CA_FILE and DELAYQ_ZK_CERT_FILE are used over TLS only: set DELAYQ_ZK_TLS=true")
 
 
 def _check_security(sec: SecuritySettings) -> None:

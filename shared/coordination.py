@@ -1,6 +1,6 @@
 """ZkSession: the node's ZooKeeper session and the one thread its events are handled on.
 
-    session = ZkSession(settings.zk)
+    session = ZkSession(settings.zk, ZkPaths(cluster).root)
     session.subscribe(listener)          # listener(state, session_id): "connected" | "suspended" | "lost"
     session.start(timeout=10)
     session.client.get_children(path, watch=session.watcher(on_change))
@@ -25,13 +25,13 @@ import time
 from typing import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss
+from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from delayq import zkauth
 from delayq.config import ZkSettings
-from delayq.errors import Unavailable
+from delayq.errors import ConfigError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,17 @@ RECONNECT_MAX_S = 0.25
 
 
 class ZkSession:
-    def __init__(self, settings: ZkSettings):
+    def __init__(self, settings: ZkSettings, cluster_root: str):
         self.client = KazooClient(
-            hosts=settings.hosts, timeout=settings.session_timeout_ms / 1000.0, **zkauth.kazoo_args(settings.auth),
+            timeout=settings.session_timeout_ms / 1000.0, **zkauth.connection_args(settings),
             # Reconnect attempts at most RECONNECT_MAX_S apart (kazoo's default backoff reaches a
             # second and more, with jitter): nodes resume within a fraction of a second of
             # ZooKeeper answering again. An attempt to a member that is down costs a refused connect.
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=RECONNECT_MAX_S, max_jitter=0.2),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self._call_timeout = max(2.0, settings.session_timeout_ms / 1000.0)
-        self._auth = settings.auth
+        self._auth, self._root = settings.auth, cluster_root
+        self._hosts = settings.hosts       # as given: kazoo keeps them parsed
         self._listeners: list[Listener] = []
         self._cond = threading.Condition()
         self._tasks: list[tuple[float, int, Callable[[], None]]] = []
@@ -63,16 +64,31 @@ class ZkSession:
         self._listeners.append(listener)
 
     def start(self, timeout: float = 15.0) -> None:
-        self._thread.start()
         try:
             self.client.start(timeout=timeout)
         except KazooTimeoutError:
             self.stop()
-            raise Unavailable(f"ZooKeeper at {self.client.hosts} did not answer within {timeout:.0f} s") from None
-        try:
-            zkauth.ensure_root(self.client, self._auth, self._call_timeout)
-        except Exception as e:  # noqa: BLE001 - the first create under it says again what is wrong
-            log.warning("could not create %s: %s", zkauth.ROOT, zkauth.describe(e))
+            raise Unavailable(f"ZooKeeper at {self._hosts} did not answer within {timeout:.0f} s") from None
+        # The cluster's znode must be this identity's alone before anything is read or written
+        # under it: one made by another identity is refused (ConfigError), and the node stops.
+        # Every call here has a deadline (the session timeout).
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                zkauth.claim_cluster(self.client, self._auth, self._root, self._call_timeout)
+                break
+            except ConfigError:
+                self.stop()
+                raise
+            except (KazooException, KazooTimeoutError) as e:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise Unavailable(f"could not check {self._root} in ZooKeeper: {zkauth.describe(e)}") from None
+                log.warning("could not check %s yet: %s", self._root, zkauth.describe(e))
+                time.sleep(RECONNECT_MAX_S)
+        # Only now do subscribers hear of the session (kazoo's events wait in the queue meanwhile):
+        # nothing is registered under a cluster znode before it was found to be ours.
+        self._thread.start()
         # kazoo reports the first CONNECTED before start() returns only to listeners added earlier.
         self.post(lambda: self._notify("connected"))
 

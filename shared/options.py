@@ -92,6 +92,15 @@ SETTINGS: tuple[Setting, ...] = (
             "user:password of delayq's ZooKeeper identity (digest): every session authenticates as it and "
             "every znode delayq creates is readable and writable by it alone. Required with ZooKeeper unless "
             "DELAYQ_INSECURE.", secret=True),
+    Setting("DELAYQ_ZK_TLS", "zk", "tls", _bool, False,
+            "Reach ZooKeeper over TLS (its secureClientPort, named in DELAYQ_ZK_HOSTS), its certificate "
+            "verified against DELAYQ_ZK_CA_FILE, host name included."),
+    Setting("DELAYQ_ZK_CA_FILE", "zk", "ca_file", str, "",
+            "PEM file of the CA of ZooKeeper's certificate, with DELAYQ_ZK_TLS (default: the system's CAs)."),
+    Setting("DELAYQ_ZK_CERT_FILE", "zk", "cert_file", str, "",
+            "PEM certificate this node shows ZooKeeper over TLS, when ZooKeeper asks for one "
+            "(ssl.clientAuth), with DELAYQ_ZK_KEY_FILE."),
+    Setting("DELAYQ_ZK_KEY_FILE", "zk", "key_file", str, "", "PEM key of DELAYQ_ZK_CERT_FILE."),
     Setting("DELAYQ_ZK_SESSION_TIMEOUT_MS", "zk", "session_timeout_ms", int, 6000,
             "ZooKeeper session timeout: how long a silent node keeps its shards."),
     Setting("DELAYQ_ZK_ENABLED", "zk", "enabled", _bool, True,

@@ -6,6 +6,7 @@ who answers a call here.
     by key, and listTasks                    front.keycalls.KeyCalls
     services and topic controls              front.topics.TopicCalls
     admin calls (cluster, drain, pin, ...)   front.admin.AdminCalls
+    endpoints (any client)                   front.discovery.DiscoveryCalls
     bulk jobs (bulkCount, bulkStart, ...)    front.bulkcalls.BulkCalls
     submit, submitBatch                      front.submits.SubmitBatcher, then front.submitpath.SubmitPath:
                                              the server hands those calls to it directly (front.server),
@@ -19,14 +20,17 @@ from __future__ import annotations
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.nodes.front.admin import AdminCalls
 from delayq.nodes.front.bulkcalls import BulkCalls
+from delayq.nodes.front.discovery import DiscoveryCalls
 from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.keycalls import KeyCalls
 from delayq.nodes.front.topics import TopicCalls
 
 
 class Service(DelayScheduler.Iface):
-    def __init__(self, tasks: Handler, keys: KeyCalls, topics: TopicCalls, admin: AdminCalls, bulk: BulkCalls):
+    def __init__(self, tasks: Handler, keys: KeyCalls, topics: TopicCalls, admin: AdminCalls, bulk: BulkCalls,
+                 discovery: DiscoveryCalls):
         self._tasks, self._keys, self._topics, self._admin, self._bulk = tasks, keys, topics, admin, bulk
+        self._discovery = discovery
 
     # ---- task calls (front.handler.Handler) ----------
 
@@ -75,6 +79,11 @@ class Service(DelayScheduler.Iface):
 
     def listTopicControls(self):
         return self._topics.listTopicControls()
+
+    # ---- where the nodes are (front.discovery.DiscoveryCalls) ----------
+
+    def endpoints(self):
+        return self._discovery.endpoints()
 
     # ---- admin calls (front.admin.AdminCalls) ----------
 

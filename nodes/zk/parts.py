@@ -29,7 +29,7 @@ class ZkParts:
     def __init__(self, s: Settings, ownership: Ownership, epochs: ShardEpochs, clock: Clock,
                  metrics: Metrics, stats: Callable[[], dict], connections: NodeConnections | None = None):
         self.paths = ZkPaths(s.node.cluster)
-        self.session = ZkSession(s.zk)
+        self.session = ZkSession(s.zk, self.paths.root)
         endpoint = f"{s.node.advertise_host}:{s.node.port}"
         self.membership = Membership(self.session, self.paths, s.node.node_id, endpoint, stats)
         member = lambda: self.membership.member     # noqa: E731 - read when used, not now

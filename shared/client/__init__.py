@@ -10,8 +10,9 @@ from delayq.client.gen.delayq_thrift.ttypes import (BulkAction, BulkRequest, Bul
                                                     CallbackService, CancelResult, KeyConflict, KeyedResult,
                                                     ReportOutcome, ResultStatus, SubmitOutcome, TaskFilter, TaskSpec,
                                                     TaskStatus)
-from delayq.client.scheduler import DelayqClient, closed_by_peer, connect, discover, parse_endpoint  # noqa: F401
+from delayq.client.scheduler import DelayqClient, closed_by_peer, connect, live_endpoints, parse_endpoint  # noqa: F401
+from delayq.client.zkdiscovery import discover  # noqa: F401
 
 __all__ = ["BulkAction", "BulkRequest", "BulkState", "CallbackService", "CancelResult", "DelayqClient", "KeyConflict", "KeyedResult", "ReportOutcome",
            "ResultStatus", "SubmitOutcome", "TaskFilter", "TaskSpec", "TaskStatus", "closed_by_peer", "connect",
-           "discover", "parse_endpoint"]
+           "discover", "live_endpoints", "parse_endpoint"]

@@ -223,6 +223,13 @@ struct NodeInfo {
   7: optional map<string, string> heldTopics,
 }
 
+// Where a client reaches the cluster: its name and the Thrift endpoint (host:port) each live node
+// advertises. What discovery needs and nothing more (ClusterInfo, admin's only, says the rest).
+struct Endpoints {
+  1: required string cluster,
+  2: required list<string> endpoints,
+}
+
 struct ClusterInfo {
   1: required string cluster,
   2: required i32 shardCount,
@@ -481,6 +488,11 @@ service DelayScheduler {
   list<TopicControls> listTopicControls()
     throws (4: Unavailable unavailable,
     5: Unauthenticated unauthenticated, 6: Forbidden forbidden),
+
+  // The live nodes' endpoints, for a client that was given one or a few of them to find the rest
+  // (and to find them again when those it knows stop answering). Any authenticated client.
+  Endpoints endpoints()
+    throws (4: Unavailable unavailable, 5: Unauthenticated unauthenticated),
 
   ClusterInfo cluster()
     throws (4: Unavailable unavailable,

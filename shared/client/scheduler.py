@@ -8,8 +8,9 @@ Security: it connects over TLS and authenticates with a token, as ClientSecurity
 or DELAYQ_TOKEN_FILE, ...). Unauthenticated and Forbidden are raised as the node declares them and
 never retried elsewhere: every node would answer the same.
 
-It spreads calls over the endpoints it is given (or finds them in ZooKeeper:
-`DelayqClient.from_zookeeper("127.0.0.1:2181", cluster="default")`) and retries a call that failed because a node was
+It spreads calls over the endpoints it is given, or over the live nodes one or a few seed
+endpoints name (`DelayqClient.from_seeds(["node1:9090", "node2:9090"])`: the `endpoints` call,
+which any authenticated client may make), and retries a call that failed because a node was
 unreachable or answered Unavailable on the next one (a submit is safe to retry when it carries a
 taskId; so is `touch`, a running attempt's heartbeat). Every call has a timeout. Not thread-safe:
 use one client per thread (`twin()` makes another over the same nodes).
@@ -22,11 +23,11 @@ leaves) still fails it.
 """
 from __future__ import annotations
 
-import json
 import random
 import select
 import socket
 import ssl
+import warnings
 from typing import Any, Callable, Sequence
 
 from thrift.protocol import TBinaryProtocol
@@ -35,6 +36,7 @@ from thrift.transport import TSocket, TSSLSocket, TTransport
 
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.client.security import ClientSecurity
+from delayq.client.zkdiscovery import discover
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -99,44 +101,6 @@ def closed_by_peer(sock: TSocket.TSocket) -> bool:
         return True
 
 
-def discover(zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0, zk_auth: str | None = None) -> list[str]:
-    """The Thrift endpoints of the live nodes of a cluster, read from ZooKeeper as delayq's
-    identity (`zk_auth`, user:password; default: ClientSecurity.from_env().zk_auth). ConfigError
-    when ZooKeeper refuses that identity (none given, or not the nodes')."""
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import NoAuthError, NoNodeError
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    from delayq import zkauth
-    from delayq.errors import ConfigError
-    from delayq.zkpaths import ZkPaths
-
-    paths = ZkPaths(cluster)
-    auth = ClientSecurity.from_env().zk_auth if zk_auth is None else zk_auth
-    zk = KazooClient(hosts=zk_hosts, timeout=timeout_s, **zkauth.kazoo_args(auth))
-    try:
-        zk.start(timeout=timeout_s)
-    except KazooTimeoutError:
-        raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
-    try:
-        endpoints = []
-        for member in zk.get_children_async(paths.nodes).get(timeout=timeout_s):
-            try:
-                endpoints.append(json.loads(zk.get_async(paths.member(member)).get(timeout=timeout_s)[0])["endpoint"])
-            except (NoNodeError, ValueError, KeyError):
-                continue
-        return sorted(endpoints)
-    except NoNodeError:
-        return []
-    except NoAuthError:
-        raise ConfigError(zkauth.refused(auth)) from None
-    except KazooTimeoutError:
-        raise ttypes.Unavailable(reason=f"ZooKeeper at {zk_hosts} did not answer") from None
-    finally:
-        zk.stop()
-        zk.close()
-
-
 class DelayqClient:
     def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0, rng: random.Random | None = None,
                  rediscover: Callable[[], list[str]] | None = None, security: ClientSecurity | None = None):
@@ -152,9 +116,31 @@ class DelayqClient:
         self._index = 0
 
     @classmethod
+    def from_seeds(cls, seeds: Sequence[str], timeout_s: float = 5.0,
+                   security: ClientSecurity | None = None) -> "DelayqClient":
+        """A client over the cluster's live nodes, as the first of `seeds` (host:port of one or a
+        few nodes) that answers names them; when none of them answers any more, the nodes are
+        asked again (those last known, then the seeds). Needs the client's own token only."""
+        security = security or ClientSecurity.from_env()
+        found = live_endpoints(seeds, timeout_s, security)
+        if not found:
+            raise ttypes.Unavailable(reason="the seed nodes named no live node")
+        known = list(found)
+
+        def again() -> list[str]:
+            fresh = live_endpoints(list(dict.fromkeys([*known, *seeds])), timeout_s, security, quiet=True)
+            known[:] = fresh or known
+            return fresh
+        return cls(found, timeout_s, rediscover=again, security=security)
+
+    @classmethod
     def from_zookeeper(cls, zk_hosts: str, cluster: str = "default", timeout_s: float = 5.0,
                        security: ClientSecurity | None = None) -> "DelayqClient":
-        """A client over the cluster's live nodes, found again in ZooKeeper when none answers."""
+        """Deprecated: use from_seeds. A client over the cluster's live nodes as ZooKeeper lists
+        them, read as the nodes' own ZooKeeper identity (ClientSecurity.zk_auth), which a
+        business client should not hold."""
+        warnings.warn("DelayqClient.from_zookeeper needs the nodes' ZooKeeper identity and is deprecated: "
+                      "use DelayqClient.from_seeds", DeprecationWarning, stacklevel=2)
         auth = (security or ClientSecurity.from_env()).zk_auth
         found = discover(zk_hosts, cluster, timeout_s, auth)
         if not found:
@@ -228,6 +214,19 @@ class DelayqClient:
                 self._rng.shuffle(self._endpoints)
                 return self._call(method, args, rediscover=False)
         raise last
+
+
+def live_endpoints(seeds: Sequence[str], timeout_s: float = 5.0, security: ClientSecurity | None = None,
+                   quiet: bool = False) -> list[str]:
+    """The live nodes' endpoints, as the first of `seeds` that answers names them. `quiet`: []
+    rather than the error when none answers (Unauthenticated is raised whatever `quiet` says)."""
+    try:
+        with DelayqClient(seeds, timeout_s, security=security) as seed:
+            return list(seed.endpoints().endpoints)
+    except (TTransport.TTransportException, OSError, ttypes.Unavailable):
+        if quiet:
+            return []
+        raise
 
 
 # Calls whose repeat after a lost answer would not answer as the first did: the token addClient

@@ -6,7 +6,8 @@ read the same settings from the environment:
     DELAYQ_TLS_CLIENT_CERT_FILE   this client's certificate (mTLS; its common name is the client)
     DELAYQ_TLS_CLIENT_KEY_FILE    its key
     DELAYQ_TOKEN, DELAYQ_TOKEN_FILE   the client's token (`delayq clients add` prints it once)
-    DELAYQ_ZK_AUTH, DELAYQ_ZK_AUTH_FILE   delayq's ZooKeeper identity, to find the nodes there
+    DELAYQ_ZK_AUTH, DELAYQ_ZK_AUTH_FILE   the nodes' ZooKeeper identity: only for the deprecated
+                                  DelayqClient.from_zookeeper and operators' commands
     DELAYQ_INSECURE=true          plaintext, no identity: for nodes run the same way, in development
 
 Needs only the standard library.

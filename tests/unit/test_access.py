@@ -83,6 +83,20 @@ def test_znodes_are_created_for_delayqs_identity_alone():
     assert zkauth.kazoo_args("") == {}
 
 
+def test_a_cluster_znode_is_ours_only_when_its_acl_is_delayqs_identity_alone():
+    from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+    ours = make_digest_acl("delayq", "s3cret", all=True)
+    assert zkauth.acl_problem([ours], "delayq:s3cret") is None
+    for acls, says in (([make_digest_acl("intruder", "pw", all=True)], "digest:intruder"),
+                       ([ours, *OPEN_ACL_UNSAFE], "digest:delayq, world:anyone"),
+                       ([make_digest_acl("delayq", "s3cret", read=True)], "digest:delayq"),
+                       ([make_digest_acl("delayq", "other", all=True)], "digest:delayq"),
+                       ([], "nobody")):
+        problem = zkauth.acl_problem(acls, "delayq:s3cret")
+        assert problem == f"its ACL gives {says}, not delayq's identity alone"
+        assert "s3cret" not in problem and ours.id.id.split(":")[1] not in problem
+
+
 def test_client_certificates_need_a_ca():
     with pytest.raises(ConfigError, match="DELAYQ_TLS_CA_FILE"):
         config.load({"DELAYQ_TLS_CLIENT_CERT": "required"})

@@ -1,6 +1,7 @@
 """Unit tests for delayq.config: defaults, environment, TOML file, checks and the reference text."""
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
@@ -278,3 +279,26 @@ def test_groups_cover_settings_fields():
     declared = {(g.name, f.name) for g in dataclasses.fields(Settings)
                 for f in dataclasses.fields(config._CLASSES[g.name])}
     assert fed == declared
+
+
+def test_zookeeper_over_tls_is_verified_host_name_included_and_plaintext_by_default():
+    from delayq import zkauth
+    plain = zkauth.connection_args(load({"DELAYQ_ZK_HOSTS": "zk1:2281"}).zk)
+    assert plain["hosts"] == "zk1:2281" and "use_ssl" not in plain
+    s = load({"DELAYQ_ZK_HOSTS": "zk1:2281", "DELAYQ_ZK_TLS": "true", "DELAYQ_ZK_CA_FILE": "ca.pem",
+              "DELAYQ_ZK_CERT_FILE": "node.pem", "DELAYQ_ZK_KEY_FILE": "node.key"})
+    args = zkauth.connection_args(s.zk)
+    assert {k: args[k] for k in ("use_ssl", "verify_certs", "check_hostname", "ca", "certfile", "keyfile")} == {
+        "use_ssl": True, "verify_certs": True, "check_hostname": True, "ca": "ca.pem", "certfile": "node.pem",
+        "keyfile": "node.key"}
+    assert zkauth.connection_args(load({"DELAYQ_ZK_TLS": "on"}).zk)["ca"] is None     # the system's CAs
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"DELAYQ_ZK_TLS": "true", "DELAYQ_ZK_CERT_FILE": "node.pem"}, "DELAYQ_ZK_CERT_FILE and DELAYQ_ZK_KEY_FILE go together"),
+    ({"DELAYQ_ZK_CA_FILE": "ca.pem"}, "set DELAYQ_ZK_TLS=true"),
+    ({"DELAYQ_ZK_TLS": "maybe"}, "DELAYQ_ZK_TLS='maybe'"),
+])
+def test_zookeeper_tls_settings_that_do_not_fit_are_refused(env, says):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load(env)

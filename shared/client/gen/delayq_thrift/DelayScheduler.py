@@ -151,6 +151,9 @@ class Iface(object):
     def listTopicControls(self):
         pass
 
+    def endpoints(self):
+        pass
+
     def cluster(self):
         pass
 
@@ -976,6 +979,36 @@ class Client(Iface):
             raise result.forbidden
         raise TApplicationException(TApplicationException.MISSING_RESULT, "listTopicControls failed: unknown result")
 
+    def endpoints(self):
+        self.send_endpoints()
+        return self.recv_endpoints()
+
+    def send_endpoints(self):
+        self._oprot.writeMessageBegin('endpoints', TMessageType.CALL, self._seqid)
+        args = endpoints_args()
+        args.write(self._oprot)
+        self._oprot.writeMessageEnd()
+        self._oprot.trans.flush()
+
+    def recv_endpoints(self):
+        iprot = self._iprot
+        (fname, mtype, rseqid) = iprot.readMessageBegin()
+        if mtype == TMessageType.EXCEPTION:
+            x = TApplicationException()
+            x.read(iprot)
+            iprot.readMessageEnd()
+            raise x
+        result = endpoints_result()
+        result.read(iprot)
+        iprot.readMessageEnd()
+        if result.success is not None:
+            return result.success
+        if result.unavailable is not None:
+            raise result.unavailable
+        if result.unauthenticated is not None:
+            raise result.unauthenticated
+        raise TApplicationException(TApplicationException.MISSING_RESULT, "endpoints failed: unknown result")
+
     def cluster(self):
         self.send_cluster()
         return self.recv_cluster()
@@ -1779,6 +1812,7 @@ class Processor(Iface, TProcessor):
         self._processMap["touch"] = Processor.process_touch
         self._processMap["setTopicControls"] = Processor.process_setTopicControls
         self._processMap["listTopicControls"] = Processor.process_listTopicControls
+        self._processMap["endpoints"] = Processor.process_endpoints
         self._processMap["cluster"] = Processor.process_cluster
         self._processMap["drain"] = Processor.process_drain
         self._processMap["undrain"] = Processor.process_undrain
@@ -2401,6 +2435,35 @@ class Processor(Iface, TProcessor):
             msg_type = TMessageType.EXCEPTION
             result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
         oprot.writeMessageBegin("listTopicControls", msg_type, seqid)
+        result.write(oprot)
+        oprot.writeMessageEnd()
+        oprot.trans.flush()
+
+    def process_endpoints(self, seqid, iprot, oprot):
+        args = endpoints_args()
+        args.read(iprot)
+        iprot.readMessageEnd()
+        result = endpoints_result()
+        try:
+            result.success = self._handler.endpoints()
+            msg_type = TMessageType.REPLY
+        except TTransport.TTransportException:
+            raise
+        except Unavailable as unavailable:
+            msg_type = TMessageType.REPLY
+            result.unavailable = unavailable
+        except Unauthenticated as unauthenticated:
+            msg_type = TMessageType.REPLY
+            result.unauthenticated = unauthenticated
+        except TApplicationException as ex:
+            logging.exception('TApplication exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = ex
+        except Exception:
+            logging.exception('Unexpected exception in handler')
+            msg_type = TMessageType.EXCEPTION
+            result = TApplicationException(TApplicationException.INTERNAL_ERROR, 'Internal error')
+        oprot.writeMessageBegin("endpoints", msg_type, seqid)
         result.write(oprot)
         oprot.writeMessageEnd()
         oprot.trans.flush()
@@ -3473,11 +3536,11 @@ class submitBatch_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.tasks = []
-                    (_etype109, _size106) = iprot.readListBegin()
-                    for _i110 in range(_size106):
-                        _elem111 = TaskSpec()
-                        _elem111.read(iprot)
-                        self.tasks.append(_elem111)
+                    (_etype116, _size113) = iprot.readListBegin()
+                    for _i117 in range(_size113):
+                        _elem118 = TaskSpec()
+                        _elem118.read(iprot)
+                        self.tasks.append(_elem118)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3494,8 +3557,8 @@ class submitBatch_args(object):
         if self.tasks is not None:
             oprot.writeFieldBegin('tasks', TType.LIST, 1)
             oprot.writeListBegin(TType.STRUCT, len(self.tasks))
-            for iter112 in self.tasks:
-                iter112.write(oprot)
+            for iter119 in self.tasks:
+                iter119.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -3558,11 +3621,11 @@ class submitBatch_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype116, _size113) = iprot.readListBegin()
-                    for _i117 in range(_size113):
-                        _elem118 = TaskRef()
-                        _elem118.read(iprot)
-                        self.success.append(_elem118)
+                    (_etype123, _size120) = iprot.readListBegin()
+                    for _i124 in range(_size120):
+                        _elem125 = TaskRef()
+                        _elem125.read(iprot)
+                        self.success.append(_elem125)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3614,8 +3677,8 @@ class submitBatch_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter119 in self.success:
-                iter119.write(oprot)
+            for iter126 in self.success:
+                iter126.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.invalid is not None:
@@ -5257,11 +5320,11 @@ class listServices_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype123, _size120) = iprot.readListBegin()
-                    for _i124 in range(_size120):
-                        _elem125 = CallbackService()
-                        _elem125.read(iprot)
-                        self.success.append(_elem125)
+                    (_etype130, _size127) = iprot.readListBegin()
+                    for _i131 in range(_size127):
+                        _elem132 = CallbackService()
+                        _elem132.read(iprot)
+                        self.success.append(_elem132)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -5293,8 +5356,8 @@ class listServices_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter126 in self.success:
-                iter126.write(oprot)
+            for iter133 in self.success:
+                iter133.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:
@@ -6047,11 +6110,11 @@ class listTopicControls_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype130, _size127) = iprot.readListBegin()
-                    for _i131 in range(_size127):
-                        _elem132 = TopicControls()
-                        _elem132.read(iprot)
-                        self.success.append(_elem132)
+                    (_etype137, _size134) = iprot.readListBegin()
+                    for _i138 in range(_size134):
+                        _elem139 = TopicControls()
+                        _elem139.read(iprot)
+                        self.success.append(_elem139)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -6083,8 +6146,8 @@ class listTopicControls_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter133 in self.success:
-                iter133.write(oprot)
+            for iter140 in self.success:
+                iter140.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:
@@ -6124,6 +6187,138 @@ listTopicControls_result.thrift_spec = (
     (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
     (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
     (6, TType.STRUCT, 'forbidden', [Forbidden, None], None, ),  # 6
+)
+
+
+class endpoints_args(object):
+
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('endpoints_args')
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(endpoints_args)
+endpoints_args.thrift_spec = (
+)
+
+
+class endpoints_result(object):
+    """
+    Attributes:
+     - success
+     - unavailable
+     - unauthenticated
+
+    """
+
+
+    def __init__(self, success=None, unavailable=None, unauthenticated=None,):
+        self.success = success
+        self.unavailable = unavailable
+        self.unauthenticated = unauthenticated
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 0:
+                if ftype == TType.STRUCT:
+                    self.success = Endpoints()
+                    self.success.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 4:
+                if ftype == TType.STRUCT:
+                    self.unavailable = Unavailable.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            elif fid == 5:
+                if ftype == TType.STRUCT:
+                    self.unauthenticated = Unauthenticated.read(iprot)
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('endpoints_result')
+        if self.success is not None:
+            oprot.writeFieldBegin('success', TType.STRUCT, 0)
+            self.success.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unavailable is not None:
+            oprot.writeFieldBegin('unavailable', TType.STRUCT, 4)
+            self.unavailable.write(oprot)
+            oprot.writeFieldEnd()
+        if self.unauthenticated is not None:
+            oprot.writeFieldBegin('unauthenticated', TType.STRUCT, 5)
+            self.unauthenticated.write(oprot)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+all_structs.append(endpoints_result)
+endpoints_result.thrift_spec = (
+    (0, TType.STRUCT, 'success', [Endpoints, None], None, ),  # 0
+    None,  # 1
+    None,  # 2
+    None,  # 3
+    (4, TType.STRUCT, 'unavailable', [Unavailable, None], None, ),  # 4
+    (5, TType.STRUCT, 'unauthenticated', [Unauthenticated, None], None, ),  # 5
 )
 
 
@@ -7685,10 +7880,10 @@ class discard_args(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.taskIds = []
-                    (_etype137, _size134) = iprot.readListBegin()
-                    for _i138 in range(_size134):
-                        _elem139 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.taskIds.append(_elem139)
+                    (_etype144, _size141) = iprot.readListBegin()
+                    for _i145 in range(_size141):
+                        _elem146 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.taskIds.append(_elem146)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -7705,8 +7900,8 @@ class discard_args(object):
         if self.taskIds is not None:
             oprot.writeFieldBegin('taskIds', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.taskIds))
-            for iter140 in self.taskIds:
-                oprot.writeString(iter140.encode('utf-8') if sys.version_info[0] == 2 else iter140)
+            for iter147 in self.taskIds:
+                oprot.writeString(iter147.encode('utf-8') if sys.version_info[0] == 2 else iter147)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -8459,11 +8654,11 @@ class bulkList_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype144, _size141) = iprot.readListBegin()
-                    for _i145 in range(_size141):
-                        _elem146 = BulkJob()
-                        _elem146.read(iprot)
-                        self.success.append(_elem146)
+                    (_etype151, _size148) = iprot.readListBegin()
+                    for _i152 in range(_size148):
+                        _elem153 = BulkJob()
+                        _elem153.read(iprot)
+                        self.success.append(_elem153)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -8500,8 +8695,8 @@ class bulkList_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter147 in self.success:
-                iter147.write(oprot)
+            for iter154 in self.success:
+                iter154.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.invalid is not None:
@@ -8754,11 +8949,11 @@ class addClient_args(object):
             elif fid == 2:
                 if ftype == TType.LIST:
                     self.grants = []
-                    (_etype151, _size148) = iprot.readListBegin()
-                    for _i152 in range(_size148):
-                        _elem153 = Grant()
-                        _elem153.read(iprot)
-                        self.grants.append(_elem153)
+                    (_etype158, _size155) = iprot.readListBegin()
+                    for _i159 in range(_size155):
+                        _elem160 = Grant()
+                        _elem160.read(iprot)
+                        self.grants.append(_elem160)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -8784,8 +8979,8 @@ class addClient_args(object):
         if self.grants is not None:
             oprot.writeFieldBegin('grants', TType.LIST, 2)
             oprot.writeListBegin(TType.STRUCT, len(self.grants))
-            for iter154 in self.grants:
-                iter154.write(oprot)
+            for iter161 in self.grants:
+                iter161.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.certificateOnly is not None:
@@ -9523,11 +9718,11 @@ class listClients_result(object):
             if fid == 0:
                 if ftype == TType.LIST:
                     self.success = []
-                    (_etype158, _size155) = iprot.readListBegin()
-                    for _i159 in range(_size155):
-                        _elem160 = ClientInfo()
-                        _elem160.read(iprot)
-                        self.success.append(_elem160)
+                    (_etype165, _size162) = iprot.readListBegin()
+                    for _i166 in range(_size162):
+                        _elem167 = ClientInfo()
+                        _elem167.read(iprot)
+                        self.success.append(_elem167)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -9559,8 +9754,8 @@ class listClients_result(object):
         if self.success is not None:
             oprot.writeFieldBegin('success', TType.LIST, 0)
             oprot.writeListBegin(TType.STRUCT, len(self.success))
-            for iter161 in self.success:
-                iter161.write(oprot)
+            for iter168 in self.success:
+                iter168.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.unavailable is not None:

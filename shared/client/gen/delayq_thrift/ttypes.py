@@ -1934,6 +1934,86 @@ class NodeInfo(object):
         return not (self == other)
 
 
+class Endpoints(object):
+    """
+    Attributes:
+     - cluster
+     - endpoints
+
+    """
+
+
+    def __init__(self, cluster=None, endpoints=None,):
+        self.cluster = cluster
+        self.endpoints = endpoints
+
+    def read(self, iprot):
+        if iprot._fast_decode is not None and isinstance(iprot.trans, TTransport.CReadableTransport) and self.thrift_spec is not None:
+            iprot._fast_decode(self, iprot, [self.__class__, self.thrift_spec])
+            return
+        iprot.readStructBegin()
+        while True:
+            (fname, ftype, fid) = iprot.readFieldBegin()
+            if ftype == TType.STOP:
+                break
+            if fid == 1:
+                if ftype == TType.STRING:
+                    self.cluster = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                else:
+                    iprot.skip(ftype)
+            elif fid == 2:
+                if ftype == TType.LIST:
+                    self.endpoints = []
+                    (_etype54, _size51) = iprot.readListBegin()
+                    for _i55 in range(_size51):
+                        _elem56 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.endpoints.append(_elem56)
+                    iprot.readListEnd()
+                else:
+                    iprot.skip(ftype)
+            else:
+                iprot.skip(ftype)
+            iprot.readFieldEnd()
+        iprot.readStructEnd()
+
+    def write(self, oprot):
+        if oprot._fast_encode is not None and self.thrift_spec is not None:
+            oprot.trans.write(oprot._fast_encode(self, [self.__class__, self.thrift_spec]))
+            return
+        oprot.writeStructBegin('Endpoints')
+        if self.cluster is not None:
+            oprot.writeFieldBegin('cluster', TType.STRING, 1)
+            oprot.writeString(self.cluster.encode('utf-8') if sys.version_info[0] == 2 else self.cluster)
+            oprot.writeFieldEnd()
+        if self.endpoints is not None:
+            oprot.writeFieldBegin('endpoints', TType.LIST, 2)
+            oprot.writeListBegin(TType.STRING, len(self.endpoints))
+            for iter57 in self.endpoints:
+                oprot.writeString(iter57.encode('utf-8') if sys.version_info[0] == 2 else iter57)
+            oprot.writeListEnd()
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+    def validate(self):
+        if self.cluster is None:
+            raise TProtocolException(message='Required field cluster is unset!')
+        if self.endpoints is None:
+            raise TProtocolException(message='Required field endpoints is unset!')
+        return
+
+    def __repr__(self):
+        L = ['%s=%r' % (key, value)
+             for key, value in self.__dict__.items()]
+        return '%s(%s)' % (self.__class__.__name__, ', '.join(L))
+
+    def __eq__(self, other):
+        return isinstance(other, self.__class__) and self.__dict__ == other.__dict__
+
+    def __ne__(self, other):
+        return not (self == other)
+
+
 class ClusterInfo(object):
     """
     Attributes:
@@ -1987,22 +2067,22 @@ class ClusterInfo(object):
             elif fid == 5:
                 if ftype == TType.LIST:
                     self.nodes = []
-                    (_etype54, _size51) = iprot.readListBegin()
-                    for _i55 in range(_size51):
-                        _elem56 = NodeInfo()
-                        _elem56.read(iprot)
-                        self.nodes.append(_elem56)
+                    (_etype61, _size58) = iprot.readListBegin()
+                    for _i62 in range(_size58):
+                        _elem63 = NodeInfo()
+                        _elem63.read(iprot)
+                        self.nodes.append(_elem63)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 6:
                 if ftype == TType.MAP:
                     self.assignment = {}
-                    (_ktype58, _vtype59, _size57) = iprot.readMapBegin()
-                    for _i61 in range(_size57):
-                        _key62 = iprot.readI32()
-                        _val63 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.assignment[_key62] = _val63
+                    (_ktype65, _vtype66, _size64) = iprot.readMapBegin()
+                    for _i68 in range(_size64):
+                        _key69 = iprot.readI32()
+                        _val70 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.assignment[_key69] = _val70
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2035,16 +2115,16 @@ class ClusterInfo(object):
         if self.nodes is not None:
             oprot.writeFieldBegin('nodes', TType.LIST, 5)
             oprot.writeListBegin(TType.STRUCT, len(self.nodes))
-            for iter64 in self.nodes:
-                iter64.write(oprot)
+            for iter71 in self.nodes:
+                iter71.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.assignment is not None:
             oprot.writeFieldBegin('assignment', TType.MAP, 6)
             oprot.writeMapBegin(TType.I32, TType.STRING, len(self.assignment))
-            for kiter65, viter66 in self.assignment.items():
-                oprot.writeI32(kiter65)
-                oprot.writeString(viter66.encode('utf-8') if sys.version_info[0] == 2 else viter66)
+            for kiter72, viter73 in self.assignment.items():
+                oprot.writeI32(kiter72)
+                oprot.writeString(viter73.encode('utf-8') if sys.version_info[0] == 2 else viter73)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         oprot.writeFieldStop()
@@ -2102,21 +2182,21 @@ class Intents(object):
             if fid == 1:
                 if ftype == TType.LIST:
                     self.drained = []
-                    (_etype70, _size67) = iprot.readListBegin()
-                    for _i71 in range(_size67):
-                        _elem72 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.drained.append(_elem72)
+                    (_etype77, _size74) = iprot.readListBegin()
+                    for _i78 in range(_size74):
+                        _elem79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.drained.append(_elem79)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
             elif fid == 2:
                 if ftype == TType.MAP:
                     self.pinned = {}
-                    (_ktype74, _vtype75, _size73) = iprot.readMapBegin()
-                    for _i77 in range(_size73):
-                        _key78 = iprot.readI32()
-                        _val79 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.pinned[_key78] = _val79
+                    (_ktype81, _vtype82, _size80) = iprot.readMapBegin()
+                    for _i84 in range(_size80):
+                        _key85 = iprot.readI32()
+                        _val86 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.pinned[_key85] = _val86
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2138,16 +2218,16 @@ class Intents(object):
         if self.drained is not None:
             oprot.writeFieldBegin('drained', TType.LIST, 1)
             oprot.writeListBegin(TType.STRING, len(self.drained))
-            for iter80 in self.drained:
-                oprot.writeString(iter80.encode('utf-8') if sys.version_info[0] == 2 else iter80)
+            for iter87 in self.drained:
+                oprot.writeString(iter87.encode('utf-8') if sys.version_info[0] == 2 else iter87)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.pinned is not None:
             oprot.writeFieldBegin('pinned', TType.MAP, 2)
             oprot.writeMapBegin(TType.I32, TType.STRING, len(self.pinned))
-            for kiter81, viter82 in self.pinned.items():
-                oprot.writeI32(kiter81)
-                oprot.writeString(viter82.encode('utf-8') if sys.version_info[0] == 2 else viter82)
+            for kiter88, viter89 in self.pinned.items():
+                oprot.writeI32(kiter88)
+                oprot.writeString(viter89.encode('utf-8') if sys.version_info[0] == 2 else viter89)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.reshardTo is not None:
@@ -2342,10 +2422,10 @@ class RedriveFilter(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.taskIds = []
-                    (_etype86, _size83) = iprot.readListBegin()
-                    for _i87 in range(_size83):
-                        _elem88 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.taskIds.append(_elem88)
+                    (_etype93, _size90) = iprot.readListBegin()
+                    for _i94 in range(_size90):
+                        _elem95 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.taskIds.append(_elem95)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -2379,8 +2459,8 @@ class RedriveFilter(object):
         if self.taskIds is not None:
             oprot.writeFieldBegin('taskIds', TType.LIST, 4)
             oprot.writeListBegin(TType.STRING, len(self.taskIds))
-            for iter89 in self.taskIds:
-                oprot.writeString(iter89.encode('utf-8') if sys.version_info[0] == 2 else iter89)
+            for iter96 in self.taskIds:
+                oprot.writeString(iter96.encode('utf-8') if sys.version_info[0] == 2 else iter96)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.afterTaskId is not None:
@@ -2444,11 +2524,11 @@ class RedriveResult(object):
             elif fid == 3:
                 if ftype == TType.MAP:
                     self.keyHeld = {}
-                    (_ktype91, _vtype92, _size90) = iprot.readMapBegin()
-                    for _i94 in range(_size90):
-                        _key95 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        _val96 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
-                        self.keyHeld[_key95] = _val96
+                    (_ktype98, _vtype99, _size97) = iprot.readMapBegin()
+                    for _i101 in range(_size97):
+                        _key102 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        _val103 = iprot.readString().decode('utf-8', errors='replace') if sys.version_info[0] == 2 else iprot.readString()
+                        self.keyHeld[_key102] = _val103
                     iprot.readMapEnd()
                 else:
                     iprot.skip(ftype)
@@ -2478,9 +2558,9 @@ class RedriveResult(object):
         if self.keyHeld is not None:
             oprot.writeFieldBegin('keyHeld', TType.MAP, 3)
             oprot.writeMapBegin(TType.STRING, TType.STRING, len(self.keyHeld))
-            for kiter97, viter98 in self.keyHeld.items():
-                oprot.writeString(kiter97.encode('utf-8') if sys.version_info[0] == 2 else kiter97)
-                oprot.writeString(viter98.encode('utf-8') if sys.version_info[0] == 2 else viter98)
+            for kiter104, viter105 in self.keyHeld.items():
+                oprot.writeString(kiter104.encode('utf-8') if sys.version_info[0] == 2 else kiter104)
+                oprot.writeString(viter105.encode('utf-8') if sys.version_info[0] == 2 else viter105)
             oprot.writeMapEnd()
             oprot.writeFieldEnd()
         if self.lastTaskId is not None:
@@ -3004,11 +3084,11 @@ class ClientInfo(object):
             elif fid == 4:
                 if ftype == TType.LIST:
                     self.grants = []
-                    (_etype102, _size99) = iprot.readListBegin()
-                    for _i103 in range(_size99):
-                        _elem104 = Grant()
-                        _elem104.read(iprot)
-                        self.grants.append(_elem104)
+                    (_etype109, _size106) = iprot.readListBegin()
+                    for _i110 in range(_size106):
+                        _elem111 = Grant()
+                        _elem111.read(iprot)
+                        self.grants.append(_elem111)
                     iprot.readListEnd()
                 else:
                     iprot.skip(ftype)
@@ -3047,8 +3127,8 @@ class ClientInfo(object):
         if self.grants is not None:
             oprot.writeFieldBegin('grants', TType.LIST, 4)
             oprot.writeListBegin(TType.STRUCT, len(self.grants))
-            for iter105 in self.grants:
-                iter105.write(oprot)
+            for iter112 in self.grants:
+                iter112.write(oprot)
             oprot.writeListEnd()
             oprot.writeFieldEnd()
         if self.tenant is not None:
@@ -4226,6 +4306,12 @@ NodeInfo.thrift_spec = (
     (5, TType.BOOL, 'master', None, None, ),  # 5
     (6, TType.I64, 'clockOffsetMs', None, None, ),  # 6
     (7, TType.MAP, 'heldTopics', (TType.STRING, 'UTF8', TType.STRING, 'UTF8', False), None, ),  # 7
+)
+all_structs.append(Endpoints)
+Endpoints.thrift_spec = (
+    None,  # 0
+    (1, TType.STRING, 'cluster', 'UTF8', None, ),  # 1
+    (2, TType.LIST, 'endpoints', (TType.STRING, 'UTF8', False), None, ),  # 2
 )
 all_structs.append(ClusterInfo)
 ClusterInfo.thrift_spec = (

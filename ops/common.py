@@ -18,10 +18,11 @@ import click
 from thrift.Thrift import TException
 
 from delayq import config as config_mod
+from delayq.addresses import parse_addresses
 from delayq.clock import LATEST_MS
 from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.client.scheduler import parse_endpoint
+from delayq.client.scheduler import live_endpoints, parse_endpoint
 from delayq.client.zkdiscovery import live_members
 from delayq.errors import LOGIN_REFUSED, PRIVILEGE_MISSING, ConfigError, StoreUnavailable, Unavailable
 
@@ -46,13 +47,29 @@ def checked_endpoints(endpoints: tuple[str, ...] | list[str]) -> None:
                                      param_hint="'--endpoint'") from None
 
 
-def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
-    """A client over the given endpoints, or the cluster's live nodes found in ZooKeeper."""
+def node_endpoints(settings: config_mod.Settings, endpoints: tuple[str, ...] | list[str]) -> list[str]:
+    """The nodes a command talks to: those --endpoint names; else the live nodes that the seeds of
+    DELAYQ_SEEDS name (with the client's own token); else the live nodes ZooKeeper lists (with
+    delayq's ZooKeeper identity: an operator's setting, not a business client's)."""
     checked_endpoints(endpoints)
-    found = list(endpoints) or live_members(settings.zk, settings.node.cluster)
+    if endpoints:
+        return list(endpoints)
+    seeds = [f"{a.host}:{a.port}" for a in parse_addresses(settings.node.seeds, 9090)]
+    try:
+        found = live_endpoints(seeds) if seeds else live_members(settings.zk, settings.node.cluster)
+    except (TException, OSError) as e:
+        if isinstance(e, (ttypes.Unauthenticated, ttypes.Forbidden)):
+            raise
+        where = f"the seed nodes {', '.join(seeds)}" if seeds else f"ZooKeeper {settings.zk.hosts}"
+        raise Unavailable(f"{where} named no live node: {getattr(e, 'reason', None) or e}") from None
     if not found:
-        raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint")
-    return DelayqClient(found)
+        raise Unavailable(f"no live node in cluster {settings.node.cluster!r}; give --endpoint or DELAYQ_SEEDS")
+    return found
+
+
+def client(settings: config_mod.Settings, endpoints: tuple[str, ...]) -> DelayqClient:
+    """A client over the nodes of node_endpoints."""
+    return DelayqClient(node_endpoints(settings, endpoints))
 
 
 def fail(message: str, code: int, as_json: bool = False) -> NoReturn:

@@ -15,11 +15,10 @@ from thrift.Thrift import TException
 from delayq import zkauth
 from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.client.zkdiscovery import live_members
 from delayq.config import Settings
 from delayq.errors import ConfigError, Unavailable
 from delayq.master.intents import Call, kazoo_call
-from delayq.ops.common import checked_endpoints
+from delayq.ops.common import node_endpoints
 from delayq.zkpaths import AssignmentDoc, ZkPaths
 
 
@@ -59,10 +58,7 @@ def wait_applied(call: Call, paths: ZkPaths, zxid: int, timeout_s: float) -> Ass
 
 
 def cluster_info(settings: Settings, endpoints: list[str]) -> ttypes.ClusterInfo:
-    checked_endpoints(endpoints)
-    found = endpoints or live_members(settings.zk, settings.node.cluster)
-    if not found:
-        raise Unavailable(f"no live node in cluster {settings.node.cluster!r}")
+    found = node_endpoints(settings, endpoints)
     try:
         with DelayqClient(found) as c:
             return c.cluster()

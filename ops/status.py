@@ -7,23 +7,16 @@ from thrift.Thrift import TException
 from delayq import tables
 from delayq.client import DelayqClient
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.client.zkdiscovery import live_members
 from delayq.clock import SYSTEM_CLOCK
 from delayq.config import Settings
 from delayq.db import make_engine, unavailable_on_failure
 from delayq.errors import Unavailable
 from delayq.lifecycle import Status
-from delayq.ops.common import shown
+from delayq.ops.common import node_endpoints, shown
 
 
 def collect(settings: Settings, endpoints: list[str]) -> dict:
-    if not endpoints:
-        try:
-            endpoints = live_members(settings.zk, settings.node.cluster)
-        except ttypes.Unavailable as e:
-            raise Unavailable(e.reason) from None
-        if not endpoints:
-            raise Unavailable(f"no live node in cluster {settings.node.cluster!r} (ZooKeeper {settings.zk.hosts})")
+    endpoints = node_endpoints(settings, endpoints)
     try:
         with DelayqClient(endpoints) as c:
             ci = c.cluster()

@@ -25,6 +25,7 @@ class NodeSettings:
     host: str
     port: int
     advertise_host: str
+    seeds: str
     switch_interval_us: int
     freeze_in_claim_file: str
 

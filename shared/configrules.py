@@ -66,7 +66,8 @@ def check(s: Settings) -> None:
         raise ConfigError(f"DELAYQ_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {s.log.level!r}")
     _check_security(s.security)
     _check_zk_auth(s.zk)
-    for env, hosts, port in (("DELAYQ_MYSQL_HOSTS", s.mysql.hosts, 3306), ("DELAYQ_AMQP_HOSTS", s.amqp.hosts, 5672)):
+    for env, hosts, port in (("DELAYQ_MYSQL_HOSTS", s.mysql.hosts, 3306), ("DELAYQ_AMQP_HOSTS", s.amqp.hosts, 5672),
+                             ("DELAYQ_SEEDS", s.node.seeds, 9090)):
         try:
             parse_addresses(hosts, port)
         except ValueError as e:

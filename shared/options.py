@@ -46,6 +46,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_ADVERTISE_HOST", "node", "advertise_host", str,
             lambda raw: raw["DELAYQ_HOST"] if raw["DELAYQ_HOST"] != "0.0.0.0" else socket.gethostname(),
             "Host clients should use to reach this node (published in ZooKeeper)."),
+    Setting("DELAYQ_SEEDS", "node", "seeds", str, "",
+            "HOST:PORT of one or a few nodes, comma-separated, that the delayq command asks for the cluster's "
+            "live nodes (the endpoints call, which any client may make) instead of reading ZooKeeper: "
+            "a business client's settings need no ZooKeeper identity. --endpoint names nodes directly."),
     Setting("DELAYQ_SWITCH_INTERVAL_US", "node", "switch_interval_us", int, 200,
             "How long a Python thread may keep the interpreter while another waits for it "
             "(sys.setswitchinterval; Python's own default is 5000). The node's dispatching threads "

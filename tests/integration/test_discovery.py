@@ -83,3 +83,23 @@ def test_from_zookeeper_still_finds_the_nodes_with_the_operators_identity_and_wa
         dq = DelayqClient.from_zookeeper(ZK_HOSTS, cluster=database.name)
     with dq:
         assert sorted(dq.endpoints().endpoints) == sorted(n.endpoint for n in nodes)
+
+
+def test_the_command_with_a_submit_only_token_and_a_seed_submits_without_zookeeper(nodes, topic, submit_token):
+    # The README's command-line settings for a business client: a CA, its token, a seed node;
+    # ZooKeeper is named unreachable so that a command still reading it would fail.
+    env = {"PATH": os.environ["PATH"], "DELAYQ_TLS_CA_FILE": str(security.ensure() / "ca.pem"),
+           "DELAYQ_TOKEN": submit_token, "DELAYQ_SEEDS": nodes[1].endpoint, "DELAYQ_ZK_HOSTS": "127.0.0.1:1",
+           "DELAYQ_CLUSTER": "no-such-cluster"}
+    task_id = f"cli-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([sys.executable, "-m", "delayq", "tasks", "submit", topic, "--delay", "10m",
+                          "--payload", "x", "--id", task_id], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert task_id in out.stdout
+    with nodes[0].client() as admin:
+        assert admin.get(task_id).status == ttypes.TaskStatus.DELAY
+
+    env["DELAYQ_SEEDS"] = "127.0.0.1:1"         # a seed that answers nothing: said, exit 3
+    out = subprocess.run([sys.executable, "-m", "delayq", "tasks", "get", task_id], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and "127.0.0.1:1" in out.stderr, (out.returncode, out.stderr)

@@ -222,7 +222,7 @@ class NodeRuntime:
         self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
-                                   s.node.host, s.node.port, ConnectionLimits.of(s.limits),
+                                   s.node.host, s.node.port, ConnectionLimits.of(s.limits, identities=not sec.insecure),
                                    max_connections=s.limits.thrift_workers, closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))

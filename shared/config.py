@@ -83,6 +83,7 @@ class LimitSettings:
     max_horizon_ms: int
     max_batch: int
     max_frame_bytes: int
+    max_unauthenticated_frame_bytes: int
     thrift_workers: int
     thrift_threads: int
     idle_timeout_ms: int

@@ -33,6 +33,9 @@ def check(s: Settings) -> None:
     for env, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{env} must be positive, got {value}")
+    if s.limits.max_unauthenticated_frame_bytes < 1024:
+        raise ConfigError("DELAYQ_MAX_UNAUTHENTICATED_FRAME_BYTES must be at least 1024 (an authenticate call "
+                          "with its token must fit)")
     if not 0 <= s.scheduling.claim_lead_ms <= 1000:
         raise ConfigError("DELAYQ_CLAIM_LEAD_MS must be between 0 and 1000")
     if s.scheduling.clock_check_ms < 100 or s.scheduling.max_clock_offset_ms < 1:

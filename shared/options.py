@@ -149,9 +149,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MAX_BATCH", "limits", "max_batch", int, 1000, "Tasks in one submitBatch at most."),
     Setting("DELAYQ_MAX_FRAME_BYTES", "limits", "max_frame_bytes", int, 8 * 1024 * 1024,
             "Largest Thrift frame; a larger one closes the connection."),
+    Setting("DELAYQ_MAX_UNAUTHENTICATED_FRAME_BYTES", "limits", "max_unauthenticated_frame_bytes", int, 64 * 1024,
+            "Largest Thrift frame from a connection with no client identity yet (before its authenticate call "
+            "answered, without a client certificate); a larger one closes the connection before it is read. "
+            "Not applied with DELAYQ_INSECURE."),
     Setting("DELAYQ_THRIFT_WORKERS", "limits", "thrift_workers", int, 64,
-            "Thrift connections open at once; a new one past this closes the one idle longest (refused when every "
-            "one has a call in progress)."),
+            "Thrift connections open at once; a new one past this closes the unauthenticated one idle longest "
+            "(refused when every one has a call in progress or a client identity)."),
     Setting("DELAYQ_THRIFT_THREADS", "limits", "thrift_threads", int, 8,
             "Threads serving Thrift calls other than submits (get, cancel, reschedule, reportResult, ...); "
             "a call waits while all are busy. Submits are served in groups by a thread of their own."),

@@ -189,7 +189,8 @@ class NodeRuntime:
                                                     task_id, attempt, result, message, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
-        answers = CallAnswers(self.metrics, Audit(AuditLog(self.engine), clock).call)
+        self.audit = Audit(AuditLog(self.engine), clock, sec.refusal_audit_ms)
+        answers = CallAnswers(self.metrics, self.audit.call)
         placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
         limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
         self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
@@ -278,6 +279,7 @@ class NodeRuntime:
         doors: tuple[Part, ...] = (self.server, self.submits, self.calls, *self.watches, self.quotas)
         for door in doors:
             door.stop()
+        self.audit.flush()      # no call is served any more
         if self.admin.reshards is not None:
             self.admin.reshards.stop()
         if self.cluster is not None:

@@ -99,6 +99,7 @@ class SecuritySettings:
     tls_ca_file: str
     tls_client_cert: str
     clients_poll_ms: int
+    refusal_audit_ms: int
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ def check(s: Settings) -> None:
         "DELAYQ_FIRST_FRAME_TIMEOUT_MS": s.limits.first_frame_timeout_ms,
         "DELAYQ_MAX_FRAME_BYTES": s.limits.max_frame_bytes,
         "DELAYQ_ZK_SESSION_TIMEOUT_MS": s.zk.session_timeout_ms,
+        "DELAYQ_REFUSAL_AUDIT_MS": s.security.refusal_audit_ms,
     }
     for env, value in positive.items():
         if value <= 0:

@@ -184,6 +184,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CLIENTS_POLL_MS", "security", "clients_poll_ms", int, 250,
             "How often a node looks whether clients and their grants, services, flow controls or tenants "
             "changed (`delayq clients`, `delayq services`, `delayq tenants`)."),
+    Setting("DELAYQ_REFUSAL_AUDIT_MS", "security", "refusal_audit_ms", int, 60_000,
+            "Calls refused for want of a client identity are recorded in the audit log as an address's first, "
+            "then as one row of their count per address this often (each is counted in delayq_refusals_total)."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,

@@ -3,9 +3,10 @@
 `delayq db init --node-account NAME --node-url-file PATH`, run with an admin account, creates the
 account (or, run again, resets its grants to these and keeps its password) and writes the URL
 nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema, but for the day partitions of
-the two history tables, which nodes add and drop themselves (retention: delayq.store.retention;
-ALTER and DROP on those two tables, which hold no live task); the audit log can be appended
-to, never changed; the schema version and the tenants are read only. It may change the clients,
+the two history tables and the audit log, which nodes add and drop themselves (retention:
+delayq.store.retention; ALTER and DROP on those three tables, which hold no live task); the audit
+log can be appended to, never changed (no UPDATE, no DELETE: its rows go only a whole day past
+retention at a time); the schema version and the tenants are read only. It may change the clients,
 because a node serves the admin calls that manage them (delayq.nodes.front.admin). Operators'
 commands that change the schema or the tenants keep using an admin account.
 """
@@ -30,7 +31,8 @@ NODE_GRANTS = {
     # Clients: not their tenant (`delayq tenants`, the admin account).
     "job_client": "SELECT, INSERT (name, token_sha256, revoked, created_ms, updated_ms), "
                   "UPDATE (token_sha256, revoked, updated_ms)",
-    "job_client_grant": _RW, "job_client_retired_token": "SELECT, INSERT, DELETE", "job_audit": "SELECT, INSERT",
+    "job_client_grant": _RW, "job_client_retired_token": "SELECT, INSERT, DELETE",
+    "job_audit": "SELECT, INSERT, ALTER, DROP",     # appended to; its day partitions dropped past retention
     "job_tenant": "SELECT",
 }
 

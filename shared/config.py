@@ -113,6 +113,7 @@ class HttpSettings:
 @dataclass(frozen=True)
 class RetentionSettings:
     days: int
+    audit_days: int
     interval_ms: int
     ahead_days: int
     batch: int

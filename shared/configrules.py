@@ -56,6 +56,8 @@ def check(s: Settings) -> None:
     if r.days < 0 or r.interval_ms < 1000 or not 1 <= r.ahead_days <= 30 or not 1 <= r.batch <= 100_000:
         raise ConfigError("DELAYQ_RETENTION_DAYS must be 0 or more, DELAYQ_RETENTION_INTERVAL_MS 1000 or more, "
                           "DELAYQ_RETENTION_AHEAD_DAYS between 1 and 30 and DELAYQ_RETENTION_BATCH between 1 and 100000")
+    if not 0 <= r.audit_days <= 3650:      # a day partition each, of MySQL's 8192 a table at most
+        raise ConfigError(f"DELAYQ_AUDIT_RETENTION_DAYS must be between 0 (for ever) and 3650, got {r.audit_days}")
     b = s.bulk
     if not 1 <= b.rate <= 100_000 or not 1 <= b.batch <= 10_000 or not 2000 <= b.lease_ms <= 600_000:
         raise ConfigError("DELAYQ_BULK_RATE must be between 1 and 100000, DELAYQ_BULK_BATCH between 1 and 10000 "

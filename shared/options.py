@@ -200,6 +200,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Days the history of a task (its archived row and its attempts) is kept after it ended, unless its "
             "topic has its own (`delayq retention set`); 0 keeps it for ever. Nodes drop whole day "
             "partitions past the longest retention and delete the rest row by row (docs/operations.md#retention)."),
+    Setting("DELAYQ_AUDIT_RETENTION_DAYS", "retention", "audit_days", int, 365,
+            "Days the audit log (job_audit) is kept; 0 keeps it for ever. The retention pass drops its whole "
+            "days past this, at most a day later; nothing else removes its rows."),
     Setting("DELAYQ_RETENTION_INTERVAL_MS", "retention", "interval_ms", int, 3_600_000,
             "How often a node tries a retention pass (one node at a time runs it: a MySQL named lock)."),
     Setting("DELAYQ_RETENTION_AHEAD_DAYS", "retention", "ahead_days", int, 2,

@@ -156,7 +156,7 @@ client_retired_token = Table(
 audit = Table(
     "job_audit", metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("at_ms", BigInteger, nullable=False),
+    Column("at_ms", BigInteger, primary_key=True, autoincrement=False),       # the day partition
     Column("actor", String(128), nullable=False),
     Column("address", String(128), nullable=False),
     Column("action", String(32), nullable=False),

@@ -11,6 +11,12 @@ without waiting: the others skip the pass), does in this order:
 3. deletes, by primary key in batches of `batch` rows, one transaction each, the archived tasks of
    topics kept for less than the longest retention, and their attempts.
 
+The audit log (job_audit, partitioned by day of `at_ms` likewise) has its days ahead split out
+and its days older than `audit_days` dropped in the same pass, after the two history tables; its
+rows are never deleted one by one, so the nodes' account needs no DELETE on it. An account not yet
+granted ALTER and DROP on it (`delayq db init --node-account` not run again since the upgrade)
+leaves it as it is, says so (`PassReport.audit_denied`), and prunes the rest.
+
 What a claim waits for: nothing here. Claims, window scans and hint reads lock or read rows of
 job_shard and job_delay_task only; retention never touches those. The DDL of steps 1-2 takes the
 metadata lock of the execlog or the backlog for a moment, so the statements on those tables (the
@@ -26,18 +32,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, delete, select, text
 
 from delayq import tables
-from delayq.db import unavailable_on_failure
-from delayq.errors import UnknownTopic
+from delayq.db import mysql_code, unavailable_on_failure
+from delayq.errors import PRIVILEGE_MISSING, UnknownTopic
 from delayq.retention import DAY_MS, TAIL, Partition, PartitionPlan, Retention, plan
 from delayq.store.sqltext import literal_ids
 
 log = logging.getLogger(__name__)
 EXECLOG, BACKLOG, OVERRIDES, SERVICE = tables.execlog, tables.backlog, tables.topic_retention, tables.callback_service
+AUDIT = tables.audit
 # Each history table and the column it is partitioned by.
 PARTITIONED = {EXECLOG.name: "due_ms", BACKLOG.name: "finished_ms"}
+DAY_PARTITIONED = (*PARTITIONED, AUDIT.name)      # and the audit log, by at_ms, kept a retention of its own
 
 
 @dataclass
@@ -50,6 +59,7 @@ class PassReport:
     deleted_tasks: int = 0
     deleted_attempts: int = 0
     drop_ms: dict[str, float] = field(default_factory=dict)    # time of each table's DROP PARTITION
+    audit_denied: bool = False      # the account may not alter job_audit: its days were left as they are
 
 
 class RetentionStore:
@@ -96,9 +106,10 @@ class RetentionStore:
             return _partitions(conn, table)
 
     def prune(self, default_days: int, now_ms: int, ahead_days: int, batch: int,
-              max_batches: int = 100) -> PassReport:
+              max_batches: int = 100, *, audit_days: int = 0) -> PassReport:
         """One pass (see the module's docstring), at most max_batches batches of deletes (the rest
-        waits for the next pass); skipped when another node runs one."""
+        waits for the next pass); skipped when another node runs one. The audit log's days are
+        kept `audit_days` (0: for ever)."""
         with unavailable_on_failure(), self._engine.connect() as conn:
             name = f"delayq.retention.{conn.exec_driver_sql('SELECT DATABASE()').scalar()}"[:64]
             if not conn.exec_driver_sql("SELECT GET_LOCK(%s, 0)", (name,)).scalar():
@@ -110,6 +121,7 @@ class RetentionStore:
                 for table in PARTITIONED:
                     self._partition(conn, table, plan(_partitions(conn, table), now_ms, retention.longest,
                                                       ahead_days), report)
+                self._audit(conn, plan(_partitions(conn, AUDIT.name), now_ms, audit_days, ahead_days), report)
                 conn.commit()
                 # Still under the lock (held by this connection): the deletes run on others.
                 left = max_batches
@@ -124,6 +136,16 @@ class RetentionStore:
             finally:
                 conn.exec_driver_sql("SELECT RELEASE_LOCK(%s)", (name,))
                 conn.commit()
+
+    def _audit(self, conn: Connection, todo: PartitionPlan, report: PassReport) -> None:
+        try:
+            self._partition(conn, AUDIT.name, todo, report)
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ProgrammingError) as e:
+            if mysql_code(e) not in PRIVILEGE_MISSING:
+                raise
+            log.warning("%s: its day partitions are not kept: this account may not alter it (run `delayq db init "
+                        "--node-account` with the admin account to grant it): %s", AUDIT.name, e.orig)
+            report.audit_denied = True
 
     def _partition(self, conn: Connection, table: str, todo: PartitionPlan, report: PassReport) -> None:
         if todo.add:

@@ -11,10 +11,13 @@ import pymysql
 import pytest
 from sqlalchemy.engine import make_url
 
-from conftest import Collector, wait_until
+from conftest import Collector, now_ms, wait_until
 from delayq import config, db as dbm
 from delayq.client import CallbackService, CancelResult, TaskSpec, TaskStatus
+from delayq.retention import DAY_MS
+from delayq.store.audit import AuditLog, Entry
 from delayq.store.clients import ClientStore
+from delayq.store.retention import RetentionStore
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +75,8 @@ def _life(node, topic: str) -> None:
     "ALTER TABLE job_delay_task ADD COLUMN x INT",
     "DELETE FROM job_audit",
     "UPDATE job_audit SET actor = 'someone else'",
+    "REPLACE INTO job_audit (id, at_ms, actor, address, action, target, outcome) SELECT id, at_ms, 'x', address, "
+    "action, target, outcome FROM job_audit",
     "DELETE FROM job_client",
     "UPDATE job_client SET tenant = 'other'",
     "DELETE FROM job_tenant",
@@ -154,6 +159,41 @@ def test_a_node_account_not_yet_granted_the_retired_tokens_still_reads_its_clien
     finally:
         engine.dispose()
         as_admin.dispose()
+        url_file = tmp_path / "node-url"
+        url_file.write_text(node_url + "\n")
+        out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))
+        assert out.returncode == 0, out.stderr
+
+
+def test_the_node_account_drops_the_audit_log_s_days_past_retention_and_no_row_else(database, node_url):
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
+    try:
+        log, now = AuditLog(engine), now_ms()
+        log.record(Entry(now, "app", "10.0.0.1", "cancel", "old-task", "CANCELLED"))
+        # Ten days on, with the audit log kept five (and the history for ever): today's day goes.
+        report = RetentionStore(engine).prune(0, now + 10 * DAY_MS, 1, 100, audit_days=5)
+        assert not report.audit_denied and report.dropped.get("job_audit"), report
+        assert not [e for e in log.list(actor="app") if e.target == "old-task"]
+        log.record(Entry(now + 10 * DAY_MS, "app", "10.0.0.1", "cancel", "new-task", "CANCELLED"))
+        assert [e.target for e in log.list(actor="app")] == ["new-task"]
+    finally:
+        engine.dispose()
+
+
+def test_a_node_account_not_yet_granted_the_audit_log_s_days_prunes_the_rest(database, node_url, tmp_path):
+    # An upgrade: `db migrate` ran, `db init --node-account` not yet again.
+    account = make_url(node_url).username
+    admin = connect(database.url, database=None)
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"REVOKE ALTER, DROP ON `{database.name}`.job_audit FROM '{account}'@'%'")
+        report = RetentionStore(engine).prune(0, now_ms() + 20 * DAY_MS, 1, 100, audit_days=5)
+        assert report.audit_denied and "job_audit" not in report.dropped
+        assert report.added.get("job_delay_task_backlog"), report     # the history tables' pass went on
+    finally:
+        engine.dispose()
+        admin.close()
         url_file = tmp_path / "node-url"
         url_file.write_text(node_url + "\n")
         out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))

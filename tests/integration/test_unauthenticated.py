@@ -3,12 +3,21 @@ metrics and summarised in the audit log, never one row each; it gives way to aut
 at the connection limit; and what it sends does not hold up the clients working."""
 from __future__ import annotations
 
+import multiprocessing
+import socket
+import struct
+import threading
+import time
+
 import pytest
+from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TMessageType
+from thrift.transport import TTransport
 
 from conftest import now_ms, wait_until
 from delayq import config, db as dbm
-from delayq.client import DelayqClient
-from delayq.client.gen.delayq_thrift import ttypes
+from delayq.client import DelayqClient, connect
+from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
 from delayq.client.security import ClientSecurity
 from delayq.nodes.front.audit import SUMMARY, UNAUTHENTICATED
 from delayq.store.audit import AuditLog
@@ -49,3 +58,164 @@ def test_300_tokenless_cancels_are_counted_and_cost_the_audit_log_two_rows(node_
     assert summary.address == "127.0.0.1"
     assert summary.outcome.startswith("299 unauthenticated calls refused in the last ")
     assert len(audit.list(actor=UNAUTHENTICATED, since_ms=started)) == 2
+
+
+# ---- connections ---------------------------------------------------------------------------------
+
+def test_an_authenticated_connection_outlasts_a_flood_of_new_connections_at_the_limit(node_factory):
+    node = node_factory(DELAYQ_THRIFT_WORKERS="4")
+    client, transport = connect("127.0.0.1", node.port, 5, node.security)
+    flood: list[socket.socket] = []
+    try:
+        assert client.cluster().shardCount == 8
+        before = closed(node, "evicted")
+        for _ in range(12):         # each takes the place of an unauthenticated one, never the client's
+            flood.append(socket.create_connection(("127.0.0.1", node.port), timeout=5))
+        wait_until(lambda: closed(node, "evicted") >= before + 9, 10, what="the newcomers to push each other out")
+        assert client.cluster().shardCount == 8        # the same connection, still open
+    finally:
+        for s in flood:
+            s.close()
+        transport.close()
+
+
+def closed(node, reason: str) -> float:
+    return node.metrics(labelled=True).get(f'delayq_thrift_connections_closed_total{{reason="{reason}"}}', 0.0)
+
+
+def _big_unauthenticated_frame() -> bytes:
+    """A submitBatch of 1,000 tasks of 8,000 bytes each: under the 8 MiB frame cap, sent without a token."""
+    buf = TTransport.TMemoryBuffer()
+    proto = TBinaryProtocol.TBinaryProtocol(buf)
+    proto.writeMessageBegin("submitBatch", TMessageType.CALL, 1)
+    specs = [ttypes.TaskSpec(topic="t", delayMs=60_000, payload=b"p" * 8000) for _ in range(1000)]
+    DelayScheduler.submitBatch_args(tasks=specs).write(proto)
+    proto.writeMessageEnd()
+    body = buf.getvalue()
+    return struct.pack("!i", len(body)) + body
+
+
+BIG_SENDERS = 3
+
+
+class Noise:
+    """Peers with no identity, in a process of their own (so that they do not take the test's
+    GIL from the client measured), each on a thread until `stop`: BIG_SENDERS sending a large frame
+    over and over, on a new connection each time; others opening TLS connections and stalling in the
+    handshake, or sending bytes that are no handshake."""
+
+    def __init__(self, node, *, frames: bool, handshakes: bool):
+        self._frames, self._handshakes = frames, handshakes
+        ctx = multiprocessing.get_context("fork")
+        self._stop = ctx.Event()
+        self.frames, self.stalls = ctx.Value("i", 0), ctx.Value("i", 0)
+        self._process = ctx.Process(target=self._run, args=(node.port,), daemon=True)
+
+    def __enter__(self) -> "Noise":
+        self._process.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._process.join(15)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+
+    def _run(self, port: int) -> None:
+        tls = ClientSecurity(ca_file=str(security.ensure() / "ca.pem")).context()
+        frame = _big_unauthenticated_frame()
+        threads = [threading.Thread(target=self._big, args=(port, tls, frame)) for _ in range(BIG_SENDERS)
+                   if self._frames]
+        if self._handshakes:
+            threads += [threading.Thread(target=self._stalling, args=(port,)),
+                        threading.Thread(target=self._bogus, args=(port,))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _big(self, port: int, tls, frame: bytes) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                with tls.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
+                                     server_hostname="127.0.0.1") as s:
+                    s.sendall(frame)
+                    s.recv(1)           # an answer, or the node closing it
+            except OSError:
+                pass
+            with self.frames.get_lock():
+                self.frames.value += 1
+            # At most 10 a second each: a frame refused at once costs no time, and the handshakes of
+            # new connections in a tight loop are not what is measured here.
+            self._stop.wait(max(0.0, started + 0.1 - time.monotonic()))
+
+    def _stalling(self, port: int) -> None:
+        held: list[socket.socket] = []
+        while not self._stop.wait(0.05):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(b"\x16\x03\x01\x02\x00")        # the head of a ClientHello, and no more
+                held.append(s)
+                with self.stalls.get_lock():
+                    self.stalls.value += 1
+            except OSError:
+                pass
+            if len(held) > 20:
+                held.pop(0).close()
+        for s in held:
+            s.close()
+
+    def _bogus(self, port: int) -> None:
+        while not self._stop.wait(0.02):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    s.sendall(b"\x16\x03\x01\x00\x05" + bytes(5) + b"GET / HTTP/1.1\r\n\r\n")
+                    s.recv(1)
+            except OSError:
+                pass
+
+
+def _latencies(client, seconds: float) -> list[float]:
+    out = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        started = time.perf_counter()
+        client.cluster()
+        out.append(time.perf_counter() - started)
+    return sorted(out)
+
+
+def _quiet_and_noisy(node_factory, **noise) -> tuple[list[float], list[float], int]:
+    node = node_factory(DELAYQ_THRIFT_WORKERS="64")
+    client, transport = connect("127.0.0.1", node.port, 10, node.security)
+    try:
+        _latencies(client, 0.5)                 # warm
+        quiet = _latencies(client, 3)
+        with Noise(node, **noise) as made:
+            wait_until(lambda: made.frames.value >= 2 or made.stalls.value >= 2, 10, what="the noise to start")
+            noisy = _latencies(client, 3)
+        frames = made.frames.value
+    finally:
+        transport.close()
+    q_mean, n_mean = sum(quiet) / len(quiet), sum(noisy) / len(noisy)
+    print(f"quiet: {len(quiet)} calls, mean {q_mean * 1000:.1f} ms, p99 {quiet[int(len(quiet) * 0.99)] * 1000:.1f} ms; "
+          f"with {noise} ({frames} large frames sent): {len(noisy)} calls, mean {n_mean * 1000:.1f} ms, "
+          f"p99 {noisy[int(len(noisy) * 0.99)] * 1000:.1f} ms")
+    return quiet, noisy, frames
+
+
+def test_large_frames_before_authenticating_do_not_hold_up_an_authenticated_client(node_factory):
+    quiet, noisy, frames = _quiet_and_noisy(node_factory, frames=True, handshakes=False)
+    # The noise's process shares the host's two cores with the node and this test, and its TLS
+    # connections cost the node a handshake each: the calls slow down some. What must not happen
+    # is calls waiting behind large frames read and decoded on the node's I/O thread, which adds
+    # the frames' time to the mean of every call (tens of milliseconds a frame): several times the quiet mean.
+    assert frames >= 2
+    assert sum(noisy) / len(noisy) < 2 * sum(quiet) / len(quiet) + 0.001
+
+
+def test_stalled_and_bogus_handshakes_do_not_hold_up_an_authenticated_client(node_factory):
+    quiet, noisy, _ = _quiet_and_noisy(node_factory, frames=False, handshakes=True)
+    assert sum(noisy) / len(noisy) < 2 * sum(quiet) / len(quiet) + 0.001

@@ -32,7 +32,8 @@ def audit(database) -> AuditLog:
 
 
 def tokenless(node) -> DelayqClient:
-    return DelayqClient([node.endpoint], timeout_s=5, security=ClientSecurity(ca_file=str(security.ensure() / "ca.pem")))
+    return DelayqClient([node.endpoint], timeout_s=5,
+                        security=ClientSecurity(ca_file=str(security.ensure() / "ca.pem")))
 
 
 def refusals(node, reason: str) -> float:

@@ -50,6 +50,10 @@ class RefusalTally:
     def __init__(self, interval_ms: int, max_addresses: int = 1024):
         self._interval_ms, self._max = interval_ms, max_addresses
         self._windows: dict[str, _Window] = {}
+        # Every audited call looks: the windows are gone through at most once a second, so that a
+        # flood from many addresses costs each call little (a summary comes up to a second late).
+        self._every_ms = min(1000, interval_ms)
+        self._looked_ms: int | None = None
 
     def note(self, address: str, now_ms: int) -> tuple[bool, list[Summary]]:
         """A refusal from address now: (whether it is to be recorded as it is, the summaries due)."""
@@ -65,6 +69,9 @@ class RefusalTally:
 
     def due(self, now_ms: int) -> list[Summary]:
         """The summaries of the windows an interval old by now; those with nothing counted end."""
+        if self._looked_ms is not None and now_ms - self._looked_ms < self._every_ms:
+            return []
+        self._looked_ms = now_ms
         out = []
         for address, window in list(self._windows.items()):
             if now_ms - window.since_ms < self._interval_ms:

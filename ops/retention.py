@@ -121,7 +121,8 @@ def prune(config_file: str | None, as_json: bool) -> None:
             click.echo(f"{table}: added {', '.join(added) or 'no partition'}; dropped "
                        + (f"{', '.join(dropped)} in {report.drop_ms[table]:.0f} ms" if dropped else "no partition"))
         if report.audit_denied:
-            click.echo("job_audit: left as it is: this account may not alter it (run `delayq db init --node-account`)")
+            click.echo("job_audit: left as it is: this account may not call delayq_prune_audit "
+                       "(run `delayq db init --node-account`)")
         if report.kept_for_dead_letters:
             click.echo(f"kept past retention, owing dead letters: {', '.join(report.kept_for_dead_letters)}")
         click.echo(f"deleted {report.deleted_tasks} archived tasks and {report.deleted_attempts} attempts of topics "

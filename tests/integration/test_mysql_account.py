@@ -1,5 +1,6 @@
 """The nodes' own MySQL account (`delayq db init --node-account`): a node runs a task's whole life
-with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the audit log."""
+with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the audit log
+but its days past retention, through the one procedure that drops them."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from sqlalchemy.engine import make_url
 from conftest import Collector, now_ms, wait_until
 from delayq import config, db as dbm
 from delayq.client import CallbackService, CancelResult, TaskSpec, TaskStatus
-from delayq.retention import DAY_MS
+from delayq.retention import DAY_MS, day_name, day_of
 from delayq.store.audit import AuditLog, Entry
 from delayq.store.clients import ClientStore
 from delayq.store.retention import RetentionStore
@@ -77,6 +78,11 @@ def _life(node, topic: str) -> None:
     "UPDATE job_audit SET actor = 'someone else'",
     "REPLACE INTO job_audit (id, at_ms, actor, address, action, target, outcome) SELECT id, at_ms, 'x', address, "
     "action, target, outcome FROM job_audit",
+    "ALTER TABLE job_audit ADD COLUMN x INT",
+    "ALTER TABLE job_audit TRUNCATE PARTITION pmax",
+    "ALTER TABLE job_audit DROP PARTITION pmax",
+    "TRUNCATE TABLE job_audit",
+    "DROP TABLE job_audit",
     "DELETE FROM job_client",
     "UPDATE job_client SET tenant = 'other'",
     "DELETE FROM job_tenant",
@@ -166,18 +172,43 @@ def test_a_node_account_not_yet_granted_the_retired_tokens_still_reads_its_clien
 
 
 def test_the_node_account_drops_the_audit_log_s_days_past_retention_and_no_row_else(database, node_url):
+    now = now_ms()
+    old_day = day_of(now) - 10
+    admin = connect(database.url)
     engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
     try:
-        log, now = AuditLog(engine), now_ms()
-        log.record(Entry(now, "app", "10.0.0.1", "cancel", "old-task", "CANCELLED"))
-        # Ten days on, with the audit log kept five (and the history for ever): today's day goes.
-        report = RetentionStore(engine).prune(0, now + 10 * DAY_MS, 1, 100, audit_days=5)
-        assert not report.audit_denied and report.dropped.get("job_audit"), report
-        assert not [e for e in log.list(actor="app") if e.target == "old-task"]
-        log.record(Entry(now + 10 * DAY_MS, "app", "10.0.0.1", "cancel", "new-task", "CANCELLED"))
+        first = RetentionStore(engine).partitions("job_audit")[0]
+        with admin.cursor() as cur:     # a day ten days ago gets its own partition, as if kept since
+            cur.execute(f"ALTER TABLE job_audit REORGANIZE PARTITION {first.name} INTO ("
+                        f"PARTITION {day_name(old_day)} VALUES LESS THAN ({(old_day + 1) * DAY_MS}), "
+                        f"PARTITION {first.name} VALUES LESS THAN ({first.below_ms}))")
+        log = AuditLog(engine)
+        log.record(Entry(old_day * DAY_MS + 1000, "app", "10.0.0.1", "cancel", "old-task", "CANCELLED"))
+        log.record(Entry(now, "app", "10.0.0.1", "cancel", "new-task", "CANCELLED"))
+        report = RetentionStore(engine).prune(0, now, 1, 100, audit_days=5)
+        assert not report.audit_denied and report.dropped.get("job_audit") == [day_name(old_day)], report
         assert [e.target for e in log.list(actor="app")] == ["new-task"]
     finally:
         engine.dispose()
+        admin.close()
+
+
+@pytest.mark.parametrize("keep_days, ahead_days", [(-1, 1), (3651, 1), (5, 0), (5, 31), (None, 1)])
+def test_the_audit_log_s_procedure_refuses_days_out_of_range(node_url, keep_days, ahead_days):
+    conn = connect(node_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = 'job_audit'")
+            partitions = cur.fetchone()
+            with pytest.raises(pymysql.err.MySQLError) as e:
+                cur.execute("CALL delayq_prune_audit(%s, %s)", (keep_days, ahead_days))
+            assert e.value.args[0] == 1644 and "keep_days from 0 to 3650" in e.value.args[1], e.value
+            cur.execute("SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = 'job_audit'")
+            assert cur.fetchone() == partitions
+    finally:
+        conn.close()
 
 
 def test_a_node_account_not_yet_granted_the_audit_log_s_days_prunes_the_rest(database, node_url, tmp_path):
@@ -187,7 +218,7 @@ def test_a_node_account_not_yet_granted_the_audit_log_s_days_prunes_the_rest(dat
     engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
     try:
         with admin.cursor() as cur:
-            cur.execute(f"REVOKE ALTER, DROP ON `{database.name}`.job_audit FROM '{account}'@'%'")
+            cur.execute(f"REVOKE EXECUTE ON PROCEDURE `{database.name}`.delayq_prune_audit FROM '{account}'@'%'")
         report = RetentionStore(engine).prune(0, now_ms() + 20 * DAY_MS, 1, 100, audit_days=5)
         assert report.audit_denied and "job_audit" not in report.dropped
         assert report.added.get("job_delay_task_backlog"), report     # the history tables' pass went on

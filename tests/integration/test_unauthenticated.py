@@ -1,10 +1,13 @@
 """What a caller with no client identity costs a secured node: its refusals are counted in the
 metrics and summarised in the audit log, never one row each; it gives way to authenticated clients
-at the connection limit; and what it sends does not hold up the clients working."""
+at the connection limit; a frame it sends above its cap is closed at the header, its body unread,
+and a handshake it stalls or botches is closed without the node waiting on it; so what it sends
+does not hold up the clients working (measured in alternating quiet and noisy spells)."""
 from __future__ import annotations
 
 import multiprocessing
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -84,6 +87,69 @@ def closed(node, reason: str) -> float:
     return node.metrics(labelled=True).get(f'delayq_thrift_connections_closed_total{{reason="{reason}"}}', 0.0)
 
 
+def tls_socket(node, timeout_s: float) -> ssl.SSLSocket:
+    tls = ClientSecurity(ca_file=str(security.ensure() / "ca.pem")).context()
+    return tls.wrap_socket(socket.create_connection(("127.0.0.1", node.port), timeout=timeout_s),
+                           server_hostname="127.0.0.1")
+
+
+def closed_by_node(sock: socket.socket) -> bool:
+    """The node closed the connection (an end of stream or a reset), after a TLS alert at most;
+    False when it sent anything else, or nothing for the socket's timeout."""
+    try:
+        while data := sock.recv(4096):
+            if not isinstance(sock, ssl.SSLSocket) and data[:1] == b"\x15":   # an alert: then the close
+                continue
+            return False
+        return True
+    except (ConnectionResetError, ssl.SSLEOFError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_tokenless_peer_s_8_mib_frame_is_closed_at_its_header_with_its_body_unread(node_factory):
+    node = node_factory()
+    before = closed(node, "frame_too_large")
+    # The header of a frame of 8 MiB, within the cap for clients, and one KiB of its body; the rest
+    # never comes. A node reading the body before judging the frame would wait for it (up to
+    # DELAYQ_FRAME_TIMEOUT_MS, 30 s, then close as `frame_timeout`): this one closes at the header.
+    with tls_socket(node, 10) as s:
+        s.sendall(struct.pack("!i", 8 * 1024 * 1024) + bytes(1024))
+        assert closed_by_node(s)
+    wait_until(lambda: closed(node, "frame_too_large") == before + 1, 10, what="the close to be counted")
+    assert closed(node, "frame_timeout") == 0
+    # The whole frame sent: closed all the same, no answer read.
+    with tls_socket(node, 10) as s:
+        try:
+            s.sendall(_big_unauthenticated_frame())
+        except OSError:
+            pass            # reset while still sending: the node had stopped reading
+        assert closed_by_node(s)
+    wait_until(lambda: closed(node, "frame_too_large") == before + 2, 10, what="the second close to be counted")
+
+
+def test_a_stalled_handshake_is_closed_at_the_first_frame_timeout_and_meanwhile_clients_are_served(node_factory):
+    node = node_factory(DELAYQ_FIRST_FRAME_TIMEOUT_MS="5000")
+    client, transport = connect("127.0.0.1", node.port, 10, node.security)
+    stalled = socket.create_connection(("127.0.0.1", node.port), timeout=10)
+    try:
+        stalled.sendall(b"\x16\x03\x01\x02\x00")      # the head of a ClientHello, and no more
+        with socket.create_connection(("127.0.0.1", node.port), timeout=10) as bogus:
+            bogus.sendall(b"\x16\x03\x01\x00\x05" + bytes(5) + b"GET / HTTP/1.1\r\n\r\n")
+            assert closed_by_node(bogus)                   # no handshake: closed at once
+        # Served while the stalled handshake is held open: the node does not wait on it.
+        for _ in range(5):
+            assert client.cluster().shardCount == 8
+        assert closed(node, "tls_handshake_timeout") == 0
+        assert closed_by_node(stalled)
+        wait_until(lambda: closed(node, "tls_handshake_timeout") == 1 and closed(node, "tls_handshake") >= 1, 10,
+                   what="both closes to be counted")
+    finally:
+        stalled.close()
+        transport.close()
+
+
 def _big_unauthenticated_frame() -> bytes:
     """A submitBatch of 1,000 tasks of 8,000 bytes each: under the 8 MiB frame cap, sent without a token."""
     buf = TTransport.TMemoryBuffer()
@@ -103,12 +169,14 @@ class Noise:
     """Peers with no identity, in a process of their own (so that they do not take the test's
     GIL from the client measured), each on a thread until `stop`: BIG_SENDERS sending a large frame
     over and over, on a new connection each time; others opening TLS connections and stalling in the
-    handshake, or sending bytes that are no handshake."""
+    handshake, or sending bytes that are no handshake. Quiet between `pause` and `resume` (the
+    stalled connections already made stay open), so that quiet and noisy spells can alternate."""
 
     def __init__(self, node, *, frames: bool, handshakes: bool):
         self._frames, self._handshakes = frames, handshakes
         ctx = multiprocessing.get_context("fork")
-        self._stop = ctx.Event()
+        self._stop, self._go = ctx.Event(), ctx.Event()
+        self._go.set()
         self.frames, self.stalls = ctx.Value("i", 0), ctx.Value("i", 0)
         self._process = ctx.Process(target=self._run, args=(node.port,), daemon=True)
 
@@ -116,8 +184,22 @@ class Noise:
         self._process.start()
         return self
 
+    def pause(self) -> None:
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def _quiet(self) -> bool:
+        """Wait while paused; True once stopped."""
+        while not self._go.wait(0.05):
+            if self._stop.is_set():
+                return True
+        return self._stop.is_set()
+
     def __exit__(self, *exc) -> None:
         self._stop.set()
+        self._go.set()
         self._process.join(15)
         if self._process.is_alive():
             self._process.kill()
@@ -137,7 +219,7 @@ class Noise:
             t.join()
 
     def _big(self, port: int, tls, frame: bytes) -> None:
-        while not self._stop.is_set():
+        while not self._quiet():
             started = time.monotonic()
             try:
                 with tls.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
@@ -154,7 +236,7 @@ class Noise:
 
     def _stalling(self, port: int) -> None:
         held: list[socket.socket] = []
-        while not self._stop.wait(0.05):
+        while not self._quiet() and not self._stop.wait(0.05):
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=5)
                 s.sendall(b"\x16\x03\x01\x02\x00")        # the head of a ClientHello, and no more
@@ -169,7 +251,7 @@ class Noise:
             s.close()
 
     def _bogus(self, port: int) -> None:
-        while not self._stop.wait(0.02):
+        while not self._quiet() and not self._stop.wait(0.02):
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
                     s.sendall(b"\x16\x03\x01\x00\x05" + bytes(5) + b"GET / HTTP/1.1\r\n\r\n")
@@ -188,35 +270,54 @@ def _latencies(client, seconds: float) -> list[float]:
     return sorted(out)
 
 
+SPELLS, SPELL_S = 4, 0.75
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
 def _quiet_and_noisy(node_factory, **noise) -> tuple[list[float], list[float], int]:
+    """An authenticated client's call times in quiet spells and in spells with the noise, taken in
+    turn, so that whatever else loads the host meanwhile weighs on both alike."""
     node = node_factory(DELAYQ_THRIFT_WORKERS="64")
     client, transport = connect("127.0.0.1", node.port, 10, node.security)
+    quiet: list[float] = []
+    noisy: list[float] = []
     try:
         _latencies(client, 0.5)                 # warm
-        quiet = _latencies(client, 3)
         with Noise(node, **noise) as made:
             wait_until(lambda: made.frames.value >= 2 or made.stalls.value >= 2, 10, what="the noise to start")
-            noisy = _latencies(client, 3)
+            for _ in range(SPELLS):
+                made.pause()
+                quiet += _latencies(client, SPELL_S)
+                made.resume()
+                noisy += _latencies(client, SPELL_S)
         frames = made.frames.value
     finally:
         transport.close()
-    q_mean, n_mean = sum(quiet) / len(quiet), sum(noisy) / len(noisy)
-    print(f"quiet: {len(quiet)} calls, mean {q_mean * 1000:.1f} ms, p99 {quiet[int(len(quiet) * 0.99)] * 1000:.1f} ms; "
-          f"with {noise} ({frames} large frames sent): {len(noisy)} calls, mean {n_mean * 1000:.1f} ms, "
-          f"p99 {noisy[int(len(noisy) * 0.99)] * 1000:.1f} ms")
+    quiet.sort()
+    noisy.sort()
+    print(f"quiet: {len(quiet)} calls, median {_median(quiet) * 1000:.2f} ms, mean {sum(quiet) / len(quiet) * 1000:.2f} ms; "
+          f"with {noise} ({frames} large frames sent): {len(noisy)} calls, median {_median(noisy) * 1000:.2f} ms, "
+          f"mean {sum(noisy) / len(noisy) * 1000:.2f} ms")
     return quiet, noisy, frames
 
 
 def test_large_frames_before_authenticating_do_not_hold_up_an_authenticated_client(node_factory):
     quiet, noisy, frames = _quiet_and_noisy(node_factory, frames=True, handshakes=False)
-    # The noise's process shares the host's two cores with the node and this test, and its TLS
-    # connections cost the node a handshake each: the calls slow down some. What must not happen
-    # is calls waiting behind large frames read and decoded on the node's I/O thread, which adds
-    # the frames' time to the mean of every call (tens of milliseconds a frame): several times the quiet mean.
+    # What is asserted for certain is structural (the frame closed at its header, above); this is
+    # its effect on a client, a gross one only: frames read whole hold calls up for as long as the
+    # node takes them in, which several times the quiet mean. The noise's TLS handshakes cost the
+    # node a little, and the host's other load falls on quiet and noisy spells alike.
     assert frames >= 2
-    assert sum(noisy) / len(noisy) < 2 * sum(quiet) / len(quiet) + 0.001
+    assert _mean(noisy) < 2 * _mean(quiet) + 0.001
 
 
 def test_stalled_and_bogus_handshakes_do_not_hold_up_an_authenticated_client(node_factory):
     quiet, noisy, _ = _quiet_and_noisy(node_factory, frames=False, handshakes=True)
-    assert sum(noisy) / len(noisy) < 2 * sum(quiet) / len(quiet) + 0.001
+    assert _mean(noisy) < 2 * _mean(quiet) + 0.001

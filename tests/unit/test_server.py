@@ -8,6 +8,7 @@ import socket
 import struct
 import threading
 import time
+from typing import BinaryIO
 
 import pytest
 from thrift.protocol import TBinaryProtocol
@@ -142,10 +143,11 @@ def _reply(reader) -> tuple[TBinaryProtocol.TBinaryProtocol, int, int]:
     return proto, kind, seqid
 
 
-def _answer(sock: socket.socket, method: str):
+def _answer(sock: socket.socket, method: str, reader: BinaryIO | None = None):
     """The answer to the one call sent on a raw connection: its result, declared exception or
-    TApplicationException."""
-    proto, kind, _ = _reply(sock.makefile("rb"))
+    TApplicationException. Calls pipelined on one connection read their answers through one
+    `reader` (sock.makefile): a reader of its own for each could buffer the next answer and lose it."""
+    proto, kind, _ = _reply(reader or sock.makefile("rb"))
     if kind == TMessageType.EXCEPTION:
         error = TApplicationException()
         error.read(proto)
@@ -368,8 +370,9 @@ def test_a_large_frame_sent_right_behind_authenticate_waits_for_its_answer_and_i
         with f.raw() as s:
             s.sendall(_frame("authenticate", 1, DelayScheduler.authenticate_args(token="app"))
                       + _frame("get", 2, DelayScheduler.get_args(taskId="y" * 8000)))
-            assert _answer(s, "authenticate") == "app"
-            assert _answer(s, "get").taskId == "y" * 8000
+            reader = s.makefile("rb")
+            assert _answer(s, "authenticate", reader) == "app"
+            assert _answer(s, "get", reader).taskId == "y" * 8000
         assert f.closed == []
 
 

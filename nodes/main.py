@@ -205,7 +205,8 @@ class NodeRuntime:
                                                     task_id, attempt, result, message, move_retry=True),
                                                 self.metrics, cluster=s.node.cluster, authorize=lambda user, task_id:
                                                 self.access.reporter(user, task_id, self.requests.topic_of))
-        answers = CallAnswers(self.metrics, Audit(AuditLog(self.engine), clock).call)
+        self.audit = Audit(AuditLog(self.engine), clock, sec.refusal_audit_ms)
+        answers = CallAnswers(self.metrics, self.audit.call)
         placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
         limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
         self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
@@ -240,7 +241,7 @@ class NodeRuntime:
         self.calls = CallPool(DelayScheduler.Processor(self.service), protocol,
                               threads=s.limits.thrift_threads)
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
-                                   s.node.host, s.node.port, ConnectionLimits.of(s.limits),
+                                   s.node.host, s.node.port, ConnectionLimits.of(s.limits, identities=not sec.insecure),
                                    max_connections=s.limits.thrift_workers, closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
                                    tls=None if sec.insecure else server_context(
                                        sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
@@ -302,6 +303,7 @@ class NodeRuntime:
         doors: tuple[Part, ...] = (self.server, self.submits, self.calls, *self.watches, self.quotas)
         for door in doors:
             door.stop()
+        self.audit.flush()      # no call is served any more
         if self.admin.reshards is not None:
             self.admin.reshards.stop()
         if self.cluster is not None:

@@ -18,7 +18,7 @@ from delayq.nodes.validation import check_topic
 from delayq.ops.audit import recorded
 from delayq.ops.common import EXIT_USAGE, fail, load_settings, run
 from delayq.retention import Partition, Retention, named_day
-from delayq.store.retention import PARTITIONED, RetentionStore
+from delayq.store.retention import DAY_PARTITIONED, RetentionStore
 
 config_option = click.option("--config", "config_file", type=click.Path(dir_okay=False))
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -44,10 +44,10 @@ def show(config_file: str | None, as_json: bool) -> None:
     settings = load_settings(config_file)
     store = RetentionStore(make_engine(settings.mysql))
     kept: Retention = run(lambda: store.retention(settings.retention.days), as_json)
-    parts: dict[str, list[Partition]] = run(lambda: {t: store.partitions(t) for t in PARTITIONED}, as_json)
+    parts: dict[str, list[Partition]] = run(lambda: {t: store.partitions(t) for t in DAY_PARTITIONED}, as_json)
     if as_json:
         click.echo(json.dumps({"defaultDays": kept.default_days, "topics": dict(kept.overrides),
-                               "longestDays": kept.longest,
+                               "longestDays": kept.longest, "auditDays": settings.retention.audit_days,
                                "partitions": {t: [{"name": p.name, "belowMs": p.below_ms, "rows": p.rows} for p in ps]
                                               for t, ps in parts.items()}}))
         return
@@ -57,6 +57,9 @@ def show(config_file: str | None, as_json: bool) -> None:
     for topic, days in sorted(kept.overrides.items()):
         click.echo(f"  {topic}: {days} days" if days else f"  {topic}: kept {forever}")
     click.echo(f"whole days dropped after: {kept.longest} days" if kept.longest else "no partition is dropped")
+    audit_days = settings.retention.audit_days
+    click.echo(f"audit log: kept {audit_days} days (DELAYQ_AUDIT_RETENTION_DAYS)" if audit_days
+               else f"audit log: kept {forever} (DELAYQ_AUDIT_RETENTION_DAYS=0)")
     for table, ps in parts.items():
         named = [p for p in ps if named_day(p.name) is not None]
         span = f"{named[0].name[1:]}..{named[-1].name[1:]}" if named else "none"
@@ -101,21 +104,25 @@ def prune(config_file: str | None, as_json: bool) -> None:
     r = settings.retention
     store = RetentionStore(make_engine(settings.mysql))
     with recorded(settings, "retention.prune", f"default={r.days} days") as outcome:
-        report = run(lambda: store.prune(r.days, SYSTEM_CLOCK.now_ms(), r.ahead_days, r.batch), as_json)
+        report = run(lambda: store.prune(r.days, SYSTEM_CLOCK.now_ms(), r.ahead_days, r.batch,
+                                         audit_days=r.audit_days), as_json)
         outcome.value = "skipped" if report.skipped else \
             f"dropped {sum(map(len, report.dropped.values()))} partitions, deleted {report.deleted_tasks} tasks"
     if as_json:
         click.echo(json.dumps({"skipped": report.skipped, "added": report.added, "dropped": report.dropped,
                                "keptForDeadLetters": report.kept_for_dead_letters,
                                "deletedTasks": report.deleted_tasks, "deletedAttempts": report.deleted_attempts,
-                               "dropMs": report.drop_ms}))
+                               "dropMs": report.drop_ms, "auditDenied": report.audit_denied}))
     elif report.skipped:
         click.echo("skipped: a node is running a retention pass")
     else:
-        for table in PARTITIONED:
+        for table in DAY_PARTITIONED:
             added, dropped = report.added.get(table, []), report.dropped.get(table, [])
             click.echo(f"{table}: added {', '.join(added) or 'no partition'}; dropped "
                        + (f"{', '.join(dropped)} in {report.drop_ms[table]:.0f} ms" if dropped else "no partition"))
+        if report.audit_denied:
+            click.echo("job_audit: left as it is: this account may not call delayq_prune_audit "
+                       "(run `delayq db init --node-account`)")
         if report.kept_for_dead_letters:
             click.echo(f"kept past retention, owing dead letters: {', '.join(report.kept_for_dead_letters)}")
         click.echo(f"deleted {report.deleted_tasks} archived tasks and {report.deleted_attempts} attempts of topics "

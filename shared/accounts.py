@@ -4,10 +4,13 @@
 account (or, run again, resets its grants to these and keeps its password) and writes the URL
 nodes use (DELAYQ_MYSQL_URL_FILE). No DDL, no DROP, no other schema, but for the day partitions of
 the two history tables, which nodes add and drop themselves (retention: delayq.store.retention;
-ALTER and DROP on those two tables, which hold no live task); the audit log can be appended
-to, never changed; the schema version and the tenants are read only. It may change the clients,
-because a node serves the admin calls that manage them (delayq.nodes.front.admin). Operators'
-commands that change the schema or the tenants keep using an admin account.
+ALTER and DROP on those two tables, which hold no live task). The audit log can be appended to,
+never changed: SELECT and INSERT only; its days past retention go through the procedure
+`delayq_prune_audit` (EXECUTE on it alone), which runs as the admin account that created it and
+decides itself which days are past. The schema version and the tenants are read only. It may
+change the clients, because a node serves the admin calls that manage them
+(delayq.nodes.front.admin). Operators' commands that change the schema or the tenants keep using
+an admin account.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import secrets
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from delayq.tables import PRUNE_AUDIT
 
 ACCOUNT = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _RW = "SELECT, INSERT, UPDATE, DELETE"
@@ -30,9 +35,12 @@ NODE_GRANTS = {
     # Clients: not their tenant (`delayq tenants`, the admin account).
     "job_client": "SELECT, INSERT (name, token_sha256, revoked, created_ms, updated_ms), "
                   "UPDATE (token_sha256, revoked, updated_ms)",
-    "job_client_grant": _RW, "job_client_retired_token": "SELECT, INSERT, DELETE", "job_audit": "SELECT, INSERT",
+    "job_client_grant": _RW, "job_client_retired_token": "SELECT, INSERT, DELETE",
+    "job_audit": "SELECT, INSERT",      # appended to; its days past retention: NODE_PROCEDURES
     "job_tenant": "SELECT",
 }
+# Procedures nodes call, each run as its definer (SQL SECURITY DEFINER): EXECUTE on them only.
+NODE_PROCEDURES = (PRUNE_AUDIT,)
 
 
 def check_account(name: str) -> str:
@@ -53,6 +61,8 @@ def ensure_node_account(admin: Engine, database: str, name: str, password: str |
         conn.execute(text("REVOKE ALL PRIVILEGES, GRANT OPTION FROM :u@:h"), who)
         for table, privileges in NODE_GRANTS.items():
             conn.execute(text(f"GRANT {privileges} ON `{database}`.`{table}` TO :u@:h"), who)
+        for procedure in NODE_PROCEDURES:
+            conn.execute(text(f"GRANT EXECUTE ON PROCEDURE `{database}`.`{procedure}` TO :u@:h"), who)
     return password
 
 

@@ -89,6 +89,7 @@ class LimitSettings:
     max_horizon_ms: int
     max_batch: int
     max_frame_bytes: int
+    max_unauthenticated_frame_bytes: int
     thrift_workers: int
     thrift_threads: int
     idle_timeout_ms: int
@@ -104,6 +105,7 @@ class SecuritySettings:
     tls_ca_file: str
     tls_client_cert: str
     clients_poll_ms: int
+    refusal_audit_ms: int
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class HttpSettings:
 @dataclass(frozen=True)
 class RetentionSettings:
     days: int
+    audit_days: int
     interval_ms: int
     ahead_days: int
     batch: int

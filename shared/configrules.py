@@ -29,10 +29,14 @@ def check(s: Settings) -> None:
         "DELAYQ_FIRST_FRAME_TIMEOUT_MS": s.limits.first_frame_timeout_ms,
         "DELAYQ_MAX_FRAME_BYTES": s.limits.max_frame_bytes,
         "DELAYQ_ZK_SESSION_TIMEOUT_MS": s.zk.session_timeout_ms,
+        "DELAYQ_REFUSAL_AUDIT_MS": s.security.refusal_audit_ms,
     }
     for env, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{env} must be positive, got {value}")
+    if s.limits.max_unauthenticated_frame_bytes < 1024:
+        raise ConfigError("DELAYQ_MAX_UNAUTHENTICATED_FRAME_BYTES must be at least 1024 (an authenticate call "
+                          "with its token must fit)")
     if not 0 <= s.scheduling.claim_lead_ms <= 1000:
         raise ConfigError("DELAYQ_CLAIM_LEAD_MS must be between 0 and 1000")
     if s.scheduling.clock_check_ms < 100 or s.scheduling.max_clock_offset_ms < 1:
@@ -52,6 +56,8 @@ def check(s: Settings) -> None:
     if r.days < 0 or r.interval_ms < 1000 or not 1 <= r.ahead_days <= 30 or not 1 <= r.batch <= 100_000:
         raise ConfigError("DELAYQ_RETENTION_DAYS must be 0 or more, DELAYQ_RETENTION_INTERVAL_MS 1000 or more, "
                           "DELAYQ_RETENTION_AHEAD_DAYS between 1 and 30 and DELAYQ_RETENTION_BATCH between 1 and 100000")
+    if not 0 <= r.audit_days <= 3650:      # a day partition each, of MySQL's 8192 a table at most
+        raise ConfigError(f"DELAYQ_AUDIT_RETENTION_DAYS must be between 0 (for ever) and 3650, got {r.audit_days}")
     b = s.bulk
     if not 1 <= b.rate <= 100_000 or not 1 <= b.batch <= 10_000 or not 2000 <= b.lease_ms <= 600_000:
         raise ConfigError("DELAYQ_BULK_RATE must be between 1 and 100000, DELAYQ_BULK_BATCH between 1 and 10000 "

@@ -166,9 +166,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_MAX_BATCH", "limits", "max_batch", int, 1000, "Tasks in one submitBatch at most."),
     Setting("DELAYQ_MAX_FRAME_BYTES", "limits", "max_frame_bytes", int, 8 * 1024 * 1024,
             "Largest Thrift frame; a larger one closes the connection."),
+    Setting("DELAYQ_MAX_UNAUTHENTICATED_FRAME_BYTES", "limits", "max_unauthenticated_frame_bytes", int, 64 * 1024,
+            "Largest Thrift frame from a connection with no client identity yet (before its authenticate call "
+            "answered, without a client certificate); a larger one closes the connection before it is read. "
+            "Not applied with DELAYQ_INSECURE."),
     Setting("DELAYQ_THRIFT_WORKERS", "limits", "thrift_workers", int, 64,
-            "Thrift connections open at once; a new one past this closes the one idle longest (refused when every "
-            "one has a call in progress)."),
+            "Thrift connections open at once; a new one past this closes the unauthenticated one idle longest "
+            "(refused when every one has a call in progress or a client identity)."),
     Setting("DELAYQ_THRIFT_THREADS", "limits", "thrift_threads", int, 8,
             "Threads serving Thrift calls other than submits (get, cancel, reschedule, reportResult, ...); "
             "a call waits while all are busy. Submits are served in groups by a thread of their own."),
@@ -197,6 +201,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CLIENTS_POLL_MS", "security", "clients_poll_ms", int, 250,
             "How often a node looks whether clients and their grants, services, flow controls or tenants "
             "changed (`delayq clients`, `delayq services`, `delayq tenants`)."),
+    Setting("DELAYQ_REFUSAL_AUDIT_MS", "security", "refusal_audit_ms", int, 60_000,
+            "Calls refused for want of a client identity are recorded in the audit log as an address's first, "
+            "then as one row of their count per address this often (each is counted in delayq_refusals_total)."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,
@@ -216,6 +223,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Days the history of a task (its archived row and its attempts) is kept after it ended, unless its "
             "topic has its own (`delayq retention set`); 0 keeps it for ever. Nodes drop whole day "
             "partitions past the longest retention and delete the rest row by row (docs/operations.md#retention)."),
+    Setting("DELAYQ_AUDIT_RETENTION_DAYS", "retention", "audit_days", int, 365,
+            "Days the audit log (job_audit) is kept; 0 keeps it for ever. The retention pass drops its whole "
+            "days past this, at most a day later; nothing else removes its rows."),
     Setting("DELAYQ_RETENTION_INTERVAL_MS", "retention", "interval_ms", int, 3_600_000,
             "How often a node tries a retention pass (one node at a time runs it: a MySQL named lock)."),
     Setting("DELAYQ_RETENTION_AHEAD_DAYS", "retention", "ahead_days", int, 2,

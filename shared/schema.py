@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 SQL_DIR = next(d for d in (Path(__file__).resolve().parent / "sql", Path(__file__).resolve().parent.parent / "sql")
                if d.is_dir())
 _NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+_DELIMITER = re.compile(r"^[ \t]*DELIMITER[ \t]+(\S+)[ \t]*$", re.M | re.I)
 
 # MySQL error codes meaning "it exists already": table, column, key.
 _ALREADY_APPLIED = {1050, 1060, 1061}
@@ -63,9 +64,15 @@ def migrations(sql_dir: Path = SQL_DIR) -> list[Migration]:
 
 
 def split_statements(sql: str) -> list[str]:
-    """Statements end with ';' at the end of a line; '--' comment lines are dropped."""
+    """Statements end with ';' at the end of a line, or with the delimiter a `DELIMITER //` line
+    sets, as in the mysql client, so that a stored procedure's body may hold ';' (`DELIMITER ;`
+    sets it back); '--' comment lines are dropped."""
     body = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-    return [s.strip() for s in re.split(r";\s*$", body, flags=re.M) if s.strip()]
+    pieces = _DELIMITER.split(body)         # text, delimiter, text, delimiter, ..., text
+    statements = []
+    for part, delimiter in zip(pieces[0::2], [";", *pieces[1::2]]):
+        statements += [s.strip() for s in re.split(rf"{re.escape(delimiter)}\s*$", part, flags=re.M) if s.strip()]
+    return statements
 
 
 def current_version(conn: Connection) -> int:

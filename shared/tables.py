@@ -165,13 +165,16 @@ client_retired_token = Table(
 audit = Table(
     "job_audit", metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("at_ms", BigInteger, nullable=False),
+    Column("at_ms", BigInteger, primary_key=True, autoincrement=False),       # the day partition
     Column("actor", String(128), nullable=False),
     Column("address", String(128), nullable=False),
     Column("action", String(32), nullable=False),
     Column("target", String(255), nullable=False),
     Column("outcome", String(64), nullable=False),
 )
+# The one way to remove audit rows (sql/017): its days past a retention, run as the migration's
+# definer, so that the nodes' account needs no ALTER or DROP on the table.
+PRUNE_AUDIT = "delayq_prune_audit"
 
 topic_retention = Table(
     "job_topic_retention", metadata,

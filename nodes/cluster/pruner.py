@@ -1,4 +1,4 @@
-"""Pruner: keeps the history tables to their retention without an operator.
+"""Pruner: keeps the history tables and the audit log to their retention without an operator.
 
 Every node runs one; each `interval_ms` (and once soon after start, so that a new database gets
 its days ahead at once) it runs a retention pass (delayq.store.retention.RetentionStore.prune).
@@ -43,7 +43,7 @@ class Pruner(NodeThread):
     def run_once(self) -> PassReport | None:
         s = self._settings
         try:
-            report = self._store.prune(s.days, self._clock.now_ms(), s.ahead_days, s.batch)
+            report = self._store.prune(s.days, self._clock.now_ms(), s.ahead_days, s.batch, audit_days=s.audit_days)
         except Unavailable as e:
             # Also a DDL's lock wait timeout behind a long transaction on its table (1205).
             log.warning("retention pass stopped, tried again in %d s: %s", s.interval_ms // 1000, e)

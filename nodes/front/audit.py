@@ -9,17 +9,25 @@ refusal or error it got).
 
 Written on the thread that served the call, after its answer was decided, in a transaction of its
 own: a MySQL failure here is logged and leaves the call's answer as it was (the action happened).
+
+A call refused for want of an identity (no token, a bad one, a certificate naming no client) is
+not a client's action, and anyone who can reach the port can make them by the thousand: an
+address's first is recorded, the rest as one row of their count per `refusal_interval_ms`
+(delayq.nodes.front.refusals; every refusal is counted in delayq_refusals_total all the same).
+`flush` records the counts still open (the node stops).
 """
 from __future__ import annotations
 
 import collections
 import logging
+import threading
 from typing import Callable, Sequence
 
 from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.clock import Clock
-from delayq.nodes.front.caller import current
+from delayq.nodes.front.caller import Caller, current
+from delayq.nodes.front.refusals import RefusalTally, Summary
 from delayq.store.audit import AuditLog, Entry
 
 log = logging.getLogger(__name__)
@@ -86,9 +94,17 @@ def _controls(t) -> str:
     return f"{t.topic or ''} {set_}".strip()[:255]
 
 
+UNAUTHENTICATED = "(unauthenticated)"
+SUMMARY = "unauthenticated"         # the action of a row that counts an address's refusals
+
+
 class Audit:
-    def __init__(self, log_: AuditLog, clock: Clock):
+    """Thread-safe: the CallPool's threads and the submit path call it at once."""
+
+    def __init__(self, log_: AuditLog, clock: Clock, refusal_interval_ms: int):
         self._log, self._clock = log_, clock
+        self._tally = RefusalTally(refusal_interval_ms)
+        self._lock = threading.Lock()
 
     def call(self, method: str, args: Sequence, result, error: Exception | None) -> None:
         target = AUDITED.get(method)
@@ -97,15 +113,41 @@ class Audit:
         if method == "reshard" and error is None and not getattr(result, "started", False):
             return          # a look at the progress of a run already recorded
         caller = current()
-        actor = caller.name if caller is not None and caller.name else "(unauthenticated)"
-        address = caller.peer[0] if caller is not None and caller.peer else ""
+        address = str(caller.peer[0]) if caller is not None and caller.peer else ""
+        now = self._clock.now_ms()
+        with self._lock:
+            first, due = (self._tally.note(address, now) if _unidentified(caller)
+                          else (True, self._tally.due(now)))
+        self._summaries(due)
+        if not first:
+            return
+        actor = caller.name if caller is not None and caller.name else UNAUTHENTICATED
         on = target(args)
         outcome = (f"refused: {caller.refusal}" if caller is not None and caller.refusal
                    else _outcome(method, result, error))
+        self._record(Entry(now, actor, address, method, on, outcome))
+
+    def flush(self) -> None:
+        """Record the refusals counted and not yet recorded."""
+        with self._lock:
+            due = self._tally.flush(self._clock.now_ms())
+        self._summaries(due)
+
+    def _summaries(self, due: list[Summary]) -> None:
+        for s in due:
+            self._record(Entry(s.until_ms, UNAUTHENTICATED, s.address, SUMMARY, "", s.outcome))
+
+    def _record(self, entry: Entry) -> None:
         try:
-            self._log.record(Entry(self._clock.now_ms(), actor, str(address), method, on, outcome))
+            self._log.record(entry)
         except errors.DelayqError as e:
-            log.error("could not record %s of %s by %s in the audit log: %s", method, on, actor, e)
+            log.error("could not record %s of %s by %s in the audit log: %s", entry.action, entry.target,
+                      entry.actor, e)
+
+
+def _unidentified(caller: Caller | None) -> bool:
+    """Refused for want of an identity: no client's action, however the call was made."""
+    return caller is not None and caller.name is None and caller.refusal is not None
 
 
 def _outcome(method: str, result, error: Exception | None) -> str:

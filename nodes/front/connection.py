@@ -53,11 +53,17 @@ class ConnectionLimits:
     frame_timeout: float            # a frame must arrive whole this long after its first byte
     first_frame_timeout: float      # a new connection must start its first frame this soon
     max_waiting: int = 16           # pipelined requests held per connection; more stay in the socket
+    # Larger frames from a connection with no client identity yet close it; None: no lower limit
+    # (security off, where every connection runs as the one built-in client).
+    max_unauthenticated_frame: int | None = None
 
     @classmethod
-    def of(cls, s: LimitSettings) -> ConnectionLimits:
+    def of(cls, s: LimitSettings, *, identities: bool) -> ConnectionLimits:
+        """`identities`: calls run as the client a connection authenticated as (security on)."""
         return cls(max_frame=s.max_frame_bytes, idle_timeout=s.idle_timeout_ms / 1000.0,
-                   frame_timeout=s.frame_timeout_ms / 1000.0, first_frame_timeout=s.first_frame_timeout_ms / 1000.0)
+                   frame_timeout=s.frame_timeout_ms / 1000.0, first_frame_timeout=s.first_frame_timeout_ms / 1000.0,
+                   max_unauthenticated_frame=min(s.max_unauthenticated_frame_bytes, s.max_frame_bytes)
+                   if identities else None)
 
 
 class Call:
@@ -151,6 +157,15 @@ class Connection:
             (size,) = HEADER.unpack_from(buf)
             if size <= 0 or size > max_frame:
                 return f"frame of {size} bytes (at most {max_frame})", "frame_too_large" if size > 0 else "unreadable"
+            if self._over_unauthenticated(size):
+                # Judged on the header, before the body is read. Behind a call in progress (its
+                # authenticate, say) the frame waits for that call's answer and is judged again.
+                with self.lock:
+                    if not self.busy:
+                        return (f"frame of {size} bytes before the connection authenticated "
+                                f"(at most {self.limits.max_unauthenticated_frame})", "frame_too_large")
+                    self.paused = True
+                break
             if len(buf) < 4 + size:
                 break
             with self.lock:
@@ -215,6 +230,15 @@ class Connection:
         if not self.out and now - self.last > lim.idle_timeout:
             return f"silent for {lim.idle_timeout:g} s", "idle"
         return None
+
+    def _over_unauthenticated(self, size: int) -> bool:
+        limit = self.limits.max_unauthenticated_frame
+        return limit is not None and size > limit and not self.authenticated
+
+    @property
+    def authenticated(self) -> bool:
+        """It has a client identity: a token's (authenticate) or a verified certificate's."""
+        return self.caller.name is not None or self.caller.certificate is not None
 
     @property
     def evictable(self) -> bool:

@@ -1,8 +1,10 @@
 """OpenConnections: the Thrift server's client connections, and what its selector watches on each.
 
 It holds the rules that span connections: at `max_connections`, a new connection takes the place
-of the one longest without a request (and with no call in progress nor a reply unsent:
-`evicted`), or is refused when every connection has a call in progress; a connection overdue
+of the unauthenticated one longest without a request (and with no call in progress nor a reply
+unsent: `evicted`), or is refused when every connection has a call in progress or a client
+identity: a new connection has none yet, and a flood of them must not push out the clients
+working; a connection overdue
 (delayq.nodes.front.connection: a first frame, a frame or a reply not done in time, or idle too
 long) is closed at each sweep; each close is counted by `closed(reason)`.
 
@@ -35,11 +37,12 @@ class OpenConnections:
         return list(self._conns.values())
 
     def make_room(self, peer: object) -> bool:
-        """Room for a connection from peer: at the limit, the one longest without a request gives
-        way to it; False when none may (each has a call in progress or a reply unsent)."""
+        """Room for a connection from peer: at the limit, the unauthenticated one longest without a
+        request gives way to it; False when none may (each has a call in progress, a reply unsent,
+        or a client identity)."""
         if len(self._conns) < self._max:
             return True
-        idle = [c for c in self._conns.values() if c.evictable]
+        idle = [c for c in self._conns.values() if c.evictable and not c.authenticated]
         if not idle:
             return False
         victim = min(idle, key=lambda c: c.last)

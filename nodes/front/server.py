@@ -19,10 +19,13 @@ a reply makes room (delayq.nodes.front.connection). Closed, each counted by `clo
   (`first_frame_timeout`); a frame not whole `frame_timeout` after its first byte, however its
   bytes trickle in (`frame_timeout`); silent between calls for `idle_timeout` (`idle`); a reply not
   taken whole for `idle_timeout` (`reply_not_read`);
-- at `max_connections` connections, a new one closes the one that has waited longest since its
-  last request (and has no call in progress nor a reply unsent) to take its place (`evicted`); when
-  every connection has a call in progress, the new one is closed at once (`refused`), a clean
-  refusal the client can retry elsewhere (the open connections and these rules:
+- a frame header above `max_unauthenticated_frame` on a connection with no client identity yet
+  (`frame_too_large`): an authenticate call is small, and a peer that has not shown who it is
+  has no business having megabytes read and decoded on this thread;
+- at `max_connections` connections, a new one closes the unauthenticated one that has waited
+  longest since its last request (and has no call in progress nor a reply unsent) to take its
+  place (`evicted`); when every connection has a call in progress or a client identity, the new
+  one is closed at once (`refused`), a clean refusal the client can retry elsewhere (the open connections and these rules:
   delayq.nodes.front.openconns). (A per-address limit was not chosen: the clients of a
   business system often come from a few addresses, or one behind a proxy, and the benchmark runs
   every client on one host; who has been silent longest is what tells a stuck client from a
@@ -188,7 +191,8 @@ class ThriftServer:
                 self._listening = False
                 return
             if not self._conns.make_room(peer):
-                log.warning("refusing a connection from %s: %d connections open, each with a call in progress",
+                log.warning("refusing a connection from %s: %d connections open, each authenticated or with a call "
+                            "in progress",
                             peer, len(self._conns))
                 self._closed("refused")
                 sock.close()

@@ -11,6 +11,15 @@ without waiting: the others skip the pass), does in this order:
 3. deletes, by primary key in batches of `batch` rows, one transaction each, the archived tasks of
    topics kept for less than the longest retention, and their attempts.
 
+The audit log (job_audit, partitioned by day of `at_ms` likewise) has its days ahead split out
+and its days older than `audit_days` dropped in the same pass, after the two history tables, by
+the procedure `delayq_prune_audit` (sql/017), which runs as the admin account that created it:
+the nodes' account has no ALTER, DROP, DELETE or UPDATE on the table, only EXECUTE on that
+procedure, which checks the days it is given and reads the time from the server's clock, not the
+pass's `now_ms`. An account not yet granted EXECUTE on it (`delayq db init --node-account` not
+run again since the upgrade) leaves it as it is, says so (`PassReport.audit_denied`), and prunes
+the rest.
+
 What a claim waits for: nothing here. Claims, window scans and hint reads lock or read rows of
 job_shard and job_delay_task only; retention never touches those. The DDL of steps 1-2 takes the
 metadata lock of the execlog or the backlog for a moment, so the statements on those tables (the
@@ -26,18 +35,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, delete, select, text
 
 from delayq import tables
-from delayq.db import unavailable_on_failure
-from delayq.errors import UnknownTopic
+from delayq.db import mysql_code, unavailable_on_failure
+from delayq.errors import PRIVILEGE_MISSING, UnknownTopic
 from delayq.retention import DAY_MS, TAIL, Partition, PartitionPlan, Retention, plan
 from delayq.store.sqltext import literal_ids
 
 log = logging.getLogger(__name__)
 EXECLOG, BACKLOG, OVERRIDES, SERVICE = tables.execlog, tables.backlog, tables.topic_retention, tables.callback_service
+AUDIT = tables.audit
 # Each history table and the column it is partitioned by.
 PARTITIONED = {EXECLOG.name: "due_ms", BACKLOG.name: "finished_ms"}
+DAY_PARTITIONED = (*PARTITIONED, AUDIT.name)      # and the audit log, by at_ms, kept a retention of its own
+# The audit log's procedure refused: no EXECUTE yet, or its definer (an admin account) dropped (1449).
+_AUDIT_REFUSED = PRIVILEGE_MISSING | {1449}
 
 
 @dataclass
@@ -50,6 +64,7 @@ class PassReport:
     deleted_tasks: int = 0
     deleted_attempts: int = 0
     drop_ms: dict[str, float] = field(default_factory=dict)    # time of each table's DROP PARTITION
+    audit_denied: bool = False      # delayq_prune_audit refused: job_audit's days were left as they are
 
 
 class RetentionStore:
@@ -96,9 +111,10 @@ class RetentionStore:
             return _partitions(conn, table)
 
     def prune(self, default_days: int, now_ms: int, ahead_days: int, batch: int,
-              max_batches: int = 100) -> PassReport:
+              max_batches: int = 100, *, audit_days: int = 0) -> PassReport:
         """One pass (see the module's docstring), at most max_batches batches of deletes (the rest
-        waits for the next pass); skipped when another node runs one."""
+        waits for the next pass); skipped when another node runs one. The audit log's days are
+        kept `audit_days` (0: for ever), counted from the MySQL server's clock, not now_ms."""
         with unavailable_on_failure(), self._engine.connect() as conn:
             name = f"delayq.retention.{conn.exec_driver_sql('SELECT DATABASE()').scalar()}"[:64]
             if not conn.exec_driver_sql("SELECT GET_LOCK(%s, 0)", (name,)).scalar():
@@ -110,6 +126,7 @@ class RetentionStore:
                 for table in PARTITIONED:
                     self._partition(conn, table, plan(_partitions(conn, table), now_ms, retention.longest,
                                                       ahead_days), report)
+                self._audit(conn, audit_days, ahead_days, report)
                 conn.commit()
                 # Still under the lock (held by this connection): the deletes run on others.
                 left = max_batches
@@ -124,6 +141,28 @@ class RetentionStore:
             finally:
                 conn.exec_driver_sql("SELECT RELEASE_LOCK(%s)", (name,))
                 conn.commit()
+
+    def _audit(self, conn: Connection, keep_days: int, ahead_days: int, report: PassReport) -> None:
+        before = [p.name for p in _partitions(conn, AUDIT.name)]
+        started = time.perf_counter()
+        try:
+            conn.exec_driver_sql(f"CALL {tables.PRUNE_AUDIT}(%s, %s)", (keep_days, ahead_days))
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ProgrammingError) as e:
+            if mysql_code(e) not in _AUDIT_REFUSED:
+                raise
+            log.warning("%s: its day partitions are not kept: %s refused (`delayq db init --node-account` grants "
+                        "it; docs/security.md#mysql): %s", AUDIT.name, tables.PRUNE_AUDIT, e.orig)
+            report.audit_denied = True
+            return
+        elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+        after = [p.name for p in _partitions(conn, AUDIT.name)]
+        added, dropped = [p for p in after if p not in before], [p for p in before if p not in after]
+        if added:
+            report.added[AUDIT.name] = added
+            log.info("%s: added partitions %s", AUDIT.name, ", ".join(added))
+        if dropped:
+            report.dropped[AUDIT.name], report.drop_ms[AUDIT.name] = dropped, elapsed_ms
+            log.info("%s: dropped partitions %s (past retention)", AUDIT.name, ", ".join(dropped))
 
     def _partition(self, conn: Connection, table: str, todo: PartitionPlan, report: PassReport) -> None:
         if todo.add:

@@ -1,5 +1,6 @@
 """The nodes' own MySQL account (`delayq db init --node-account`): a node runs a task's whole life
-with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the audit log."""
+with it, and it can do nothing else: no DDL, no DROP, no other schema, no change to the audit log
+but its days past retention, through the one procedure that drops them."""
 from __future__ import annotations
 
 import os
@@ -11,10 +12,13 @@ import pymysql
 import pytest
 from sqlalchemy.engine import make_url
 
-from conftest import Collector, wait_until
+from conftest import Collector, now_ms, wait_until
 from delayq import config, db as dbm
 from delayq.client import CallbackService, CancelResult, TaskSpec, TaskStatus
+from delayq.retention import DAY_MS, day_name, day_of
+from delayq.store.audit import AuditLog, Entry
 from delayq.store.clients import ClientStore
+from delayq.store.retention import RetentionStore
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +76,15 @@ def _life(node, topic: str) -> None:
     "ALTER TABLE job_delay_task ADD COLUMN x INT",
     "DELETE FROM job_audit",
     "UPDATE job_audit SET actor = 'someone else'",
+    "REPLACE INTO job_audit (id, at_ms, actor, address, action, target, outcome) SELECT id, at_ms, 'x', address, "
+    "action, target, outcome FROM job_audit",
+    "ALTER TABLE job_audit ADD COLUMN x INT",
+    "ALTER TABLE job_audit TRUNCATE PARTITION pmax",
+    "ALTER TABLE job_audit DROP PARTITION pmax",
+    "TRUNCATE TABLE job_audit",
+    "DROP TABLE job_audit",
+    "DROP PROCEDURE delayq_prune_audit",
+    "CREATE PROCEDURE delayq_sneaky() DELETE FROM job_audit",
     "DELETE FROM job_client",
     "UPDATE job_client SET tenant = 'other'",
     "DELETE FROM job_tenant",
@@ -84,7 +97,8 @@ def test_the_node_account_is_refused_everything_else(node_url, statement):
         with pytest.raises(pymysql.err.MySQLError) as e:
             with conn.cursor() as cur:
                 cur.execute(statement)
-        assert e.value.args[0] in (1142, 1143, 1044), e.value      # command denied (table, column, database)
+        # command denied (table, column, routine, database)
+        assert e.value.args[0] in (1142, 1143, 1370, 1044), e.value
     finally:
         conn.close()
 
@@ -154,6 +168,66 @@ def test_a_node_account_not_yet_granted_the_retired_tokens_still_reads_its_clien
     finally:
         engine.dispose()
         as_admin.dispose()
+        url_file = tmp_path / "node-url"
+        url_file.write_text(node_url + "\n")
+        out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))
+        assert out.returncode == 0, out.stderr
+
+
+def test_the_node_account_drops_the_audit_log_s_days_past_retention_and_no_row_else(database, node_url):
+    now = now_ms()
+    old_day = day_of(now) - 10
+    admin = connect(database.url)
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
+    try:
+        first = RetentionStore(engine).partitions("job_audit")[0]
+        with admin.cursor() as cur:     # a day ten days ago gets its own partition, as if kept since
+            cur.execute(f"ALTER TABLE job_audit REORGANIZE PARTITION {first.name} INTO ("
+                        f"PARTITION {day_name(old_day)} VALUES LESS THAN ({(old_day + 1) * DAY_MS}), "
+                        f"PARTITION {first.name} VALUES LESS THAN ({first.below_ms}))")
+        log = AuditLog(engine)
+        log.record(Entry(old_day * DAY_MS + 1000, "app", "10.0.0.1", "cancel", "old-task", "CANCELLED"))
+        log.record(Entry(now, "app", "10.0.0.1", "cancel", "new-task", "CANCELLED"))
+        report = RetentionStore(engine).prune(0, now, 1, 100, audit_days=5)
+        assert not report.audit_denied and report.dropped.get("job_audit") == [day_name(old_day)], report
+        assert [e.target for e in log.list(actor="app")] == ["new-task"]
+    finally:
+        engine.dispose()
+        admin.close()
+
+
+@pytest.mark.parametrize("keep_days, ahead_days", [(-1, 1), (3651, 1), (5, 0), (5, 31), (None, 1)])
+def test_the_audit_log_s_procedure_refuses_days_out_of_range(node_url, keep_days, ahead_days):
+    conn = connect(node_url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = 'job_audit'")
+            partitions = cur.fetchone()
+            with pytest.raises(pymysql.err.MySQLError) as e:
+                cur.execute("CALL delayq_prune_audit(%s, %s)", (keep_days, ahead_days))
+            assert e.value.args[0] == 1644 and "keep_days from 0 to 3650" in e.value.args[1], e.value
+            cur.execute("SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = 'job_audit'")
+            assert cur.fetchone() == partitions
+    finally:
+        conn.close()
+
+
+def test_a_node_account_not_yet_granted_the_audit_log_s_days_prunes_the_rest(database, node_url, tmp_path):
+    # An upgrade: `db migrate` ran, `db init --node-account` not yet again.
+    account = make_url(node_url).username
+    admin = connect(database.url, database=None)
+    engine = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": node_url}).mysql)
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"REVOKE EXECUTE ON PROCEDURE `{database.name}`.delayq_prune_audit FROM '{account}'@'%'")
+        report = RetentionStore(engine).prune(0, now_ms() + 20 * DAY_MS, 1, 100, audit_days=5)
+        assert report.audit_denied and "job_audit" not in report.dropped
+        assert report.added.get("job_delay_task_backlog"), report     # the history tables' pass went on
+    finally:
+        engine.dispose()
+        admin.close()
         url_file = tmp_path / "node-url"
         url_file.write_text(node_url + "\n")
         out = db_init(database, "--node-account", account, "--node-url-file", str(url_file))

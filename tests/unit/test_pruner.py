@@ -9,15 +9,15 @@ from delayq.nodes.cluster.pruner import Pruner
 from delayq.store.retention import PassReport
 from delayq.testing.fakes import ManualClock
 
-SETTINGS = RetentionSettings(days=7, interval_ms=3_600_000, ahead_days=2, batch=500)
+SETTINGS = RetentionSettings(days=7, audit_days=365, interval_ms=3_600_000, ahead_days=2, batch=500)
 
 
 class Store:
     def __init__(self, *outcomes):
         self.outcomes, self.calls = list(outcomes), []
 
-    def prune(self, days, now_ms, ahead_days, batch):
-        self.calls.append((days, now_ms, ahead_days, batch))
+    def prune(self, days, now_ms, ahead_days, batch, *, audit_days):
+        self.calls.append((days, now_ms, ahead_days, batch, audit_days))
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, Exception):
             raise outcome
@@ -29,7 +29,7 @@ def test_a_pass_gets_the_settings_and_the_clock():
     store = Store(report)
     pruner = Pruner(store, SETTINGS, ManualClock(now=1_764_000_000_000))
     assert pruner.run_once() is report and pruner.last is report
-    assert store.calls == [(7, 1_764_000_000_000, 2, 500)]
+    assert store.calls == [(7, 1_764_000_000_000, 2, 500, 365)]
 
 
 def test_mysql_away_or_a_ddl_timed_out_waits_for_the_next_pass():

@@ -99,6 +99,24 @@ def test_split_statements_of_nothing(sql):
     assert split_statements(sql) == []
 
 
+def test_split_statements_keeps_a_procedure_whole_between_delimiter_lines():
+    sql = ("DROP PROCEDURE IF EXISTS p;\n"
+           "DELIMITER //\n"
+           "CREATE PROCEDURE p()\n"
+           "BEGIN\n"
+           "  -- a comment inside\n"
+           "  SELECT 1;\n"
+           "  SELECT 2;\n"
+           "END //\n"
+           "DELIMITER ;\n"
+           "SELECT 3;\n")
+    assert split_statements(sql) == [
+        "DROP PROCEDURE IF EXISTS p",
+        "CREATE PROCEDURE p()\nBEGIN\n  SELECT 1;\n  SELECT 2;\nEND",
+        "SELECT 3",
+    ]
+
+
 def test_split_statements_without_final_semicolon():
     assert split_statements("SELECT 1;\nSELECT 2") == ["SELECT 1", "SELECT 2"]
 

@@ -8,6 +8,7 @@ import socket
 import struct
 import threading
 import time
+from typing import BinaryIO
 
 import pytest
 from thrift.protocol import TBinaryProtocol
@@ -17,6 +18,7 @@ from thrift.transport import TTransport
 from delayq.client import connect
 from delayq.client.security import ClientSecurity
 from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.nodes.front.caller import current
 from delayq.nodes.front.connection import ConnectionLimits
 from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.server import ThriftServer
@@ -61,6 +63,10 @@ class Handler:
             else:
                 out.append([ttypes.TaskRef(taskId=s.taskId, dueAtMs=s.delayMs, created=True) for s in specs])
         return out
+
+    def authenticate(self, token):
+        current().name = token      # every token is its client's here: identity, not access, is under test
+        return token
 
     def get(self, taskId):
         if taskId == "held":
@@ -137,10 +143,11 @@ def _reply(reader) -> tuple[TBinaryProtocol.TBinaryProtocol, int, int]:
     return proto, kind, seqid
 
 
-def _answer(sock: socket.socket, method: str):
+def _answer(sock: socket.socket, method: str, reader: BinaryIO | None = None):
     """The answer to the one call sent on a raw connection: its result, declared exception or
-    TApplicationException."""
-    proto, kind, _ = _reply(sock.makefile("rb"))
+    TApplicationException. Calls pipelined on one connection read their answers through one
+    `reader` (sock.makefile): a reader of its own for each could buffer the next answer and lose it."""
+    proto, kind, _ = _reply(reader or sock.makefile("rb"))
     if kind == TMessageType.EXCEPTION:
         error = TApplicationException()
         error.read(proto)
@@ -312,6 +319,61 @@ def test_at_the_connection_limit_a_new_client_takes_the_place_of_the_longest_idl
             newer.sendall(_frame("get", 1, DelayScheduler.get_args(taskId="abc")))
             assert _answer(newer, "get").taskId == "abc"
         assert f.closed == ["evicted"]
+
+
+def _authenticated(f: Front) -> socket.socket:
+    """A raw connection that has authenticated."""
+    s = f.raw()
+    s.sendall(_frame("authenticate", 1, DelayScheduler.authenticate_args(token="app")))
+    assert _answer(s, "authenticate") == "app"
+    return s
+
+
+def test_at_the_connection_limit_a_flood_of_new_connections_never_evicts_an_authenticated_one():
+    with Front(Handler(), max_connections=2) as f:
+        with _authenticated(f) as working:
+            flood = [f.raw() for _ in range(6)]
+            try:
+                # Each newcomer takes the place of the previous unauthenticated one, never the working client's.
+                wait_until(lambda: f.closed.count("evicted") == 5, 5, what="each newcomer to push out the one before")
+                working.sendall(_frame("get", 2, DelayScheduler.get_args(taskId="abc")))
+                assert _answer(working, "get").taskId == "abc"
+            finally:
+                for s in flood:
+                    s.close()
+
+
+def test_at_the_connection_limit_with_every_connection_authenticated_a_new_one_is_refused():
+    with Front(Handler(), max_connections=2) as f:
+        with _authenticated(f) as one, _authenticated(f) as two:
+            assert not _served(f)
+            wait_until(lambda: f.closed == ["refused"], 5, what="the newcomer refused")
+            for i, s in enumerate((one, two)):
+                s.sendall(_frame("get", 2, DelayScheduler.get_args(taskId=str(i))))
+                assert _answer(s, "get").taskId == str(i)
+
+
+def test_a_large_frame_before_authenticating_closes_the_connection_unread_and_after_is_served():
+    big = _frame("get", 1, DelayScheduler.get_args(taskId="x" * 8000))
+    with Front(Handler(), max_unauthenticated_frame=4096) as f:
+        with f.raw() as s:
+            s.sendall(big[:4])          # the header alone is enough to close it
+            assert _closed_by_peer(s)
+        assert f.closed == ["frame_too_large"]
+        with _authenticated(f) as s:
+            s.sendall(big)
+            assert _answer(s, "get").taskId == "x" * 8000
+
+
+def test_a_large_frame_sent_right_behind_authenticate_waits_for_its_answer_and_is_served():
+    with Front(Handler(), max_unauthenticated_frame=4096) as f:
+        with f.raw() as s:
+            s.sendall(_frame("authenticate", 1, DelayScheduler.authenticate_args(token="app"))
+                      + _frame("get", 2, DelayScheduler.get_args(taskId="y" * 8000)))
+            reader = s.makefile("rb")
+            assert _answer(s, "authenticate", reader) == "app"
+            assert _answer(s, "get", reader).taskId == "y" * 8000
+        assert f.closed == []
 
 
 def test_when_every_connection_has_a_call_in_progress_a_new_one_is_refused():

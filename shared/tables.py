@@ -172,7 +172,7 @@ audit = Table(
     Column("target", String(255), nullable=False),
     Column("outcome", String(64), nullable=False),
 )
-# The one way to remove audit rows (sql/017): its days past a retention, run as the migration's
+# The one way to remove audit rows (sql/018): its days past a retention, run as the migration's
 # definer, so that the nodes' account needs no ALTER or DROP on the table.
 PRUNE_AUDIT = "delayq_prune_audit"
 

@@ -13,7 +13,7 @@ without waiting: the others skip the pass), does in this order:
 
 The audit log (job_audit, partitioned by day of `at_ms` likewise) has its days ahead split out
 and its days older than `audit_days` dropped in the same pass, after the two history tables, by
-the procedure `delayq_prune_audit` (sql/017), which runs as the admin account that created it:
+the procedure `delayq_prune_audit` (sql/018), which runs as the admin account that created it:
 the nodes' account has no ALTER, DROP, DELETE or UPDATE on the table, only EXECUTE on that
 procedure, which checks the days it is given and reads the time from the server's clock, not the
 pass's `now_ms`. An account not yet granted EXECUTE on it (`delayq db init --node-account` not

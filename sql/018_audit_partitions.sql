@@ -1,4 +1,4 @@
--- delayq schema, version 17: the audit log is kept for DELAYQ_AUDIT_RETENTION_DAYS. Like the
+-- delayq schema, version 18: the audit log is kept for DELAYQ_AUDIT_RETENTION_DAYS. Like the
 -- execlog and the backlog (version 10), job_audit is partitioned by day (RANGE on at_ms, epoch
 -- milliseconds, UTC), and a retention pass drops its days past retention whole
 -- (delayq.store.retention). A partitioned table's primary key must hold the partitioning column:

@@ -116,9 +116,8 @@ class Dispatcher(NodeThread):
             # to overlap the publishes: the burst drains slower. And no more than the lane writes
             # within the claim lease, at the pace it has been writing (delayq.nodes.dispatch.pace):
             # a catch-up on a busy node claims less at a time rather than claims that expire.
-            room = self._pace.room()
+            room = self._pace.room(wait_s=0.05)
             if room <= 0:
-                self._claimed.wait_for_room(max(1, len(self._claimed)), 0.05)
                 continue
             lead_ms = self._lead.ms if prompt else 0
             with self._pace.reserving(room):

@@ -40,7 +40,7 @@ FLOOR = 50          # a claim with nothing else unwritten takes this many whatev
 class ClaimPace:
     def __init__(self, lease_s: float, most: int, held_batches: int, clock: Callable[[], float]):
         self._budget_s, self._most, self._cap, self._clock = SHARE * lease_s, most, most * held_batches, clock
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()       # notified when attempts are written or given up
         self._claims: collections.deque[float] = collections.deque(maxlen=RECENT)
         self._writes: collections.deque[tuple[int, float]] = collections.deque(maxlen=RECENT)   # (n, seconds)
         self._unwritten = 0
@@ -52,25 +52,31 @@ class ClaimPace:
         with self._lock:
             return self._unwritten + self._reserved
 
-    def room(self) -> int:
-        """Tasks the next claim may take now (0: wait for a write)."""
+    def room(self, wait_s: float = 0.0) -> int:
+        """Tasks the next claim may take now (0: none, after waiting up to wait_s for a write)."""
         with self._lock:
-            waiting = self._unwritten + self._reserved
-            left = self._cap - waiting
-            written = sum(n for n, _ in self._writes)
-            if not written:         # nothing measured since the start or an outage: one small claim first
-                return 0 if waiting else min(self._most, FLOOR)
-            cost = sum(s for _, s in self._writes) / written
-            claim_s = sum(self._claims) / len(self._claims) if self._claims else 0.0
-            fits = int(max(0.0, self._budget_s - claim_s) / cost) if cost > 0 else self._cap
-            left = min(left, fits - waiting)
-            return min(self._most, max(left, 0 if waiting else FLOOR))
+            self._lock.wait_for(lambda: self._room() > 0, wait_s)
+            return self._room()
+
+    def _room(self) -> int:
+        """room(), under the lock."""
+        waiting = self._unwritten + self._reserved
+        left = self._cap - waiting
+        written = sum(n for n, _ in self._writes)
+        if not written:         # nothing measured since the start or an outage: one small claim first
+            return 0 if waiting else min(self._most, FLOOR)
+        cost = sum(s for _, s in self._writes) / written
+        claim_s = sum(self._claims) / len(self._claims) if self._claims else 0.0
+        fits = int(max(0.0, self._budget_s - claim_s) / cost) if cost > 0 else self._cap
+        left = min(left, fits - waiting)
+        return min(self._most, max(left, 0 if waiting else FLOOR))
 
     def restart(self) -> None:
         """Forget what was measured: after an outage the node's load (and MySQL's) is not what it was."""
         with self._lock:
             self._writes.clear()
             self._claims.clear()
+            self._lock.notify_all()
 
     @contextlib.contextmanager
     def reserving(self, n: int) -> Iterator[None]:
@@ -83,6 +89,7 @@ class ClaimPace:
         finally:
             with self._lock:
                 self._reserved -= n
+                self._lock.notify_all()
 
     def claimed(self, n: int, took_s: float) -> None:
         with self._lock:
@@ -101,8 +108,10 @@ class ClaimPace:
                 self._writes.append((n, now - max(released, self._last_write)))
             self._last_write = now
             self._unwritten = max(0, self._unwritten - n)
+            self._lock.notify_all()
 
     def dropped(self, n: int) -> None:
         """n attempts will not be written (refused, held back, misfired, the broker away)."""
         with self._lock:
             self._unwritten = max(0, self._unwritten - n)
+            self._lock.notify_all()

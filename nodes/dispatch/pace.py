@@ -14,9 +14,11 @@ where the cost is the time the lane's recent writes took (from one batch's write
 while the lane was busy, or from a batch's release to its write after it was idle) over the
 attempts they wrote, the claim time the mean of recent claims', and `unwritten` counts the
 attempts claimed and neither written nor given up yet, and those a claim is being made for.
-Capped by `most` per claim and `most * held_batches` unwritten (the lane's limits on an idle node). Until a first write was measured, only
-the caps apply. With nothing unwritten, a claim may always take FLOOR tasks: the lane never
-stalls, and measures again.
+Capped by `most` per claim and `most * held_batches` unwritten (the lane's limits on an idle
+node). Until a first write was measured (at the start, and again after claims failed: MySQL was
+away, and what follows is a catch-up on a node and a MySQL busier than before) a claim takes FLOOR
+tasks and no second one is made. With nothing unwritten, a claim may always take FLOOR tasks,
+however slow the writes were: the lane never stalls, and measures again.
 
 Worked example: lease 1.5 s (SHARE: 1 s), claims taking 0.2 s, 1 ms per attempt: 800 unwritten
 at most, so with 500 waiting a further claim takes 300. At 4 ms per attempt (a node sharing its

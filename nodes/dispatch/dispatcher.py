@@ -261,7 +261,17 @@ class Dispatcher(NodeThread):
 
     def _publish(self, attempts: list[Attempt], released: float) -> None:
         now = self._clock.now_ms()
-        plan = decide(self._current(attempts), self._services.find, self._guard.verdict, self._default_exchange, now)
+        current = self._current(attempts)
+        try:
+            plan = decide(current, self._services.find, self._guard.verdict, self._default_exchange, now)
+        except Unavailable as e:
+            # A topic's service could not be read (MySQL away): nothing was sent, so back to DELAY
+            # with their attempt numbers, due at once. Left READY, a task with no time-to-run would
+            # have nothing to bring it back.
+            self._pace.dropped(len(attempts))
+            self._recorder.put([Settled(a, RETURNED, f"its service could not be read: {e}", a.task.due_ms)
+                                for a in current])
+            return
         self._pace.dropped(len(attempts) - len(plan.publish))
         for exchange, (why, held) in plan.held.items():
             # Not published: back to DELAY until the exchange is checked again (the guard logs

@@ -27,6 +27,7 @@ from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
+from delayq.errors import StoreUnavailable
 from delayq.store.controls import Controls
 from delayq.store.values import Transition
 from delayq.testing.fakes import ClaimTable, Exchanges, ManualClock, Outbox, Services
@@ -77,7 +78,7 @@ class Core:
     `deadlines`, each claim's deadline goes to the real Deadlines (no outage: none is held)."""
 
     def __init__(self, *services: ServiceSpec, controls: dict[str, Controls] | None = None,
-                 deadlines: bool = False, outbox: Outbox | None = None,
+                 deadlines: bool = False, outbox: Outbox | None = None, registry: Services | None = None,
                  settings: DispatchSettings = DispatchSettings(batch=100), **claims) -> None:
         self.clock = ManualClock()
         self.table = ClaimTable({1: ("n1", 1), 2: ("n1", 1), 3: ("n2", 1)})
@@ -103,7 +104,7 @@ class Core:
         metrics = Metrics()
         self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
                                  RecordSettings(publish_retry_ms=RETRY_MS))
-        self.services = Services(*services)
+        self.services = registry or Services(*services)
         self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock), **claims),
                                      Memory(self.memory, self.flow, keys=self.keys),
                                      Publishing(self.outbox, self.services, self.exchanges, "delayq"),
@@ -621,3 +622,28 @@ def test_a_claim_that_outlived_its_lease_while_the_node_was_stopped_says_so(capl
         core.dispatcher.release_due()
     said = [r.getMessage() for r in caplog.records if "not publishing" in r.getMessage()]
     assert len(said) == 1 and "paused" in said[0], said
+
+
+class ServicesAway(Services):
+    """The service registry with MySQL away: a topic not cached cannot be looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = True
+
+    def find(self, topic: str):
+        if self.away:
+            raise StoreUnavailable("MySQL unavailable: (2003, \"Can't connect\")")
+        return super().find(topic)
+
+
+def test_a_claim_whose_service_cannot_be_read_goes_back_unsent_and_fires_once_it_can():
+    core = Core(registry=ServicesAway())
+    core.memory.offer_written([core.table.add("a", 1, core.clock.now, ttr_ms=0)])   # nothing times it out
+    core.fire()
+    core.recorder.record_waiting()
+    assert core.outbox.message_ids == []
+    assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
+    core.services.away = False
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]

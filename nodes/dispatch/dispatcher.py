@@ -291,7 +291,7 @@ class Dispatcher(NodeThread):
                 a.sent_ms = now
                 out.append(messages.fired(a.task, route.exchange, route.routing_key, now, ref=a))
             published = [(a, a.lease) for a, _ in plan.publish]
-            handoff = _Handoff(self._pace, len(published), released)
+            handoff = self._pace.handoff(len(published), released)
 
             def veto() -> str | None:       # on the publisher's thread, just before the write
                 handoff.done(written=True)
@@ -309,22 +309,3 @@ class Dispatcher(NodeThread):
             except DelayqError as e:    # left READY: its time-to-run will bring it back
                 log.warning("misfire of %s not recorded: %s", c.task_id, e)
 
-
-class _Handoff:
-    """One batch handed to the publisher, told to the pace once: at its write (veto asked), or,
-    never written, at its first outcome."""
-
-    def __init__(self, pace: ClaimPace, n: int, released: float):
-        self._pace, self._n, self._released = pace, n, released
-        self._lock = threading.Lock()
-        self._told = False
-
-    def done(self, written: bool) -> None:
-        with self._lock:
-            if self._told:
-                return
-            self._told = True
-        if written:
-            self._pace.written(self._n, self._released)
-        else:
-            self._pace.dropped(self._n)

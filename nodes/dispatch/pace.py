@@ -112,8 +112,32 @@ class ClaimPace:
             self._unwritten = max(0, self._unwritten - n)
             self._lock.notify_all()
 
+    def handoff(self, n: int, released: float) -> Handoff:
+        """A batch of n attempts handed to the publisher (released from the heap at `released`)."""
+        return Handoff(self, n, released)
+
     def dropped(self, n: int) -> None:
         """n attempts will not be written (refused, held back, misfired, the broker away)."""
         with self._lock:
             self._unwritten = max(0, self._unwritten - n)
             self._lock.notify_all()
+
+
+class Handoff:
+    """One batch handed to the publisher, told to its pace once: at its write (its veto asked, on
+    the publisher's thread), or, never written, at its first outcome (the broker away)."""
+
+    def __init__(self, pace: ClaimPace, n: int, released: float):
+        self._pace, self._n, self._released = pace, n, released
+        self._lock = threading.Lock()
+        self._told = False
+
+    def done(self, written: bool) -> None:
+        with self._lock:
+            if self._told:
+                return
+            self._told = True
+        if written:
+            self._pace.written(self._n, self._released)
+        else:
+            self._pace.dropped(self._n)

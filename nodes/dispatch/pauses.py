@@ -38,11 +38,24 @@ class PauseWatch(NodeThread):
         self._clock = clock
         self._lock = threading.Lock()
         self._pauses: collections.deque[tuple[float, float]] = collections.deque(maxlen=KEPT)
+        self._last: float | None = None      # the watch's last wake-up (None: not running)
 
     def paused_between(self, began: float, ended: float) -> float:
-        """Seconds within [began, ended] (boottime) during which the process did not run."""
+        """Seconds within [began, ended] (boottime) during which the process did not run. A pause
+        the watch's thread has not woken from yet counts too: after SIGCONT, whichever thread runs
+        first may ask before the watch has noted it."""
         with self._lock:
-            return sum(max(0.0, min(e, ended) - max(b, began)) for b, e in self._pauses)
+            spans = list(self._pauses)
+            if self._last is not None and ended - self._last - TICK_S >= MIN_PAUSE_S:
+                spans.append((self._last + TICK_S, ended))
+        return sum(max(0.0, min(e, ended) - max(b, began)) for b, e in spans)
+
+    def woke(self, now: float) -> None:
+        """The watch's thread ran at `now`: a gap since its last wake-up is a pause."""
+        with self._lock:
+            last, self._last = self._last, now
+        if last is not None and now - last - TICK_S >= MIN_PAUSE_S:
+            self.noted(last + TICK_S, now)
 
     def noted(self, began: float, ended: float) -> None:
         """A pause from `began` to `ended` (boottime seconds): what the thread saw, or a test's."""
@@ -51,9 +64,6 @@ class PauseWatch(NodeThread):
         log.warning("the node did not run for %.1f s (stopped or frozen)", ended - began)
 
     def _run(self) -> None:
-        last = self._clock()
+        self.woke(self._clock())
         while not self._stop.wait(TICK_S):
-            now = self._clock()
-            if now - last - TICK_S >= MIN_PAUSE_S:
-                self.noted(last + TICK_S, now)
-            last = now
+            self.woke(self._clock())

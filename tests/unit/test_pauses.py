@@ -52,3 +52,12 @@ def test_a_lapsed_lease_is_a_pause_only_if_the_node_was_stopped_within_it():
     watch.noted(102.5, 104.0)
     now[0] += 2.0
     assert lease.refusal(second, [1]) == PAUSED
+
+
+def test_a_pause_the_watch_has_not_woken_from_yet_counts_already():
+    watch = PauseWatch(lambda: 0.0)
+    watch.woke(100.0)
+    assert watch.paused_between(99.0, 100.3) == 0.0      # a wake-up merely late is no pause
+    assert watch.paused_between(99.0, 103.0) == pytest.approx(2.95)
+    watch.woke(103.0)                                    # then noted once it runs, not counted twice
+    assert watch.paused_between(99.0, 103.0) == pytest.approx(2.95)

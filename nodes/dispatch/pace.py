@@ -17,7 +17,7 @@ attempts claimed and neither written nor given up yet, and those a claim is bein
 Capped by `most` per claim and `most * held_batches` unwritten (the lane's limits on an idle
 node). Until a first write was measured (at the start, and again after claims failed: MySQL was
 away, and what follows is a catch-up on a node and a MySQL busier than before) a claim takes FLOOR
-tasks and no second one is made. With nothing unwritten, a claim may always take FLOOR tasks,
+tasks, and none is made while one's attempts are unwritten. With nothing unwritten, a claim may always take FLOOR tasks,
 however slow the writes were: the lane never stalls, and measures again.
 
 Worked example: lease 1.5 s (SHARE: 1 s), claims taking 0.2 s, 1 ms per attempt: 800 unwritten
@@ -65,8 +65,10 @@ class ClaimPace:
         waiting = self._unwritten + self._reserved
         left = self._cap - waiting
         written = sum(n for n, _ in self._writes)
-        if not written:         # nothing measured since the start or an outage: one small claim first
-            return 0 if waiting else min(self._most, FLOOR)
+        if not written:
+            # Nothing measured since the start or an outage: small claims until one is written.
+            # Each claiming thread may try one (while MySQL is away they take turns retrying).
+            return 0 if self._unwritten else min(self._most, FLOOR)
         cost = sum(s for _, s in self._writes) / written
         claim_s = sum(self._claims) / len(self._claims) if self._claims else 0.0
         fits = int(max(0.0, self._budget_s - claim_s) / cost) if cost > 0 else self._cap

@@ -30,8 +30,10 @@ def paced(per_attempt_s: float, claim_s: float) -> tuple[ClaimPace, Clock]:
 def test_one_small_claim_first_then_as_much_as_is_written_within_two_thirds_of_the_lease():
     pace = ClaimPace(1.5, 500, 2, Clock())
     assert pace.room() == FLOOR
+    with pace.reserving(FLOOR):
+        assert pace.room() == FLOOR                 # another claiming thread may try too
     pace.claimed(FLOOR, 0.01)
-    assert pace.room() == 0                         # nothing measured: no second claim meanwhile
+    assert pace.room() == 0                         # nothing measured: no more while those are unwritten
     pace, _ = paced(0.001, 0.2)                     # (1.0 s - 0.2 s) / 1 ms: 800 unwritten at most
     assert pace.room() == 500
     pace.claimed(500, 0.2)

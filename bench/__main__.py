@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     security.install()
     if args.insecure:
         os.environ["DELAYQ_INSECURE"] = MODE_ENV["DELAYQ_INSECURE"] = "true"
+        os.environ["DELAYQ_CONSOLE_INSECURE"] = MODE_ENV["DELAYQ_CONSOLE_INSECURE"] = "true"   # the console scenario
     else:
         MODE_ENV.update(publish_over_tls())
         if not MODE_ENV:

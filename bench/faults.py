@@ -6,6 +6,8 @@ around it:
 
     node_kill     SIGKILL a node that is not the master; it stays dead
     node_pause    SIGSTOP a node that is not the master for 2.5 session timeouts, then SIGCONT
+    claim_pause   the same, but the node stops itself inside a claim's transaction, holding the
+                  locks of its shard and task rows (DELAYQ_FREEZE_IN_CLAIM_FILE)
     mysql         MariaDB shut down for fault_s, then started again
     rabbitmq      RabbitMQ's app stopped for fault_s (rabbitmqctl stop_app), then started
     zookeeper     the ZooKeeper that scripts/services.sh started, stopped for fault_s, then started
@@ -14,7 +16,7 @@ around it:
     rolling_term  each node in turn SIGTERMed, started again, rolling_gap_s between nodes (bench.rolling)
     rolling_kill  the same with SIGKILL, each node started again kill_restart_s after its kill
 
-The first five take delays of 1-3 s and a topic with ttr 0. mysql_cut takes the load under which
+The first six take delays of 1-3 s and a topic with ttr 0. mysql_cut takes the load under which
 catch-up claims were seen to expire: rate submits/s with delays of 1 s to cut_delay_max (15 s, so
 that every node holds seconds of overdue tasks in memory when MySQL answers again), ttr 0, the cut
 after cut_lead_s of load and the load going on until after_s after it. The rolling restarts take the load
@@ -25,11 +27,11 @@ the load going on until after_s after the last node is back.
 Per fault, measured from its recovery point (bench.recovery: a task due while the cluster could
 not fire it is judged from the moment it could again): the worst and p99 lateness of the tasks due
 during the fault or within after_s after it; lost tasks, early ones, attempts delivered twice and
-further attempts. The first five also report the worst lateness from the due time of tasks due
+further attempts. The first six also report the worst lateness from the due time of tasks due
 while the fault lasted, and how long after it ended tasks were on time again (every task delivered
 after that moment within 100 ms of its due time). Nodes run with the production scan settings.
-This stops SHARED services: it is not part of the default run (`python -m bench --scenario faults`).
-mysql_cut alone stops nothing shared: `python -m bench --scenario faults --set faults.faults=mysql_cut`.
+This stops SHARED services: it is not part of the default run (`python -m bench --scenario faults`;
+node_kill, node_pause, claim_pause and mysql_cut alone stop none: `--set faults.faults=claim_pause`).
 """
 from __future__ import annotations
 
@@ -50,12 +52,14 @@ from bench.producer import start_producers
 from bench.recovery import CLAIMED_BEFORE_MS, Event, from_recovery
 from delayq.testing.cluster import Cluster, Node, now_ms, wait_for
 from delayq.testing.relay import Relay
+from delayq.testing.process import process_state
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = str(ROOT / "scripts" / "services.sh")
 ON_TIME_MS = 100
 MYSQL_PORT = 3306
-FAULTS = ("node_kill", "node_pause", "mysql", "rabbitmq", "zookeeper", "mysql_cut") + rolling.ROLLING
+FREEZE = "DELAYQ_FREEZE_IN_CLAIM_FILE"
+FAULTS = ("node_kill", "node_pause", "claim_pause", "mysql", "rabbitmq", "zookeeper", "mysql_cut") + rolling.ROLLING
 
 
 @dataclass(frozen=True)
@@ -168,16 +172,21 @@ def _inject(kind: str, cl: Cluster, nodes: list[Node], p: dict, relay: Relay | N
         at = now_ms()
         return Fault(f"SIGKILL {victim.node_id}, session timeout {session / 1000:g} s", at, at + session,
                      (Event(f"SIGKILL {victim.node_id}", at - CLAIMED_BEFORE_MS, at + session),))
-    if kind == "node_pause":
+    if kind in ("node_pause", "claim_pause"):
         pause_s = 2.5 * session / 1000
-        victim.kill(signal.SIGSTOP)
+        if kind == "claim_pause":       # the node stops itself at its next claim, inside its transaction
+            Path(victim.env[FREEZE]).touch()
+            wait_for(lambda: process_state(victim.pid) == "T", 30, 0.001, f"{victim.node_id} to stop inside a claim")
+        else:
+            victim.kill(signal.SIGSTOP)
         start = now_ms()
         time.sleep(pause_s)
         victim.kill(signal.SIGCONT)
         end = now_ms()
         # Paused, it is a dead node to the others once its session expires; resumed, a node rejoining.
         back = rolling.resumed(cl, victim, end, f"SIGCONT {victim.node_id}", 60)
-        return Fault(f"SIGSTOP {victim.node_id} for {pause_s:g} s", start, end,
+        where = " inside a claim" if kind == "claim_pause" else ""
+        return Fault(f"SIGSTOP {victim.node_id}{where} for {pause_s:g} s", start, end,
                      (Event(f"SIGSTOP {victim.node_id}", start - CLAIMED_BEFORE_MS, start + session), back))
     start, end = _service_fault(kind, p["fault_s"])
     return Fault(f"{kind} down {(end - start) / 1000:.1f} s", start, end, (Event(f"{kind} down", start, end),))
@@ -200,7 +209,10 @@ def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcom
         # The services are shared: a test elsewhere restarting MariaDB would pass for this fault's cost.
         mariadb_started = _mariadb_started_ms(cl)
         through = {} if relay is None else {"DELAYQ_MYSQL_URL": relay.url(cl.database.node_url or cl.database.url)}
-        nodes = [cl.add_node(start=False, **through) for _ in range(3)]
+        # Each node stops itself inside a claim once its own file appears (claim_pause only).
+        freeze = (lambda i: {FREEZE: str(run.workdir / f"freeze-{kind}-n{i + 1}")}) if kind == "claim_pause" \
+            else (lambda i: {})
+        nodes = [cl.add_node(start=False, **through, **freeze(i)) for i in range(3)]
         for nd in nodes:
             nd.start(wait=False)
         for nd in nodes:

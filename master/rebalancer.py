@@ -5,6 +5,8 @@
         -> assign() over the live members (balanced +-1, sticky, pins, drains)
         -> new epoch = max(ZooKeeper epoch, MySQL epoch) + 1 for the shards that move (the
            assignment's epoch also rises when a shrinking reshard removed shards)
+        -> end the MySQL connections of the nodes that left (delayq.store.connections): a node
+           frozen inside a transaction would hold its locks on their shard and task rows
         -> write /assignment with a version check (a stale master's write fails)
         -> write the moved shards' (owner, epoch) to MySQL job_shard: from that commit on the old
            owner's claims fail, the new owner's succeed
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Collection
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
@@ -35,9 +37,12 @@ log = logging.getLogger(__name__)
 
 class Rebalancer:
     def __init__(self, session: ZkSession, paths: ZkPaths, shards: ShardEpochs, clock: Clock,
-                 me: Callable[[], str | None], *, debounce_s: float = 0.5, max_delay_s: float = 2.0):
+                 me: Callable[[], str | None], *, debounce_s: float = 0.5, max_delay_s: float = 2.0,
+                 end_connections: Callable[[Collection[str]], object] | None = None):
+        """end_connections(node ids) ends the MySQL connections of nodes that left the cluster."""
         self._session, self._paths, self._shards, self._clock = session, paths, shards, clock
         self._me = me
+        self._end_connections = end_connections
         self._debounce_s, self._max_delay_s = debounce_s, max_delay_s
         self._cond = threading.Condition()
         self._leader = False
@@ -176,6 +181,7 @@ class Rebalancer:
                                     for s, m in target.items()}, master=me, updated_ms=self._clock.now_ms(),
                             active=active, rebalance=max(intents.rebalance, current.rebalance),
                             intents_zxid=intents_zxid)
+        self._end_departed({g.member for g in current.shards.values()} - members, by_node)
         try:
             if version is None:
                 call("create", self._paths.assignment, doc.encode(), makepath=True)
@@ -194,6 +200,19 @@ class Rebalancer:
         log.info("assignment epoch %d: moved %d shards %s%s; shards per node %s", epoch, len(moved),
                  sorted(moved), f", removed {removed}" if removed else "", dict(sorted(per_node.items())))
         return doc
+
+    def _end_departed(self, owners: set[str], live: dict[str, str]) -> None:
+        """End the MySQL connections of the nodes among these former owners that have no member
+        now (a node back with a new session is going on, not frozen). Before the new owners hear
+        of their shards, so that neither they nor the write of the epochs wait on a frozen node's
+        locks; a failure leaves the write to time out and this pass to be tried again."""
+        gone = {node_of(m) for m in owners} - set(live)
+        if not gone or self._end_connections is None:
+            return
+        try:
+            self._end_connections(gone)
+        except Unavailable as e:
+            log.warning("could not end the MySQL connections of departed nodes %s: %s", sorted(gone), e)
 
     def _repair(self, doc: AssignmentDoc, stored: dict[int, tuple[str | None, int]], moved: set[int]) -> None:
         """Write to MySQL every grant of the current assignment it lacks: this pass's moves, and

@@ -3,10 +3,12 @@
     GET /metrics   Prometheus text format
     GET /healthz   200 while the node's threads are alive (restart the process otherwise)
     GET /readyz    200 when ZooKeeper is connected, the node has its assignment, MySQL answers and the
-                   RabbitMQ channel is open; 503 naming the failing parts otherwise (JSON body; its
-                   "detail" says what an operator should know that does not stop the node, such
-                   as a machine clock far from MySQL's)
-    /ui/...        the web console (delayq.nodes.console), and GET /history, its data for other nodes
+                   RabbitMQ channel is open, 503 otherwise: to anyone {"status": "ok"} or "fail";
+                   to an admin or a node (httpgate.HttpGate) also the failing parts and "detail",
+                   what an operator should know that does not stop the node, such as a machine
+                   clock far from MySQL's
+    GET /history   the console's data for the other nodes (admins and nodes only: 403 otherwise)
+    /ui/...        the web console (delayq.nodes.console)
 
 One port, two protocols: with a TLS context (the node has a certificate), a connection whose first
 byte opens a TLS handshake is served over TLS, any other in plain HTTP; so Prometheus and probes
@@ -27,7 +29,7 @@ import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -39,7 +41,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Checks = Callable[[], dict[str, str | None]]     # part -> None when fine, else what is wrong
+
+class Health(Protocol):
+    """The node's checks (delayq.nodes.probes.Probes): part -> None when fine, else what is wrong."""
+    def alive(self) -> dict[str, str | None]: ...
+    def ready(self) -> dict[str, str | None]: ...
+    def detail(self) -> dict: ...
+
+
+class Gate(Protocol):
+    """Who may read the whole of /readyz and /history (delayq.nodes.httpgate.HttpGate)."""
+    def admits(self, authorization: str | None, peer: tuple) -> bool: ...
+    def credential(self) -> str | None: ...         # what this node shows the others' ports
+
+
 REQUEST_TIMEOUT_S = 10.0
 MAX_FORM_BYTES = 64 * 1024
 TLS_RECORD = b"\x16"                             # a TLS handshake record's first byte
@@ -84,9 +99,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class HealthServer:
-    def __init__(self, host: str, port: int, metrics: Metrics, alive: Checks, ready: Checks,
-                 detail: Callable[[], dict] = dict, tls: ssl.SSLContext | None = None):
+    def __init__(self, host: str, port: int, metrics: Metrics, health: Health, gate: Gate,
+                 tls: ssl.SSLContext | None = None):
         self.console: Console | None = None       # set by the node once built (it needs the node's parts)
+        self.gate = gate
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,15 +112,22 @@ class HealthServer:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
-                elif path in ("/healthz", "/readyz"):
-                    checks = alive() if path == "/healthz" else ready()
-                    failing = {k: v for k, v in checks.items() if v is not None}
-                    doc = {"status": "fail" if failing else "ok", "failing": failing, "checked": sorted(checks)}
-                    if path == "/readyz":
-                        doc["detail"] = detail()
-                    body = json.dumps(doc).encode()
-                    self._send(503 if failing else 200, body, "application/json")
-                elif server.console is not None and (path == "/ui" or path.startswith("/ui/") or path == "/history"):
+                elif path == "/healthz":
+                    self._checks(health.alive(), {})
+                elif path == "/readyz":
+                    # Anyone learns ready or not; what is failing, and why, is for admins and nodes.
+                    if gate.admits(self.headers.get("Authorization"), self.client_address):
+                        self._checks(health.ready(), {"detail": health.detail()})
+                    else:
+                        failing = any(v is not None for v in health.ready().values())
+                        self._send(503 if failing else 200, json.dumps({"status": "fail" if failing else "ok"})
+                                   .encode(), "application/json")
+                elif path == "/history" and server.console is not None:
+                    if gate.admits(self.headers.get("Authorization"), self.client_address):
+                        self._console("GET", path, {})
+                    else:
+                        self._send(403, b"/history needs an admin's or a node's credential\n", "text/plain")
+                elif server.console is not None and (path == "/ui" or path.startswith("/ui/")):
                     self._console("GET", path, {})
                 else:
                     self._send(404, b"not found\n", "text/plain")
@@ -125,6 +148,11 @@ class HealthServer:
                 form = {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
                 self._console("POST", path, form)
 
+            def _checks(self, checks: dict[str, str | None], more: dict) -> None:
+                failing = {k: v for k, v in checks.items() if v is not None}
+                doc = {"status": "fail" if failing else "ok", "failing": failing, "checked": sorted(checks), **more}
+                self._send(503 if failing else 200, json.dumps(doc).encode(), "application/json")
+
             def _console(self, method: str, path: str, form: dict[str, str]) -> None:
                 from delayq.nodes.console.app import Request
                 assert server.console is not None
@@ -139,7 +167,8 @@ class HealthServer:
                 req = Request(method, path, {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}, form,
                               {k: m.value for k, m in jar.items()}, self.headers.get("Origin"),
                               self.headers.get("Host"), self.client_address, secure,
-                              common_name(cert) if cert else None)
+                              common_name(cert) if cert else None,
+                              polled=bool(self.headers.get("HX-Request") or self.headers.get("X-Delayq-Poll")))
                 r = server.console.handle(req)
                 self._send(r.status, r.body, r.ctype, r.headers)
 

@@ -10,7 +10,9 @@ import dataclasses
 import functools
 import logging
 import time
+from pathlib import Path
 
+from sqlalchemy import Engine
 from thrift.protocol import TBinaryProtocol
 
 from delayq import db, schema
@@ -18,7 +20,7 @@ from delayq.access.tls import server_context
 from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
 from delayq.config import Settings, check_node
-from delayq.db import make_engine, members_of, wait_until_answered
+from delayq.db import bound_lock_waits, make_engine, members_of, wait_until_answered
 from delayq.errors import Unavailable
 from delayq.master.reshard import ReshardJob, Resharder
 from delayq.nodes.dispatch import lanes as dispatchlanes
@@ -35,6 +37,7 @@ from delayq.nodes.outcomes.expiry import Expiry
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
 from delayq.nodes.dispatch.pauses import PauseWatch
+from delayq.nodes.dispatch.freeze import FreezePoint
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.flow import Flow, follow
 from delayq.nodes.memory.keyholds import KeyHolds
@@ -56,8 +59,12 @@ from delayq.nodes.front.placing import Placing
 from delayq.nodes.front.submitpath import SubmitGate, SubmitPath
 from delayq.nodes.front.submits import SubmitBatcher
 from delayq.nodes.front.topics import TopicCalls
-from delayq.nodes.console.assembly import ConsolePart
+from delayq.nodes.console.assembly import ConsolePart, serves_console
 from delayq.nodes.http import HealthServer
+from delayq.nodes import httpgate
+from delayq.nodes.httpgate import HttpGate
+from delayq.nodes.front import pages
+from delayq.store.clusterkey import ClusterKey
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
@@ -79,6 +86,7 @@ from delayq.store import bulkbatch
 from delayq.store.bulkjobs import BulkJobs
 from delayq.store.bykey import KeyRequests
 from delayq.store.clients import ClientStore
+from delayq.store.connections import NodeConnections
 from delayq.store.controls import ControlStore
 from delayq.store.deadletters import DeadLetterRows
 from delayq.store.epochs import ShardEpochs
@@ -112,7 +120,13 @@ class NodeRuntime:
         # Submits, one group at a time (on the Thrift I/O thread, or the SubmitBatcher's while MySQL
         # is slow): a second connection for a reconnect at most.
         self.writes = make_engine(dataclasses.replace(s.mysql, pool_size=2), autocommit=True, members=members)
-        self.store = TaskStore(self.engine)
+        # Each connection is written down, so that the master can end them should this node
+        # freeze inside a transaction, and waits at most a second for a lock another node holds.
+        self.connections = NodeConnections(self.engine, s.mysql)
+        for engine in (self.engine, self.writes):
+            self._bounded(engine)
+        freeze = FreezePoint(Path(s.node.freeze_in_claim_file)) if s.node.freeze_in_claim_file else None
+        self.store = TaskStore(self.engine, locked=freeze)
         self.overdue = OverdueRows(self.engine)
         self.requests = TaskRequests(self.engine)
         self.epochs = ShardEpochs(self.engine, clock)
@@ -142,8 +156,8 @@ class NodeRuntime:
         self.recorder = Recorder(self.store, self.queue, self.ownership, self.results, self.metrics, clock,
                                  RecordSettings.of(s.scheduling))
         # ZooKeeper's parts (or a standalone node's), before what watches the session.
-        self.cluster = zkp = ZkParts(s, self.ownership, self.epochs, clock, self.metrics, self.probes.stats) \
-            if s.zk.enabled else None
+        self.cluster = zkp = ZkParts(s, self.ownership, self.epochs, clock, self.metrics, self.probes.stats,
+                                     self.connections) if s.zk.enabled else None
         self.standalone = None if self.cluster else Standalone(self.epochs, self.ownership, s.node.node_id)
         # No time-out while delayq's own dependencies are down, nor for a grace after.
         zk = None if zkp is None else zkp.session
@@ -153,6 +167,7 @@ class NodeRuntime:
         # The pollers' reads (hints, and each change counter): one statement each, without the
         # ROLLBACK of a transaction's end, on a connection each keeps.
         self.polls = make_engine(dataclasses.replace(s.mysql, pool_size=POLLERS), autocommit=True, members=members)
+        self._bounded(self.polls)
         # An outage that only a claim, a record or a poll ran into (one shorter than a window scan's
         # interval) holds time-outs all the same.
         for engine in (self.engine, self.writes, self.polls):
@@ -195,7 +210,9 @@ class NodeRuntime:
         placing = Placing(self.queue, self.ownership, window_ms=s.scheduling.window_ms)
         limits = Limits(s.limits.max_payload_bytes, s.limits.max_horizon_ms)
         self.handler = Handler(self.requests, self.results, self.access, answers, placing, clock, limits=limits)
-        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits)
+        self.cluster_key = ClusterKey(self.engine)
+        self.keys = KeyCalls(KeyRequests(self.engine), self.access, answers, placing, clock, limits=limits,
+                             page_key=lambda: self.cluster_key.derive(pages.PURPOSE))
         self.topics = TopicCalls(self.services, ControlStore(self.engine, clock), self.access, answers,
                                  self.exchanges.check, default_exchange=s.amqp.exchange)
         self.submit_path = SubmitPath(SubmitGate(self.access, self.quotas),
@@ -232,13 +249,18 @@ class NodeRuntime:
         # The HTTP port speaks TLS too when the node has a certificate (the console needs it). It
         # asks for a client certificate as the Thrift port does, never requires one: a browser
         # without one logs in with a token.
-        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes.alive, self.probes.ready,
-                                 self.probes.detail, tls=None if sec.insecure else server_context(
+        gate = HttpGate(self.access, lambda: self.cluster_key.derive(httpgate.PURPOSE))
+        self.http = HealthServer(s.http.host, s.http.port, self.metrics, self.probes, gate,
+                                 tls=None if sec.insecure else server_context(
                                      sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file,
                                      "none" if sec.tls_client_cert == "none" else "optional"))
         # The web console (nodes/console): reads on an engine of its own, actions through the service.
         self.console = ConsolePart(s, self.service, self.access, self.metrics, clock, self.http,
-                                   self.probes.http_endpoints) if s.http.console else None
+                                   self.probes.http_endpoints) if serves_console(s) else None
+
+    def _bounded(self, engine: Engine) -> None:
+        self.connections.register(engine, self.settings.node.node_id)
+        bound_lock_waits(engine)
 
     def start(self, wait_s: float = 60.0) -> None:
         if self.settings.security.insecure:
@@ -271,6 +293,7 @@ class NodeRuntime:
         schema.check_ready(self.engine)
         self.services_watch.load()
         self.access.load()
+        self.cluster_key.derive(pages.PURPOSE)      # read now: the Thrift port's first page token needs it
         if self.standalone is not None:
             self.standalone.take_shards()
 
@@ -283,6 +306,11 @@ class NodeRuntime:
         if self.admin.reshards is not None:
             self.admin.reshards.stop()
         if self.cluster is not None:
+            # Leaving, not frozen: the master is not to end the connections that write the hints below.
+            try:
+                self.connections.forget(self.settings.node.node_id)
+            except Unavailable as e:
+                log.warning("could not withdraw this node's MySQL connections: %s", e)
             self.cluster.stop()
             # The session is closed: the shards are the other nodes' from now on. What memory
             # holds of them, and every claim not yet published, goes to them (hints).

@@ -25,7 +25,7 @@ _HISTORY = _RW + ", ALTER, DROP"      # ALTER TABLE ... REORGANIZE / DROP PARTIT
 NODE_GRANTS = {
     "job_delay_task": _RW, "job_delay_task_execlog": _HISTORY, "job_delay_task_backlog": _HISTORY,
     "job_topic_retention": _RW, "job_bulk": "SELECT, INSERT, UPDATE",
-    "job_delay_hint": _RW, "job_shard": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
+    "job_delay_hint": _RW, "job_shard": _RW, "job_node_connection": _RW, "job_callback_service": "SELECT, INSERT, UPDATE",
     "delayq_meta": "SELECT, INSERT, UPDATE", "delayq_schema_version": "SELECT",
     # Clients: not their tenant (`delayq tenants`, the admin account).
     "job_client": "SELECT, INSERT (name, token_sha256, revoked, created_ms, updated_ms), "

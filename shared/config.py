@@ -26,6 +26,7 @@ class NodeSettings:
     port: int
     advertise_host: str
     switch_interval_us: int
+    freeze_in_claim_file: str
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class HttpSettings:
     port: int
     console: bool
     console_plaintext: bool
+    console_hosts: str
+    console_insecure: bool
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,22 @@ def _reset_unless_committed(engine: Engine) -> None:
         dbapi_connection.rollback()
 
 
+# How long a node's statement waits for a row lock (innodb_lock_wait_timeout: whole seconds). The
+# server's default of 50 s outlasts the read timeout: a statement behind the locks of a frozen
+# node's transaction lost its connection instead, which the node took for an outage.
+LOCK_WAIT_S = 1
+
+
+def bound_lock_waits(engine: Engine, seconds: int = LOCK_WAIT_S) -> None:
+    """Every connection of the engine gives up a row lock wait after `seconds`: its statement
+    fails with 1205 (a lock conflict, StoreUnavailable with that code), and the transaction is
+    rolled back by its caller and tried again, rather than waiting on a node that may never go on."""
+    @event.listens_for(engine, "connect")
+    def _connected(dbapi_connection, _record) -> None:
+        with dbapi_connection.cursor() as cur:
+            cur.execute(f"SET SESSION innodb_lock_wait_timeout = {int(seconds):d}")
+
+
 PING_IDLE_S = 1.0
 
 

@@ -50,6 +50,10 @@ SETTINGS: tuple[Setting, ...] = (
             "How long a Python thread may keep the interpreter while another waits for it "
             "(sys.setswitchinterval; Python's own default is 5000). The node's dispatching threads "
             "wait for it after every MySQL and RabbitMQ round trip, so it bounds their lateness."),
+    Setting("DELAYQ_FREEZE_IN_CLAIM_FILE", "node", "freeze_in_claim_file", str, "",
+            "For fault tests only (default: off): whenever this file exists, the node's next claim of a task "
+            "removes it and stops the node (SIGSTOP) inside the claim's transaction, holding its locks, as a "
+            "GC pause or a frozen VM would (docs/faults.md)."),
     Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
             "SQLAlchemy URL of the MySQL/MariaDB database (default: root on 127.0.0.1:3306, database delayq).",
             secret=True),
@@ -189,6 +193,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_CONSOLE_PLAINTEXT", "http", "console_plaintext", _bool, False,
             "Serve the console over plain HTTP too on a node with a certificate (only behind a proxy that "
             "terminates TLS on the same machine): tokens and session cookies then cross in the clear."),
+    Setting("DELAYQ_CONSOLE_HOSTS", "http", "console_hosts", str, "",
+            "Names (comma-separated) a request to the console may give in its Host header, e.g. a proxy's "
+            "(default: the node's DELAYQ_HOST, DELAYQ_ADVERTISE_HOST, this machine's names and the loopback "
+            "addresses); any other is refused with 421."),
+    Setting("DELAYQ_CONSOLE_INSECURE", "http", "console_insecure", _bool, False,
+            "Serve the console on a node run with DELAYQ_INSECURE (plain HTTP, any token logs in)."),
     Setting("DELAYQ_RETENTION_DAYS", "retention", "days", int, 7,
             "Days the history of a task (its archived row and its attempts) is kept after it ended, unless its "
             "topic has its own (`delayq retention set`); 0 keeps it for ever. Nodes drop whole day "

@@ -3,7 +3,8 @@
 `migrate` applies, in version order, every file whose version delayq_schema_version does not
 record (versions may have gaps: a migration numbered below one already applied, because it came
 later, is applied too); each statement is idempotent (IF NOT EXISTS), so a run cut short can
-simply be repeated. `init_cluster` sets the shard count once and creates the job_shard rows.
+simply be repeated. `init_cluster` sets the shard count once, creates the job_shard rows and the cluster's secret key
+(delayq.store.clusterkey).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from delayq import tables
 from delayq.clock import SYSTEM_CLOCK, Clock
 from delayq.db import mysql_code, unavailable_on_failure
 from delayq.errors import ConfigError
+from delayq.store import clusterkey
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,7 @@ def init_cluster(engine: Engine, shards: int, clock: Clock = SYSTEM_CLOCK) -> in
                    for s in range(count) if s not in have]
         if missing:
             conn.execute(tables.shard.insert(), missing)
+        clusterkey.create(conn)
     return count
 
 

@@ -117,6 +117,15 @@ hint = Table(
     Column("topic", String(128), nullable=False, server_default=""),
 )
 
+node_connection = Table(
+    "job_node_connection", metadata,
+    Column("server", String(255), primary_key=True),
+    Column("connection_id", BigInteger, primary_key=True),
+    Column("node_id", String(128), nullable=False),
+    Column("client", String(255), nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
 client = Table(
     "job_client", metadata,
     Column("name", String(64), primary_key=True),

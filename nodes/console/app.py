@@ -8,7 +8,11 @@ an action and back.
     GET  /ui/static/<file>                              the package's assets (vendored libraries)
     GET  /ui/<page>, POST /ui/<action>                  pages_* modules; every POST needs the
                                                         session's CSRF token and a same-origin Origin
-    GET  /history                                       this node's history, for the other nodes
+    GET  /history                                       this node's history, for the other nodes (the
+                                                        HTTP port lets only nodes and admins ask)
+
+Every request must name the node in its Host header (door.Door; another name is answered 421,
+with no cookie), and every answer to an https page carries HSTS.
 
 Runs on the HTTP server's request threads. Each request runs as the session's client: a
 delayq.nodes.front.caller.Caller is set on the thread, and the client is looked up through
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+import secrets
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
@@ -31,19 +36,22 @@ from typing import Any, Callable, Mapping
 import jinja2
 
 from delayq.access.grants import Client, Permission
-from delayq.client.gen.delayq_thrift import DelayScheduler, ttypes
+from delayq.client.gen.delayq_thrift import DelayScheduler
 from delayq.clock import Clock
 from delayq.nodes.console import login, view
-from delayq.nodes.console.fields import ActionRefused, shown
+from delayq.nodes.console.door import Door
+from delayq.nodes.console.fields import ActionRefused
 from delayq.nodes.console.history import HistoryThread
 from delayq.nodes.console.peers import Peers
+from delayq.nodes.console.problems import DECLARED, describe
 from delayq.nodes.console.reads import ConsoleReads
 from delayq.nodes.console.recent import Recent
 from delayq.nodes.console.sessions import Session, Sessions, csrf_ok, local_path, same_origin
+from delayq.nodes.console.throttle import LoginThrottle, Summary
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.caller import CERTIFICATE, Caller, serving
 from delayq import errors
-from delayq.store.audit import AuditLog
+from delayq.store.audit import AuditLog, Entry
 from delayq.store.tenants import TenantStore
 
 log = logging.getLogger(__name__)
@@ -70,6 +78,7 @@ class Request:
     peer: tuple
     secure: bool            # came over TLS
     certificate: str | None = None      # the common name of the verified client certificate it came with
+    polled: bool = False    # a page refreshing itself (htmx, the charts), not its person
 
 
 @dataclass
@@ -93,6 +102,11 @@ class Ctx:
     def admin(self) -> bool:
         return self.client.holds(Permission.ADMIN)
 
+    @property
+    def read_only(self) -> bool:
+        """The client can change nothing: it holds no permission but `read`, on any topic."""
+        return not any(self.client.holds(p) for p in Permission if p is not Permission.READ)
+
     def may(self, permission: Permission, topic: str | None = None) -> bool:
         return self.client.allows(permission, topic) if topic is not None else self.client.holds(permission)
 
@@ -100,54 +114,20 @@ class Ctx:
 Handler = Callable[["Console", Ctx], Response]
 
 
-# The declared exceptions of the Thrift calls (every one the IDL has: a page makes many calls).
-DECLARED: tuple[type[Exception], ...] = (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService,
-                                         ttypes.UnknownTopic, ttypes.Forbidden, ttypes.NotFound,
-                                         ttypes.Unauthenticated, ttypes.Conflict, ttypes.QuotaExceeded,
-                                         ttypes.StaleAttempt, ttypes.Unavailable)
 __all__ = ["ActionRefused", "Console", "Ctx", "DECLARED", "Request", "Response", "describe"]
-
-
-def describe(e: Exception) -> str:
-    """A Thrift call's declared exception (or delayq's error) as a sentence for the page."""
-    if isinstance(e, (ttypes.InvalidRequest, ttypes.InvalidTask, ttypes.InvalidService)):
-        return f"{e.field}: {e.reason}"
-    if isinstance(e, ttypes.UnknownTopic) and e.disabled:
-        return (f"topic: the service of {shown(e.topic or '')} is disabled and takes no new tasks "
-                f"(delayq services disable {shown(e.topic or '')} --enable)")
-    if isinstance(e, ttypes.UnknownTopic):
-        return f"topic: no topic {shown(e.topic or '')} (no enabled callback service has it)"
-    if isinstance(e, ttypes.QuotaExceeded):
-        return f"tenant {e.tenant} is over its {e.quota} quota of {e.limit:,}"
-    if isinstance(e, ttypes.StaleAttempt):
-        return f"attempt {e.attempt} of {e.taskId}: {e.reason}"
-    if isinstance(e, ttypes.Forbidden):
-        return f"not allowed: this client does not hold {e.permission}" + (f" on {e.topic}" if e.topic else "")
-    if isinstance(e, ttypes.NotFound):
-        return f"no task {e.taskId} (or not one this client may see)"
-    if isinstance(e, ttypes.Unauthenticated):
-        return f"not logged in: {e.reason}"
-    if isinstance(e, ttypes.Conflict):
-        return f"conflict on {e.taskId}: {e.reason}"
-    if isinstance(e, ttypes.Unavailable):
-        return f"the cluster could not do it now: {e.reason}"
-    if isinstance(e, errors.DelayqError):
-        return str(e)
-    return "internal error (see the node's log)"
 
 
 class Console:
     def __init__(self, *, service: DelayScheduler.Iface, access: Access, reads: ConsoleReads, history: HistoryThread,
                  peers: Peers, http_endpoints: Callable[[], dict[str, str]], clock: Clock, cluster: str,
-                 node_id: str, audit: AuditLog, tenants: TenantStore, cookie: str, tls: bool,
-                 plaintext: bool = False, sessions: Sessions | None = None):
+                 node_id: str, audit: AuditLog, tenants: TenantStore, door: Door, sessions: Sessions | None = None):
         self.service, self.access, self.reads = service, access, reads
         self.node_id, self.audit, self.tenants = node_id, audit, tenants
         self.history, self.peers, self.http_endpoints = history, peers, http_endpoints
         self.clock, self.cluster = clock, cluster
-        self.cookie = cookie
-        self.tls, self.plaintext = tls, plaintext
-        self.sessions = sessions or Sessions()
+        self.door = door
+        self.sessions = sessions or Sessions(clock.monotonic)
+        self.throttle = LoginThrottle(clock, self._audit_logins)
         self.counted: Recent[Any] = Recent(COUNTED_TTL_S)       # per-topic counts, shared by every viewer
         self._busy = threading.BoundedSemaphore(BUSY)
         self.env = jinja2.Environment(loader=jinja2.PackageLoader("delayq.nodes.console", "templates"),
@@ -167,6 +147,14 @@ class Console:
     def stop(self) -> None:
         self.history.stop()
         self.peers.stop()
+        self.throttle.flush()
+
+    def _audit_logins(self, failed: Summary) -> None:
+        """One audit row per peer and interval of failed logins (delayq.nodes.console.throttle)."""
+        try:
+            self.audit.record(Entry(failed.began_ms, "anonymous", failed.peer, "consoleLogin", "", failed.outcome))
+        except errors.DelayqError as e:
+            log.warning("console: %d failed logins from %s not audited: %s", failed.failed, failed.peer, e)
 
     # ---- the way in ---------------------------------------------------------------------------
 
@@ -177,14 +165,20 @@ class Console:
             return Response(503, b"the console is busy: retry in a moment\n", "text/plain; charset=utf-8",
                             [("Retry-After", "2"), *HEADERS])
         try:
-            return self._handle(req)
+            self.throttle.report_ended()
+            r = self._handle(req)
         finally:
             self._busy.release()
+        r.headers.extend(self.door.transport(req.secure))
+        return r
 
     def _handle(self, req: Request) -> Response:
-        if req.path == "/history":
+        if req.path == "/history":          # the HTTP port let only nodes and admins through
             return Response(200, json.dumps(self.history.snapshot()).encode(), "application/json")
-        if self.tls and not req.secure and not self.plaintext:
+        if not self.door.admits(req.host):
+            # Another site's name (DNS rebinding), or none: nothing of the console, no cookie.
+            return self.text(421, "this console answers only under its own names (DELAYQ_CONSOLE_HOSTS)")
+        if self.door.tls and not req.secure and not self.door.plaintext:
             # The node has a certificate: the console speaks TLS only (the token and the cookie
             # never cross the network in the clear).
             if req.method == "GET" and req.host:
@@ -196,9 +190,9 @@ class Console:
             return self.redirect("/ui/overview")
         if req.path == "/ui/login":
             return login.answer(self, req)
-        session = self.sessions.get(req.cookies.get(self.cookie))
+        session = self.sessions.get(req.cookies.get(self.door.cookie(req.secure)), acted=not req.polled)
         if req.path == "/ui/logout" and req.method == "POST" and session is None:
-            return self.redirect("/ui/login", cookie=self.cookie_header("", req.secure, expire=True))
+            return self.redirect("/ui/login", cookie=self.door.set_cookie("", req.secure, expire=True))
         if session is None:
             return self.redirect("/ui/login?" + urllib.parse.urlencode({"next": req.path})) if req.method == "GET" \
                 else self.text(403, "not logged in")
@@ -217,16 +211,18 @@ class Console:
             client = self.access.client(caller)
         except errors.Unauthenticated as e:
             self.sessions.close(session.id)
-            return self.redirect("/ui/login?" + urllib.parse.urlencode({"why": e.reason}),
-                                 cookie=self.cookie_header("", req.secure, expire=True))
+            return self.redirect("/ui/login?" + urllib.parse.urlencode({"why": login.why_of(e)}),
+                                 cookie=self.door.set_cookie("", req.secure, expire=True))
         ctx = Ctx(req, session, client, caller, self.clock.now_ms())
         try:
             return handler(self, ctx)
         except DECLARED + (errors.DelayqError,) as e:      # a call or a read the cluster could not answer
             return self.page(ctx, "error.html", status=503, problem=describe(e))
         except Exception:                                   # noqa: BLE001 - the page's boundary: said, and logged
-            log.exception("console: %s %s failed", req.method, req.path)
-            return self.page(ctx, "error.html", status=500, problem="internal error (the node's log has the details)")
+            ref = secrets.token_hex(4)
+            log.exception("console: %s %s failed (error %s)", req.method, req.path, ref)
+            return self.page(ctx, "error.html", status=500,
+                             problem=f"internal error (error {ref}: this node's log has the details)")
         finally:
             serving(None)
 
@@ -235,7 +231,7 @@ class Console:
         other: without the session's CSRF token (or from another origin) it is refused."""
         self.sessions.close(ctx.session.id)
         log.info("console: %s logged out", ctx.client.name)
-        return self.redirect("/ui/login", cookie=self.cookie_header("", ctx.req.secure, expire=True))
+        return self.redirect("/ui/login", cookie=self.door.set_cookie("", ctx.req.secure, expire=True))
 
     # ---- answers ------------------------------------------------------------------------------
 
@@ -246,8 +242,8 @@ class Console:
         if shows_flash:
             ctx.session.flash = None
         body = self.env.get_template(template).render(
-            me=ctx.client.name, admin=ctx.admin, csrf=ctx.session.csrf, cluster=self.cluster, now_ms=ctx.now_ms,
-            path=ctx.req.path, flash=flash, insecure=not self.access.enabled, **values)
+            me=ctx.client.name, admin=ctx.admin, read_only=ctx.read_only, csrf=ctx.session.csrf, cluster=self.cluster,
+            now_ms=ctx.now_ms, path=ctx.req.path, flash=flash, insecure=not self.access.enabled, **values)
         return self.html(body, status)
 
     def act(self, ctx: Ctx, call: Callable[[], Any], done: Callable[[Any], str], back: str) -> Response:
@@ -285,12 +281,3 @@ class Console:
         if ctype.startswith("text/") or ctype.endswith("javascript"):
             ctype += "; charset=utf-8"
         return Response(200, data, ctype, [("Cache-Control", "max-age=3600"), ("X-Content-Type-Options", "nosniff")])
-
-    def cookie_header(self, value: str, secure: bool, expire: bool = False) -> str:
-        parts = [f"{self.cookie}={value}", "Path=/ui", "HttpOnly", "SameSite=Strict"]
-        if secure:
-            parts.append("Secure")
-        if expire:
-            parts.append("Max-Age=0")
-        return "; ".join(parts)
-

@@ -13,7 +13,7 @@ from typing import Any
 from delayq import errors
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console import history, view
-from delayq.nodes.console.app import COUNTED_TTL_S, ActionRefused, Console, Ctx, Response
+from delayq.nodes.console.app import COUNTED_TTL_S, ActionRefused, Console, Ctx, Response, describe
 from delayq.nodes.console.fields import decimal, one_of, whole
 from delayq.nodes.console.fields import shown as quoted
 from delayq.nodes.console.sessions import local_path
@@ -71,7 +71,7 @@ def _row(c: Console, ctx: Ctx, topic: str, controls: ttypes.TopicControls, merge
     try:
         counts, age = c.counted.get(("counts", topic), lambda: c.reads.topic_counts(topic, ctx.now_ms))
     except errors.DelayqError as e:       # MySQL away, or the statement timeout: said in the row
-        problem = f"could not count: {e}"
+        problem = f"could not count: {describe(e)}"
     return TopicRow(topic, counts, problem, controls, *_figures(merged, topic), counted_s_ago=age)
 
 
@@ -153,7 +153,7 @@ def load(c: Console, ctx: Ctx) -> Response:
             (counts, cut), age = c.counted.get(("load", t, horizon), lambda: c.reads.load(t, ctx.now_ms, span, bucket))
             oldest = max(oldest, age)
         except errors.DelayqError as e:   # said on the page, the other topics still shown
-            problems.append(f"{t}: could not count ({e})")
+            problems.append(f"{t}: could not count ({describe(e)})")
             continue
         series = [counts.get(i, 0) for i in range(n)]
         if sum(series):

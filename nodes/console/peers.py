@@ -2,8 +2,9 @@
 readiness (GET /readyz) — in parallel, each with a time-out, the answers kept a few seconds so
 that five open consoles do not become five times the requests.
 
-Those two paths answer without a login, like /metrics, whose figures they repeat; they are asked
-in plain HTTP, which every node's HTTP port speaks beside TLS (delayq.nodes.http).
+Those two paths tell anonymous callers nothing (/history) or only ready or not (/readyz): a node
+asks them with the cluster's node credential (delayq.nodes.httpgate), in plain HTTP, which every
+node's HTTP port speaks beside TLS (delayq.nodes.http). The credential opens those two paths only.
 
 Threads: a small pool owned here (`stop()` ends it), so a slow node costs the page its time-out,
 never a thread per request.
@@ -32,9 +33,11 @@ class Answer:
     error: str | None = None
 
 
-def fetch(endpoint: str, path: str, timeout_s: float = TIMEOUT_S) -> Answer:
+def fetch(endpoint: str, path: str, timeout_s: float = TIMEOUT_S, credential: str | None = None) -> Answer:
+    asked = urllib.request.Request(f"http://{endpoint}{path}",
+                                   headers={"Authorization": f"Bearer {credential}"} if credential else {})
     try:
-        with urllib.request.urlopen(f"http://{endpoint}{path}", timeout=timeout_s) as r:
+        with urllib.request.urlopen(asked, timeout=timeout_s) as r:
             return Answer(endpoint, r.status, json.loads(r.read()))
     except urllib.error.HTTPError as e:        # /readyz answers 503 with a body that says why
         try:

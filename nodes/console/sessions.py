@@ -6,6 +6,12 @@ checked as a call on that connection would be: a revoked client or a rotated tok
 Sessions live in this node's memory: a restart, or another node, asks for the token again. The
 session id (the cookie) and the CSRF token are 256-bit random values, never logged.
 
+A session ends IDLE_S after its person last did something (a page opened, a form sent): the pages'
+own refreshing (`get(..., acted=False)`) reads it without keeping it alive, so a tab left open
+ends like any other. Each client holds at most PER_CLIENT sessions (its next login ends its own
+oldest), and the node at most MAX_SESSIONS: a login beyond that is refused (`Full`), so no client,
+however often it logs in, ends another client's session.
+
 Thread-safe: the HTTP server serves each request on a thread of its own.
 """
 from __future__ import annotations
@@ -17,9 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-IDLE_S = 30 * 60            # a session unused this long ends
+IDLE_S = 30 * 60            # a session its person left alone this long ends
 MAX_AGE_S = 12 * 3600       # and any session after this long
-MAX_SESSIONS = 10_000       # bounded memory whatever logs in: the oldest goes first
+PER_CLIENT = 20             # one client's sessions: its browsers and tabs, not a flood
+MAX_SESSIONS = 10_000       # bounded memory whatever logs in
+
+
+class Full(Exception):
+    """The node holds MAX_SESSIONS live sessions: the login is refused (none is ended for it)."""
 
 
 @dataclass
@@ -29,7 +40,7 @@ class Session:
     credential: str | None          # as delayq.nodes.front.caller.Caller.credential
     csrf: str
     opened: float
-    seen: float = field(default=0.0)
+    acted: float = field(default=0.0)       # when its person last did something
     flash: tuple[str, str] | None = None     # ("ok" or "error", what the last action did), shown once
 
 
@@ -40,17 +51,23 @@ class Sessions:
         self._by_id: dict[str, Session] = {}
 
     def open(self, client: str, credential: str | None) -> Session:
+        """A new session of `client`; Full when the node holds MAX_SESSIONS live ones."""
         now = self._now()
         s = Session(secrets.token_urlsafe(32), client, credential, secrets.token_urlsafe(32), now, now)
         with self._lock:
+            own = sorted((x for x in self._by_id.values() if x.client == client), key=lambda x: x.acted)
+            for old in own[:max(0, len(own) - PER_CLIENT + 1)]:
+                del self._by_id[old.id]
             if len(self._by_id) >= MAX_SESSIONS:
-                oldest = min(self._by_id.values(), key=lambda x: x.seen)
-                del self._by_id[oldest.id]
+                self._drop_ended(now)
+            if len(self._by_id) >= MAX_SESSIONS:
+                raise Full()
             self._by_id[s.id] = s
         return s
 
-    def get(self, session_id: str | None) -> Session | None:
-        """The live session of this id (its idle clock restarted), or None."""
+    def get(self, session_id: str | None, acted: bool = True) -> Session | None:
+        """The live session of this id, or None. `acted`: its person did something (its idle
+        clock restarts); a page refreshing itself passes False."""
         if not session_id:
             return None
         now = self._now()
@@ -58,11 +75,16 @@ class Sessions:
             s = self._by_id.get(session_id)
             if s is None:
                 return None
-            if now - s.seen > IDLE_S or now - s.opened > MAX_AGE_S:
+            if _ended(s, now):
                 del self._by_id[session_id]
                 return None
-            s.seen = now
+            if acted:
+                s.acted = now
             return s
+
+    def _drop_ended(self, now: float) -> None:
+        for s in [s for s in self._by_id.values() if _ended(s, now)]:
+            del self._by_id[s.id]
 
     def close(self, session_id: str | None) -> None:
         with self._lock:
@@ -70,6 +92,10 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+
+def _ended(s: Session, now: float) -> bool:
+    return now - s.acted > IDLE_S or now - s.opened > MAX_AGE_S
 
 
 def csrf_ok(session: Session, submitted: str | None) -> bool:

@@ -11,6 +11,8 @@ Runs on the CallPool's threads; holds no state of its own.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from delayq import errors
 from delayq.access.grants import Permission
 from delayq.client.gen.delayq_thrift import ttypes
@@ -60,15 +62,17 @@ def task_filter(f: ttypes.TaskFilter | None) -> TaskFilter:
 
 class KeyCalls:
     def __init__(self, requests: KeyRequests, access: Access, answers: CallAnswers, placing: Placing, clock: Clock,
-                 *, limits: Limits):
+                 *, limits: Limits, page_key: Callable[[], bytes]):
+        """`page_key`: the MAC key of page tokens (the cluster key's, delayq.store.clusterkey)."""
         self._requests, self._access, self.answers = requests, access, answers
         self._placing, self._clock, self._limits = placing, clock, limits
+        self._page_key = page_key
 
     @declared
     def findByKey(self, topic: str, key: str, pageToken: str | None) -> ttypes.TaskPage:
         topic, raw = self._topic_key(topic, key, Permission.READ)
         query = pages.query_of("findByKey", topic, raw)
-        found = self._requests.find(topic, raw, pages.decode(query, pageToken), FIND_PAGE + 1)
+        found = self._requests.find(topic, raw, pages.decode(self._page_key(), query, pageToken), FIND_PAGE + 1)
         return self._page(query, found, FIND_PAGE, by_due=False)
 
     @declared
@@ -80,7 +84,7 @@ class KeyCalls:
         n = limit or LIST_DEFAULT
         query = pages.query_of("listTasks", f)
         try:
-            found = self._requests.matching(f, pages.decode(query, pageToken), n + 1)
+            found = self._requests.matching(f, pages.decode(self._page_key(), query, pageToken), n + 1)
         except errors.StatementStopped:
             raise errors.InvalidTask("filter", "too few tasks match it to fill a page within "
                                      f"{LIST_STATEMENT_S:g} s: narrow it with a due range, a state or a key prefix") from None
@@ -120,13 +124,12 @@ class KeyCalls:
         self._access.topics(self._access.require(current(), permission), permission, [topic])
         return topic, raw
 
-    @staticmethod
-    def _page(query: bytes, found: list[Found], n: int, by_due: bool) -> ttypes.TaskPage:
+    def _page(self, query: bytes, found: list[Found], n: int, by_due: bool) -> ttypes.TaskPage:
         page = found[:n]
         token = None
         if len(found) > n:
             last = page[-1]
-            token = pages.encode(query, (last.due_ms if by_due else last.created_ms, last.task_id))
+            token = pages.encode(self._page_key(), query, (last.due_ms if by_due else last.created_ms, last.task_id))
         return ttypes.TaskPage(tasks=[summary(f) for f in page], nextPageToken=token)
 
 

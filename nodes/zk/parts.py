@@ -20,20 +20,22 @@ from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.zk.follower import AssignmentFollower
 from delayq.nodes.zk.membership import Membership
+from delayq.store.connections import NodeConnections
 from delayq.store.epochs import ShardEpochs
 from delayq.zkpaths import ZkPaths
 
 
 class ZkParts:
     def __init__(self, s: Settings, ownership: Ownership, epochs: ShardEpochs, clock: Clock,
-                 metrics: Metrics, stats: Callable[[], dict]):
+                 metrics: Metrics, stats: Callable[[], dict], connections: NodeConnections | None = None):
         self.paths = ZkPaths(s.node.cluster)
         self.session = ZkSession(s.zk)
         endpoint = f"{s.node.advertise_host}:{s.node.port}"
         self.membership = Membership(self.session, self.paths, s.node.node_id, endpoint, stats)
         member = lambda: self.membership.member     # noqa: E731 - read when used, not now
         self.follower = AssignmentFollower(self.session, self.paths, ownership, member, epochs.shard_ids)
-        self.rebalancer = Rebalancer(self.session, self.paths, epochs, clock, member)
+        self.rebalancer = Rebalancer(self.session, self.paths, epochs, clock, member,
+                                     end_connections=None if connections is None else connections.end)
         self.election = Election(self.session, self.paths, member, self.rebalancer.set_leader)
         self._metrics = metrics
         self.session.subscribe(self._count_trouble)

@@ -6,7 +6,9 @@ server as the task's key while a KEEP_IF_ACTIVE task is READY or RUNNING (sql/01
 unique key on (topic, flight_key). A claim that would put a second attempt of a key in flight
 breaks that key, so UPDATE IGNORE leaves that row DELAY instead of failing the batch: whichever
 nodes claim at once, one of them wins and the others wait on its uncommitted index entry, then
-find the key taken. The row is then waiting (delayq.store.values.KeyWait), still DELAY; it can be
+find the key taken. The wait is bounded like every lock wait of a node (delayq.db.LOCK_WAIT_S):
+behind a node frozen before its commit, the claim gives up, its tasks stay DELAY and are claimed
+again once the master has ended the frozen node's connections (delayq.store.connections). The row is then waiting (delayq.store.values.KeyWait), still DELAY; it can be
 claimed the moment the attempt in flight ends (a result, a time-out, a release), because that
 same change sets flight_key back to NULL or moves the row out.
 

@@ -48,10 +48,13 @@ _SET_READY = ("status = %s, attempt = attempt + 1, node_id = %s, updated_ms = %s
 
 
 class TaskStore:
-    def __init__(self, engine: Engine, rng: random.Random | None = None):
-        """rng draws the jitter of retry back-offs (seeded in tests)."""
+    def __init__(self, engine: Engine, rng: random.Random | None = None, *,
+                 locked: Callable[[], None] | None = None):
+        """rng draws the jitter of retry back-offs (seeded in tests); `locked` is called inside a
+        claim's transaction once it holds the rows' locks (fault tests: delayq.nodes.dispatch.freeze)."""
         self._engine = engine
         self._rng = rng or random.Random()
+        self._locked = locked
 
     # ---- loading and claiming -----------------------------------------------------------------
 
@@ -127,6 +130,8 @@ class TaskStore:
                 if r[3] <= wanted[r[0]].due_ms]
             if not rows:
                 return Claim([], fenced, deferred, rooms)
+            if self._locked is not None:
+                self._locked()
             params = (int(Status.READY), owner, now_ms, now_ms, UNCONFIRMED_GRACE_MS)
             plain = [r for r in rows if r[11] != oneflight.KEEP_IF_ACTIVE]
             if plain:

@@ -9,11 +9,13 @@ they wait with.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable
@@ -145,6 +147,18 @@ class Node:
         except OSError:
             pass
         return 0
+
+    def readyz(self) -> tuple[int, dict]:
+        """/readyz as an admin reads it (the test-admin's token): its status code and whole answer
+        (anonymous callers get only ready or not: delayq.nodes.httpgate)."""
+        url = f"http://127.0.0.1:{self.env['DELAYQ_HTTP_PORT']}/readyz"
+        token = self.env.get("DELAYQ_TOKEN")
+        asked = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(asked, timeout=5) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
 
     def metrics(self, labelled: bool = False) -> dict[str, float]:
         """The node's Prometheus samples (name -> value); with labelled, also those with labels,

@@ -77,7 +77,8 @@ def test_plain_http_is_sent_to_https_and_metrics_stay_plain(cluster):
     with pytest.raises(urllib.error.HTTPError) as e:
         plain.open(f"http://localhost:{port}/ui/overview", timeout=5)
     assert e.value.code == 303 and e.value.headers["Location"] == f"https://localhost:{port}/ui/overview"
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/history", timeout=5) as r:
+    with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/history", headers={
+            "Authorization": f"Bearer {security.admin_token()}"}), timeout=5) as r:      # an admin's, or a node's
         assert r.status == 200 and "slots" in r.read().decode()
     assert "delayq_queue_size" in nodes[0].metrics()
 

@@ -1,7 +1,7 @@
 """Faults of the replicated topology (scripts/services.sh --ha) under a steady stream of tasks: a
 3-node delayq cluster on a ZooKeeper ensemble, a RabbitMQ cluster and a Galera cluster, with, in
 turn, the ZooKeeper leader, the RabbitMQ node the publishers use and the Galera member the nodes
-write to killed, then a node cut from the ZooKeeper majority, a RabbitMQ node cut from the other
+write to killed, a node frozen inside a claim's transaction, then a node cut from the ZooKeeper majority, a RabbitMQ node cut from the other
 two (pause_minority) and the Galera member the nodes write to cut from the other two.
 
 After each: every acknowledged task arrives, no attempt arrives twice, none early. The lateness of
@@ -13,6 +13,7 @@ Skipped only when the --ha topology cannot start; the partitions also need cgrou
 from __future__ import annotations
 
 import concurrent.futures
+import signal
 import threading
 import time
 import uuid
@@ -32,6 +33,7 @@ from delayq.nodes.amqp.params import amqp_parameters
 from delayq.testing import ha
 from delayq.testing.cluster import Cluster, now_ms
 from delayq.testing.ha import Cuts, Member, Topology
+from delayq.testing.process import process_state
 from delayq.testing.services import delete_queue, delete_results_queues, delete_zk_tree
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -197,7 +199,8 @@ def load(topo) -> Iterator[Load]:
     with Cluster(logs, shards=16, zk=True, server=ha.MYSQL_SERVER, **settings) as cl:
         try:
             for i in (1, 2, 3):
-                node = cl.add_node(start=False)
+                # Each stops itself inside a claim's transaction once its file appears.
+                node = cl.add_node(start=False, DELAYQ_FREEZE_IN_CLAIM_FILE=str(logs / f"{cl.name}-freeze-node{i}"))
                 if cgroups:
                     node.cgroup_procs = ha.node_cgroup(f"node{i}")
                 node.start()
@@ -324,6 +327,43 @@ def test_the_galera_member_the_nodes_write_to_killed(topo, load):
     assert topo.up(), topo.log
     healed = now_ms()
     settle(load, f"Galera member written to killed ({ha.SQL_PORTS[victim - 1]})", began, healed)
+
+
+def test_a_node_frozen_inside_a_claim_has_its_connections_ended_on_the_galera_member_holding_them(topo, load):
+    # A KILL reaches only the member it is sent to: the node's rows name the member its
+    # connections went to, and the master ends them there.
+    with load.cluster.nodes[0].client() as c:
+        master = c.cluster().master
+    frozen = next(n for n in reversed(load.cluster.nodes) if n.node_id != master and n.alive())
+    member = load.used(ha.SQL_PORTS)
+    engine = load.cluster.engine()
+    try:
+        with engine.connect() as c:
+            servers = {r[0] for r in c.exec_driver_sql(
+                "SELECT server FROM job_node_connection WHERE node_id = %s", (frozen.node_id,))}
+    finally:
+        engine.dispose()
+    assert servers == {f"127.0.0.1:{ha.SQL_PORTS[member - 1]}"}, servers
+    Path(frozen.env["DELAYQ_FREEZE_IN_CLAIM_FILE"]).touch()
+    ha.wait(lambda: process_state(frozen.pid) == "T", 30, f"{frozen.node_id} to stop inside a claim")
+    began = moved = now_ms()
+    try:
+        while frozen.node_id in load.assignment().values():
+            moved = now_ms()            # the move came after the last look that still showed it
+            assert moved - began < 20_000, f"{frozen.node_id}'s shards never moved"
+            time.sleep(0.05)
+        time.sleep(max(0.0, (began + 15_000 - now_ms()) / 1000))       # frozen 15 s in all
+    finally:
+        frozen.kill(signal.SIGCONT)
+    healed = now_ms()
+    settle(load, f"a node frozen inside a claim (connections on member {member})", began, healed)
+    first: dict[str, int] = {}
+    for d in load.consumer.snapshot():
+        first.setdefault(d.task_id, d.recv_ms)
+    held = sorted(first[t] - max(due, moved) for t, due in load.stream.snapshot().items()
+                  if began - 1000 <= due <= healed and t in first)
+    assert held and _pct(held, 0.99) <= 1000 and held[-1] <= 2000, \
+        f"tasks fired late after the frozen node's shards moved: p99 {_pct(held, 0.99)} ms, max {held[-1]} ms"
 
 
 def test_a_node_cut_from_the_zookeeper_majority_gives_up_its_shards_and_comes_back(topo, load, cuts):

@@ -4,11 +4,14 @@ same-origin Origin; on a node with TLS the console is only served over TLS; the 
 from the package."""
 from __future__ import annotations
 
+import re
+
 from delayq import errors
 from delayq.access import tokens
 from delayq.access.grants import Client, Permission
 from delayq.client.gen.delayq_thrift import ttypes
 from delayq.nodes.console.app import Console, Request
+from delayq.nodes.console.door import Door
 from delayq.nodes.console.history import HistoryThread
 from delayq.nodes.console.peers import Answer, Peers
 from delayq.nodes.front.access import Access
@@ -56,7 +59,7 @@ def console(tls: bool = False):
     c = Console(service=service, access=access, reads=None, history=HistoryThread(Metrics(), ManualClock(0)),  # type: ignore[arg-type]
                 peers=Peers(get=lambda ep, path: Answer(ep, None, None, "down")), http_endpoints=dict,
                 clock=ManualClock(1_000_000), cluster="c1", node_id="n1", audit=None, tenants=None,  # type: ignore[arg-type]
-                cookie="sid", tls=tls)
+                door=Door("sid", frozenset({"node"}), tls=tls))
     return c, service, clients, access
 
 
@@ -79,7 +82,7 @@ def test_login_takes_a_valid_token_only_and_sets_a_strict_cookie():
     assert bad.status == 401 and b"ops.wrong" not in bad.body
     r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN}))
     cookie = dict(r.headers)["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
     assert "Secure" not in cookie          # a plain-HTTP node (the test's request did not come over TLS)
     assert ADMIN_TOKEN.split(".")[1] not in cookie
 
@@ -145,7 +148,7 @@ def test_with_tls_the_console_is_served_over_tls_only():
     assert c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN})).status == 403
     r = c.handle(req("POST", "/ui/login", {"token": ADMIN_TOKEN}, secure=True))
     assert "Secure" in dict(r.headers)["Set-Cookie"]
-    assert c.handle(req("GET", "/history")).status == 200          # for the other nodes, like /metrics
+    assert c.handle(req("GET", "/history")).status == 200          # for the other nodes (the HTTP port asks who)
 
 
 def test_assets_come_from_the_package_and_nothing_else():
@@ -158,19 +161,29 @@ def test_assets_come_from_the_package_and_nothing_else():
     assert "script-src 'self'" in dict(page.headers)["Content-Security-Policy"]
 
 
-def test_a_page_whose_call_fails_says_what_happened():
+def test_a_page_whose_call_fails_says_what_happened_and_leaves_the_outages_text_to_the_log(caplog):
     c, _, _, _ = console()
     sid, _ = login(c, ADMIN_TOKEN)
+    raw = "(pymysql.err.OperationalError) (2003, \"Can't connect to MySQL server on 'db7.internal'\")"
 
     def unavailable(console_, ctx):
         raise ttypes.Unavailable(reason="ZooKeeper: ConnectionLoss")
 
+    def mysql_away(console_, ctx):
+        raise errors.StoreUnavailable(raw, 2003)
+
     def broken(console_, ctx):
         raise KeyError("bug")
     c.routes[("GET", "/ui/x")] = unavailable
+    c.routes[("GET", "/ui/m")] = mysql_away
     c.routes[("GET", "/ui/y")] = broken
     r = c.handle(req("GET", "/ui/x", cookies={"sid": sid}))
-    assert r.status == 503 and b"the cluster could not do it now: ZooKeeper: ConnectionLoss" in r.body
+    assert r.status == 503 and b"the cluster could not do it now (error " in r.body and b"ZooKeeper" not in r.body
+    r = c.handle(req("GET", "/ui/m", cookies={"sid": sid}))
+    page = r.body.decode()
+    ref = re.search(r"\(error ([0-9a-f]{8}): this node&#39;s log has the details\)", page)
+    assert r.status == 503 and ref and "pymysql" not in page and "db7.internal" not in page and "2003" not in page
+    assert any(ref.group(1) in m and "db7.internal" in m for m in caplog.messages)   # the log has it, by the id
     r = c.handle(req("GET", "/ui/y", cookies={"sid": sid}))
     assert r.status == 500 and b"internal error" in r.body and b"bug" not in r.body
 
@@ -185,12 +198,12 @@ def test_a_client_certificate_logs_in_as_its_client_and_only_while_the_browser_p
     assert r.status == 303, r.body
     sid = dict(r.headers)["Set-Cookie"].split(";")[0].split("=", 1)[1]
     session = c.sessions.get(sid)
-    r = c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"sid": sid}, secure=True,
+    r = c.handle(req("POST", "/ui/task/cancel", {"id": "t1", "csrf": session.csrf}, {"__Host-sid": sid}, secure=True,
                      origin="https://node:8080", certificate="ops"))
     assert r.status == 303 and service.cancelled == [("ops", "t1")]
 
     # The cookie without the certificate (or with another) ends the session.
-    gone = c.handle(req("GET", "/ui/overview", cookies={"sid": sid}, secure=True, certificate="viewer"))
+    gone = c.handle(req("GET", "/ui/overview", cookies={"__Host-sid": sid}, secure=True, certificate="viewer"))
     assert gone.status == 303 and "/ui/login?why=" in dict(gone.headers)["Location"]
     assert c.sessions.get(sid) is None
 

@@ -1,4 +1,6 @@
 """Console sessions and CSRF: random ids, idle and absolute expiry, constant-time token checks."""
+import pytest
+
 from delayq.nodes.console import sessions
 from delayq.nodes.console.sessions import Sessions, csrf_ok, same_origin
 
@@ -35,12 +37,16 @@ def test_close_and_the_bound_on_sessions(monkeypatch):
     clock = Clock()
     s = Sessions(now=clock)
     ids = []
-    for i in range(4):
+    for i in range(3):
         clock.t += 1
         ids.append(s.open(f"c{i}", None).id)
-    assert len(s) == 3 and s.get(ids[0]) is None      # the oldest went first
+    with pytest.raises(sessions.Full):                # a full node refuses the login, ending no one's session
+        s.open("c3", None)
+    assert len(s) == 3 and all(s.get(i) is not None for i in ids)
     s.close(ids[1])
     assert s.get(ids[1]) is None
+    clock.t += sessions.IDLE_S + 1                    # sessions that ended make room
+    assert s.open("c3", None).client == "c3"
 
 
 def test_csrf_token_must_match():

@@ -169,16 +169,20 @@ def test_the_first_submit_of_a_chain_is_due_at_most_max_debounce_from_now():
 
 # ---- page tokens and filters -------------------------------------------------------------------------
 
-def test_a_page_token_round_trips_for_its_query_only():
+PAGE_KEY = bytes(32)
+
+
+def test_a_page_token_round_trips_for_its_query_and_its_clusters_key_only():
     q = pages.query_of("findByKey", "t", b"k")
-    token = pages.encode(q, (1_700_000_000_000, "0a1b"))
-    assert pages.decode(q, token) == (1_700_000_000_000, "0a1b")
-    assert pages.decode(q, None) is None and pages.decode(q, "") is None
-    for bad_query, bad_token in [(pages.query_of("findByKey", "t", b"other"), token), (q, token[:-2]),
-                                 (q, token[:5] + ("A" if token[5] != "A" else "B") + token[6:]), (q, "%%%"),
-                                 (q, "AAAA")]:
+    token = pages.encode(PAGE_KEY, q, (1_700_000_000_000, "0a1b"))
+    assert pages.decode(PAGE_KEY, q, token) == (1_700_000_000_000, "0a1b")
+    assert pages.decode(PAGE_KEY, q, None) is None and pages.decode(PAGE_KEY, q, "") is None
+    for key, bad_query, bad_token in [(PAGE_KEY, pages.query_of("findByKey", "t", b"other"), token),
+                                      (PAGE_KEY, q, token[:-2]),
+                                      (PAGE_KEY, q, token[:5] + ("A" if token[5] != "A" else "B") + token[6:]),
+                                      (PAGE_KEY, q, "%%%"), (PAGE_KEY, q, "AAAA"), (b"another cluster", q, token)]:
         with pytest.raises(InvalidTask) as e:
-            pages.decode(bad_query, bad_token)
+            pages.decode(key, bad_query, bad_token)
         assert e.value.field == "pageToken"
 
 
@@ -247,7 +251,7 @@ def _key_calls(changed=()):
     queue.offer_written([Entry(c.task_id, 0, NOW + 1000, topic="a.t") for c in changed])
     requests = _Requests(list(changed))
     calls = KeyCalls(requests, access, CallAnswers(Metrics()), Placing(queue, ownership, window_ms=60_000),  # type: ignore[arg-type]
-                     clock, limits=LIMITS)
+                     clock, limits=LIMITS, page_key=lambda: PAGE_KEY)
     return calls, requests, queue
 
 

@@ -57,7 +57,8 @@
              {label: "p99", stroke: "#dc2626", value: function (u, v) { return v == null ? "–" : span(v); }}];
     var axes = [{}, {values: function (u, vals) { return vals.map(function (v) { return kind === "rate" ? v.toLocaleString() : span(v); }); }}];
     function draw() {
-      fetch(el.dataset.series, {credentials: "same-origin"}).then(function (r) {
+      // Marked as the page refreshing itself: it does not keep an idle session alive.
+      fetch(el.dataset.series, {credentials: "same-origin", headers: {"X-Delayq-Poll": "1"}}).then(function (r) {
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.json();
       }).then(function (d) {

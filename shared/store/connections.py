@@ -147,7 +147,8 @@ class NodeConnections:
         host, _, port = server.rpartition(":")
         timeout = max(1, self._settings.timeout_ms // 1000)
         conn = pymysql.connect(**{**params, "host": host, "port": int(port), "connect_timeout": timeout,
-                                  "read_timeout": timeout, "write_timeout": timeout, "autocommit": True, **tls_args(url)})
+                                  "read_timeout": timeout, "write_timeout": timeout, "autocommit": True,
+                                  **tls_args(url)})
         try:
             with conn.cursor() as cur:
                 yield cur

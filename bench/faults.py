@@ -11,10 +11,15 @@ around it:
     mysql         MariaDB shut down for fault_s, then started again
     rabbitmq      RabbitMQ's app stopped for fault_s (rabbitmqctl stop_app), then started
     zookeeper     the ZooKeeper that scripts/services.sh started, stopped for fault_s, then started
+    mysql_cut     every node's MySQL connections cut for cut_s by a relay between the nodes and
+                  MariaDB (delayq.testing.relay), then restored: MariaDB itself keeps running
     rolling_term  each node in turn SIGTERMed, started again, rolling_gap_s between nodes (bench.rolling)
     rolling_kill  the same with SIGKILL, each node started again kill_restart_s after its kill
 
-The first six take delays of 1-3 s and a topic with ttr 0; the rolling restarts take the load
+The first six take delays of 1-3 s and a topic with ttr 0. mysql_cut takes the load under which
+catch-up claims were seen to expire: rate submits/s with delays of 1 s to cut_delay_max (15 s, so
+that every node holds seconds of overdue tasks in memory when MySQL answers again), ttr 0, the cut
+after cut_lead_s of load and the load going on until after_s after it. The rolling restarts take the load
 under which they were seen to make tasks late: rolling_rate submits/s, delays of 1 s to
 rolling_delay_max, a time-to-run of rolling_ttr_ms that the consumer answers with a result, and
 the load going on until after_s after the last node is back.
@@ -26,10 +31,11 @@ further attempts. The first six also report the worst lateness from the due time
 while the fault lasted, and how long after it ended tasks were on time again (every task delivered
 after that moment within 100 ms of its due time). Nodes run with the production scan settings.
 This stops SHARED services: it is not part of the default run (`python -m bench --scenario faults`;
-node_kill, node_pause and claim_pause alone stop none: `--set faults.faults=claim_pause`).
+node_kill, node_pause, claim_pause and mysql_cut alone stop none: `--set faults.faults=claim_pause`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import signal
@@ -45,13 +51,15 @@ from bench.measure import Delivery, Run, Topic, drain, pct, settle, stuck_note
 from bench.producer import start_producers
 from bench.recovery import CLAIMED_BEFORE_MS, Event, from_recovery
 from delayq.testing.cluster import Cluster, Node, now_ms, wait_for
+from delayq.testing.relay import Relay
 from delayq.testing.process import process_state
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = str(ROOT / "scripts" / "services.sh")
 ON_TIME_MS = 100
+MYSQL_PORT = 3306
 FREEZE = "DELAYQ_FREEZE_IN_CLAIM_FILE"
-FAULTS = ("node_kill", "node_pause", "claim_pause", "mysql", "rabbitmq", "zookeeper") + rolling.ROLLING
+FAULTS = ("node_kill", "node_pause", "claim_pause", "mysql", "rabbitmq", "zookeeper", "mysql_cut") + rolling.ROLLING
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,9 @@ def _load(kind: str, p: dict) -> Load:
     if kind in rolling.ROLLING:
         return Load(p["rolling_rate"], p["rolling_duration"], p["rolling_delay_max"], p["rolling_ttr_ms"],
                     p["rolling_lead_s"], int(p["after_s"] * 1000))
+    if kind == "mysql_cut":
+        return Load(p["rate"], p["cut_lead_s"] + p["cut_s"] + p["after_s"] + 30, p["cut_delay_max"], 0,
+                    p["cut_lead_s"], int(p["after_s"] * 1000))
     return Load(p["rate"], p["duration"], 3000, 0, p["fault_after_s"], None)
 
 
@@ -133,8 +144,20 @@ def _service_fault(kind: str, seconds: float) -> tuple[int, int]:
     return _outage(lambda: None, [SERVICES, "--only", "zookeeper"], 2181, seconds)
 
 
-def _inject(kind: str, cl: Cluster, nodes: list[Node], p: dict) -> Fault:
+def _cut(relay: Relay, seconds: float) -> Fault:
+    relay.cut()
+    start = now_ms()
+    time.sleep(seconds)
+    relay.restore()
+    end = now_ms()
+    return Fault(f"MySQL cut from every node {(end - start) / 1000:.1f} s", start, end,
+                 (Event("MySQL cut", start, end),))
+
+
+def _inject(kind: str, cl: Cluster, nodes: list[Node], p: dict, relay: Relay | None = None) -> Fault:
     session = p["session_ms"]
+    if relay is not None:
+        return _cut(relay, p["cut_s"])
     if kind in rolling.ROLLING:
         plan = rolling.plan_for(kind, p)
         events = rolling.roll(cl, nodes, plan)
@@ -180,13 +203,16 @@ def _mariadb_started_ms(cl: Cluster) -> int:
 
 
 def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcome]:
-    with bench_cluster(run.logs, zk=True, DELAYQ_ZK_SESSION_TIMEOUT_MS=p["session_ms"]) as cl:
+    relay = Relay(("127.0.0.1", MYSQL_PORT)) if kind == "mysql_cut" else None
+    with bench_cluster(run.logs, zk=True, DELAYQ_ZK_SESSION_TIMEOUT_MS=p["session_ms"]) as cl, \
+            contextlib.closing(relay) if relay is not None else contextlib.nullcontext():
         # The services are shared: a test elsewhere restarting MariaDB would pass for this fault's cost.
         mariadb_started = _mariadb_started_ms(cl)
+        through = {} if relay is None else {"DELAYQ_MYSQL_URL": relay.url(cl.database.node_url or cl.database.url)}
         # Each node stops itself inside a claim once its own file appears (claim_pause only).
         freeze = (lambda i: {FREEZE: str(run.workdir / f"freeze-{kind}-n{i + 1}")}) if kind == "claim_pause" \
             else (lambda i: {})
-        nodes = [cl.add_node(start=False, **freeze(i)) for i in range(3)]
+        nodes = [cl.add_node(start=False, **through, **freeze(i)) for i in range(3)]
         for nd in nodes:
             nd.start(wait=False)
         for nd in nodes:
@@ -201,7 +227,7 @@ def _under_load(run: Run, kind: str, p: dict, load: Load) -> tuple[Fault, Outcom
                                        "stop_file": stop_file if load.tail_ms is not None else None},
                                    run.workdir, start_delay_s=0.5, acked=acked)
             time.sleep(0.5 + load.lead_s)
-            fault = _inject(kind, cl, nodes, p)
+            fault = _inject(kind, cl, nodes, p, relay)
             if load.tail_ms is not None:
                 # Tasks due up to tail_ms after the fault are measured: go on submitting them until then.
                 time.sleep(max(0.0, (fault.end_ms + load.tail_ms - now_ms()) / 1000))

@@ -36,6 +36,7 @@ from delayq.nodes.outcomes.deadlines import Deadlines
 from delayq.nodes.outcomes.expiry import Expiry
 from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.pauses import PauseWatch
 from delayq.nodes.dispatch.freeze import FreezePoint
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.flow import Flow, follow
@@ -180,7 +181,8 @@ class NodeRuntime:
                              watcher=Expiry(self.overdue, self.results, self.ownership, self.grace),
                              limited=self.flow.limited)
         # Two lanes (delayq.nodes.dispatch.lanes), sharing all but their publisher.
-        claims = Claims(self.store, self.ownership, Unsettled(self.store, clock))
+        pauses = PauseWatch()       # tells a stopped node from a busy one when a claim lease runs out
+        claims = Claims(self.store, self.ownership, Unsettled(self.store, clock), pauses=pauses)
         memory = Memory(self.queue, self.flow, rescan=self.loader.rescan, keys=self.keyholds)
         publishing = Publishing(self.publisher, self.services, self.exchanges, default_exchange=s.amqp.exchange)
         outcomes = Outcomes(self.recorder, self.results, self.deadlines)
@@ -190,7 +192,7 @@ class NodeRuntime:
             Dispatcher(claims, memory, publishing.via(prompt_publisher), outcomes, self.metrics, clock,
                        dispatchlanes.prompt_settings(dispatch)),
             Dispatcher(claims, memory, publishing, outcomes, self.metrics, clock, dispatchlanes.bulk_settings(dispatch)),
-            prompt_publisher)
+            prompt_publisher, pauses)
         sec = s.security
         self.services_watch = ServicesWatch(self.engine, self.services)
         follow(self.services_watch, self.services, self.flow, self.queue, self.loader.rescan, self.metrics,

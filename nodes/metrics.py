@@ -70,7 +70,8 @@ class Metrics:
                                       ["reason"], registry=r)
         self.claims_expired = Counter("delayq_claims_expired_total",
                                       "Claimed attempts not published because the claim was no longer provably "
-                                      "current (paused past the claim lease, or a ZooKeeper session break); "
+                                      "current (past the claim lease: paused, or behind the node's own backlog; a ZooKeeper "
+                                      "session break; its shard moved); "
                                       "they went back to DELAY unsent.", registry=r)
         self.throttled = Counter("delayq_topic_throttled_total",
                                  "Due tasks a claim left unclaimed to keep to their topic's maxInFlight "

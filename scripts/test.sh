@@ -28,6 +28,7 @@ if [ "$unit_only" = 0 ]; then
     command -v node >/dev/null 2>&1 || missing+=(nodejs)
     command -v npm >/dev/null 2>&1 || missing+=(npm)
     command -v chromium >/dev/null 2>&1 || missing+=(chromium)     # the console's browser tests
+    command -v socat >/dev/null 2>&1 || missing+=(socat)           # delayq.testing.relay: a MySQL outage for some nodes only
     if [ ${#missing[@]} -gt 0 ]; then delayq_apt_install "${missing[@]}"; fi
 fi
 # shellcheck source=scripts/venv.sh

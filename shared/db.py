@@ -56,6 +56,7 @@ def make_engine(settings: MySQLSettings, database: bool = True, autocommit: bool
             "read_timeout": timeout,
             "write_timeout": timeout,
             "charset": "utf8mb4",
+            **tls_args(url),
         },
         **options,
     )
@@ -93,6 +94,18 @@ def checked_url(text: str) -> URL:
             raise ConfigError(f"DELAYQ_MYSQL_URL: the driver takes no option {', '.join(unknown)} "
                               f"(in the URL's query, after ?)")
     return url
+
+
+def tls_args(url: URL) -> dict[str, object]:
+    """The driver's TLS arguments for a URL: none when its query asks for TLS (`?ssl_ca=...`,
+    `?ssl_verify_cert=true`: the driver does as told), else TLS off. Left to itself PyMySQL 2.2
+    builds a TLS context at every connect in case the server offers TLS, loading the system's CA
+    certificates: tens of milliseconds of CPU, paid by every thread retrying a connect while MySQL
+    is away and by every new connection as it comes back, when the node has overdue tasks to
+    claim. That TLS checked no certificate: it never kept out a server that was not MySQL."""
+    if any(key.startswith("ssl") for key in url.query):
+        return {}
+    return {"ssl_disabled": True}
 
 
 def _reset_unless_committed(engine: Engine) -> None:

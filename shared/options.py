@@ -59,7 +59,8 @@ SETTINGS: tuple[Setting, ...] = (
             "removes it and stops the node (SIGSTOP) inside the claim's transaction, holding its locks, as a "
             "GC pause or a frozen VM would (docs/faults.md)."),
     Setting("DELAYQ_MYSQL_URL", "mysql", "url", str, "mysql+pymysql://root@127.0.0.1:3306/delayq",
-            "SQLAlchemy URL of the MySQL/MariaDB database (default: root on 127.0.0.1:3306, database delayq).",
+            "SQLAlchemy URL of the MySQL/MariaDB database (default: root on 127.0.0.1:3306, database delayq). "
+            "Connections use TLS only when its query asks for it (?ssl_ca=FILE, ?ssl_verify_cert=true).",
             secret=True),
     Setting("DELAYQ_MYSQL_HOSTS", "mysql", "hosts", str, "",
             "Members of a replicated MySQL (a Galera cluster) as host:port, comma-separated, with the database, "

@@ -40,6 +40,7 @@ from delayq.nodes.dispatch.attempts import HELD, RETURNED, Attempt, ReleaseHeap,
 from delayq.nodes.dispatch.claimlead import ClaimLead
 from delayq.nodes.dispatch.decide import decide
 from delayq.nodes.dispatch.lease import MOVED, ClaimLease
+from delayq.nodes.dispatch.pace import ClaimPace
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.memory.delayqueue import PROMPT, Entry
 from delayq.nodes.memory.keyholds import KeyHolds
@@ -73,7 +74,10 @@ class Dispatcher(NodeThread):
         # most half the claim lease, which must still hold when the task is published).
         self._lead = ClaimLead(settings.lead_ms, max_ms=min(MAX_LEAD_MS, settings.lease_ms // 2))
         self._claimed = ReleaseHeap(clock.now_ms)       # claimed ahead, released at their due time
-        self._lease = ClaimLease(self._ownership, settings.lease_ms)
+        self._lease = ClaimLease(self._ownership, settings.lease_ms, claims.lease_clock, claims.pauses)
+        self._lease_clock = claims.lease_clock
+        # How much may be claimed and not yet written, so that every claim is written within its lease.
+        self._pace = ClaimPace(self._lease.seconds, self._batch, HELD_BATCHES, claims.lease_clock)
         self._claim_failures = 0
         self._held_topics: set[str] = set()       # topics whose last tasks were held back
         self._releaser: threading.Thread | None = None
@@ -109,19 +113,23 @@ class Dispatcher(NodeThread):
             # and not yet published waits in due order, so during a burst a task of another topic
             # taken from memory would otherwise wait behind everything claimed before it (memory
             # is where topics take turns). One batch would wait less but leaves the claims no time
-            # to overlap the publishes: the burst drains slower.
-            if not self._claimed.wait_for_room(self._batch * HELD_BATCHES, 0.05):
+            # to overlap the publishes: the burst drains slower. And no more than the lane writes
+            # within the claim lease, at the pace it has been writing (delayq.nodes.dispatch.pace):
+            # a catch-up on a busy node claims less at a time rather than claims that expire.
+            room = self._pace.room(wait_s=0.05)
+            if room <= 0:
                 continue
             lead_ms = self._lead.ms if prompt else 0
-            try:
-                due = self._queue.take_due(self._batch, timeout=0.5, lead_ms=lead_ms, gather_ms=lead_ms // 2,
-                                           lane=self._lane)
-            except Exception:  # noqa: BLE001 - a bug in a topic's gate must not end the claiming thread
-                log.exception("taking due tasks failed; trying again in 0.5 s")
-                self._stop.wait(0.5)
-                continue
-            if due:
-                self.claim(due)
+            with self._pace.reserving(room):
+                try:
+                    due = self._queue.take_due(room, timeout=0.5, lead_ms=lead_ms, gather_ms=lead_ms // 2,
+                                               lane=self._lane)
+                except Exception:  # noqa: BLE001 - a bug in a topic's gate must not end the claiming thread
+                    log.exception("taking due tasks failed; trying again in 0.5 s")
+                    self._stop.wait(0.5)
+                    continue
+                if due:
+                    self.claim(due)
 
     def claim(self, due: list[Entry]) -> None:
         """Claim a batch taken from memory (what each claiming thread does with it): the claimed
@@ -162,6 +170,7 @@ class Dispatcher(NodeThread):
         # Released at the instant memory had it for: its due time, or its catch-up slot (so that
         # concurrent claims of paced tasks still go out in due order).
         at = {e.task_id: e.at_ms for e in due}
+        self._pace.claimed(len(claim.claimed), self._lease_clock() - lease.taken)
         self._claimed.push(Attempt(c, lease, at.get(c.task_id, c.due_ms)) for c in claim.claimed)
 
     def _kept_to_caps(self, claim: Claim) -> None:
@@ -201,10 +210,12 @@ class Dispatcher(NodeThread):
                 return
 
     def _release(self, attempts: list[Attempt]) -> None:
+        released = self._pace.released()
         try:
-            self._publish(attempts)
+            self._publish(attempts, released)
         except Exception:  # noqa: BLE001 - left READY: their time-to-run brings them back
             log.exception("publishing %d claimed tasks failed", len(attempts))
+            self._pace.dropped(len(attempts))
 
     @property
     def held_topics(self) -> dict[str, str]:
@@ -235,6 +246,7 @@ class Dispatcher(NodeThread):
         """MySQL is down: the batch goes back into memory (still DELAY in MySQL) and is claimed
         again shortly; the horizon stands, so the window need not be read again afterwards."""
         self._claim_failures += 1
+        self._pace.restart()
         self._metrics.errors.labels("mysql").inc()
         log.log(logging.WARNING if self._claim_failures == 1 else logging.DEBUG,
                 "claim of %d due tasks failed: %s; trying again every 0.25 s", len(due), e)
@@ -247,9 +259,20 @@ class Dispatcher(NodeThread):
         self._queue.set_horizon(0)
         self._stop.wait(0.5)
 
-    def _publish(self, attempts: list[Attempt]) -> None:
+    def _publish(self, attempts: list[Attempt], released: float) -> None:
         now = self._clock.now_ms()
-        plan = decide(self._current(attempts), self._services.find, self._guard.verdict, self._default_exchange, now)
+        current = self._current(attempts)
+        try:
+            plan = decide(current, self._services.find, self._guard.verdict, self._default_exchange, now)
+        except Unavailable as e:
+            # A topic's service could not be read (MySQL away): nothing was sent, so back to DELAY
+            # with their attempt numbers, due at once. Left READY, a task with no time-to-run would
+            # have nothing to bring it back.
+            self._pace.dropped(len(attempts))
+            self._recorder.put([Settled(a, RETURNED, f"its service could not be read: {e}", a.task.due_ms)
+                                for a in current])
+            return
+        self._pace.dropped(len(attempts) - len(plan.publish))
         for exchange, (why, held) in plan.held.items():
             # Not published: back to DELAY until the exchange is checked again (the guard logs
             # the verdict once; this counts the tasks and names the topics).
@@ -268,7 +291,16 @@ class Dispatcher(NodeThread):
                 a.sent_ms = now
                 out.append(messages.fired(a.task, route.exchange, route.routing_key, now, ref=a))
             published = [(a, a.lease) for a, _ in plan.publish]
-            self._publisher.publish(out, self._recorder.on_outcome, veto=lambda: self._lease.refusal_of(published))
+            handoff = self._pace.handoff(len(published), released)
+
+            def veto() -> str | None:       # on the publisher's thread, just before the write
+                handoff.done(written=True)
+                return self._lease.refusal_of(published)
+
+            def on_outcome(ref: Attempt, outcome: str, reason: str | None) -> None:
+                handoff.done(written=False)             # settled unwritten (the broker away), or after the write
+                self._recorder.on_outcome(ref, outcome, reason)
+            self._publisher.publish(out, on_outcome, veto=veto)
         for a, late in plan.misfired:
             c = a.task
             try:
@@ -276,3 +308,4 @@ class Dispatcher(NodeThread):
                                     f"{late} ms late, past the service's misfire threshold")
             except DelayqError as e:    # left READY: its time-to-run will bring it back
                 log.warning("misfire of %s not recorded: %s", c.task_id, e)
+

@@ -25,6 +25,7 @@ import time
 
 from delayq.nodes.amqp.publisher import ConfirmedPublisher
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.pauses import PauseWatch
 from delayq.nodes.dispatch.wiring import DispatchSettings
 from delayq.nodes.memory.fairshare import BULK, PROMPT
 
@@ -41,13 +42,17 @@ def bulk_settings(settings: DispatchSettings) -> DispatchSettings:
 
 
 class Lanes:
-    """Both lanes (built with prompt_settings and bulk_settings) and the prompt lane's publisher
-    (the bulk lane's is the node's, shared with the dead letters); owns their threads."""
+    """Both lanes (built with prompt_settings and bulk_settings), the prompt lane's publisher (the
+    bulk lane's is the node's, shared with the dead letters) and the watch their claim leases ask
+    whether the node was paused; owns their threads."""
 
-    def __init__(self, prompt: Dispatcher, bulk: Dispatcher, prompt_publisher: ConfirmedPublisher):
-        self.prompt, self.bulk, self.publisher = prompt, bulk, prompt_publisher
+    def __init__(self, prompt: Dispatcher, bulk: Dispatcher, prompt_publisher: ConfirmedPublisher,
+                 pauses: PauseWatch | None = None):
+        self.prompt, self.bulk, self.publisher, self.pauses = prompt, bulk, prompt_publisher, pauses
 
     def start(self) -> None:
+        if self.pauses is not None:
+            self.pauses.start()
         self.publisher.start()
         self.prompt.start()
         self.bulk.start()
@@ -60,6 +65,8 @@ class Lanes:
         self.bulk.stop(timeout / 2)
         self.publisher.settle(max(0.0, deadline - time.monotonic()))
         self.publisher.stop()
+        if self.pauses is not None:
+            self.pauses.stop()
 
     @property
     def alive(self) -> bool:

@@ -18,8 +18,15 @@ its attempt number (conditional on still being that attempt, READY) and its due 
 or to its shard's new owner (delayq.nodes.memory.hints), so nothing is lost, late or sent twice.
 
 `refusal` says why not, and the reasons differ for the operator: a shard moved by plan (a
-rebalance, a drain, a pin) is routine; a lease outlived or a session broken means the node was
-stopped or cut off.
+rebalance, a drain, a pin) is routine; a session broken means the node was cut off; a lease
+outlived is one of two things, told apart by a PauseWatch (delayq.nodes.dispatch.pauses): the node
+was stopped (PAUSED: the process did not run for part of the lease), or it ran and the claim
+waited behind the node's own work (WAITED: more claimed than the node published within the lease,
+which delayq.nodes.dispatch.pace keeps from happening).
+
+A lease is never renewed: its proof of ownership is the claim's fence, checked by MySQL at the
+claim. What keeps a large catch-up's claims publishable is claiming no more than the node
+publishes within the lease (delayq.nodes.dispatch.pace), not a longer lease.
 
 What remains: the publisher thread checks the lease just before it writes the frames to the
 socket; a pause that falls in the few microseconds between that check and the write, and lasts
@@ -44,7 +51,8 @@ S = TypeVar("S", bound=Sharded)      # a claimed task
 
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
-EXPIRED = "claim lease expired (the node was paused past it)"
+PAUSED = "claim lease expired: the node was paused past it"
+WAITED = "claim lease expired before its turn to publish: it waited behind the node's own backlog"
 BROKEN = "the ZooKeeper session broke since the claim"
 MOVED = "its shard moved to another node"
 
@@ -63,9 +71,27 @@ class Lease:
     fence: Mapping[int, int]
 
 
+class Pauses(Protocol):
+    """delayq.nodes.dispatch.pauses.PauseWatch, as a lease asks it."""
+
+    def paused_between(self, began: float, ended: float) -> float: ...
+
+
+class NoPauses:
+    """Where no watch runs: no pause is ever seen, so a lapsed lease is WAITED."""
+
+    def paused_between(self, began: float, ended: float) -> float:
+        return 0.0
+
+
 class ClaimLease:
-    def __init__(self, ownership: Ownership, lease_ms: int, clock: Callable[[], float] = boottime):
-        self._ownership, self._lease_s, self._clock = ownership, lease_ms / 1000.0, clock
+    def __init__(self, ownership: Ownership, lease_ms: int, clock: Callable[[], float] = boottime,
+                 pauses: Pauses = NoPauses()):
+        self._ownership, self._lease_s, self._clock, self._pauses = ownership, lease_ms / 1000.0, clock, pauses
+
+    @property
+    def seconds(self) -> float:
+        return self._lease_s
 
     def take(self) -> Lease:
         """Call before sending the claim: the lease runs from here, and the claim uses its fence."""
@@ -107,8 +133,11 @@ class ClaimLease:
         return current, refused
 
     def _lapsed(self, lease: Lease) -> str | None:
-        if self._clock() - lease.taken > self._lease_s:
-            return EXPIRED
+        now = self._clock()
+        if now - lease.taken > self._lease_s:
+            # Stopped for part of it, the node may have lost its shards unaware: that is a pause.
+            # Otherwise it ran all along and the claim waited for its turn.
+            return PAUSED if self._pauses.paused_between(lease.taken, now) > 0 else WAITED
         if self._ownership.suspensions != lease.suspensions:
             return BROKEN
         return None

@@ -2,7 +2,8 @@
 small bundles, each the side of the pipeline it deals with:
 
     Claims       MySQL's side of a claim: the claim store, the shards the node holds at their
-                 epochs (the fence), and the claims whose answer MySQL lost
+                 epochs (the fence), the claims whose answer MySQL lost, and what a claim's lease
+                 is timed with (a clock that runs through pauses, and the watch that sees them)
     Memory       where due tasks come from and where what is not claimed goes back: the DelayQueue,
                  its flow gate (in-flight caps), and a re-read of the window when a claim was fenced
     Publishing   where a claimed task goes: the lane's outbox, each topic's service (its exchange
@@ -23,6 +24,7 @@ from delayq.config import SchedulingSettings
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.dispatch.ports import (ClaimStore, DeadlineBook, ExchangeVerdicts, Outbox, OutcomeHandler, Results,
                                          ServiceFinder)
+from delayq.nodes.dispatch.lease import NoPauses, Pauses, boottime
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.memory.delayqueue import BULK, DelayQueue
 from delayq.nodes.memory.flow import Flow
@@ -56,6 +58,8 @@ class Claims:
     store: ClaimStore
     ownership: Ownership
     unsettled: Unsettled
+    pauses: Pauses = NoPauses()
+    lease_clock: Callable[[], float] = boottime
 
 
 @dataclass(frozen=True)

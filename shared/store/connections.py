@@ -39,7 +39,7 @@ from sqlalchemy import Engine, delete, event, select
 
 from delayq import tables
 from delayq.config import MySQLSettings
-from delayq.db import checked_url, unavailable_on_failure
+from delayq.db import checked_url, tls_args, unavailable_on_failure
 
 log = logging.getLogger(__name__)
 CONNECTION = tables.node_connection
@@ -147,7 +147,8 @@ class NodeConnections:
         host, _, port = server.rpartition(":")
         timeout = max(1, self._settings.timeout_ms // 1000)
         conn = pymysql.connect(**{**params, "host": host, "port": int(port), "connect_timeout": timeout,
-                                  "read_timeout": timeout, "write_timeout": timeout, "autocommit": True})
+                                  "read_timeout": timeout, "write_timeout": timeout, "autocommit": True,
+                                  **tls_args(url)})
         try:
             with conn.cursor() as cur:
                 yield cur

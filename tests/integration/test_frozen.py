@@ -1,6 +1,11 @@
 """A node frozen inside a claim's transaction, holding the locks of its shard and task rows: once its
-session expires and its shards move, their tasks fire from the new owners within a second, as a
-RabbitMQ consumer sees them; none is lost, early, or delivered twice."""
+session expires and its shards move, their tasks fire from the new owners while it is still frozen,
+as a RabbitMQ consumer sees them; none is lost, early, or delivered twice. Before the master ended
+a departed node's connections, they fired only once the frozen node woke, whatever the host's speed.
+
+How soon after the move they fire is a performance target (1 s p99, 2 s at the latest), kept in
+`python -m bench --scenario faults --set faults.faults=claim_pause`, not here: the speed of a shared
+CI host moves by half."""
 from __future__ import annotations
 
 import signal
@@ -24,6 +29,10 @@ from test_handover import PRODUCTION, assert_each_attempt_once_and_none_early, f
 pytestmark = pytest.mark.integration
 
 FROZEN_S = 10           # as long as the pause seen in production, past the 3 s session
+# The node stays frozen at least this long after its shards moved: time for their tasks to fire
+# from the new owners many times over, so that firing before it wakes tells the new owners did not
+# wait for it on a host of any speed.
+FROZEN_AFTER_MOVE_S = 5
 
 
 def quantile(values: list[int], q: float) -> int:
@@ -60,7 +69,8 @@ def test_a_node_frozen_inside_a_claim_holds_up_no_task_of_its_shards_once_they_m
                 time.sleep(0.02)
             # The move happened after the last look that still showed n3 as an owner.
             moved_at = seen_owner_at
-            time.sleep(max(0.0, frozen_at / 1000 + FROZEN_S - time.time()))
+            wake_at = max(frozen_at / 1000 + FROZEN_S, moved_at / 1000 + FROZEN_AFTER_MOVE_S)
+            time.sleep(max(0.0, wake_at - time.time()))
         finally:
             frozen.kill(signal.SIGCONT)
             thawed_at = now_ms()
@@ -74,13 +84,17 @@ def test_a_node_frozen_inside_a_claim_holds_up_no_task_of_its_shards_once_they_m
         # went on are the rejoining node's handover, tests/integration/test_handover.py.)
         held = {t: first[t][0] - max(d, moved_at) for t, d in due.items() if frozen_at - 1000 <= d <= thawed_at}
         late = sorted(held.values())
-        print(f"n3 frozen {FROZEN_S} s, its shards moved {moved_at - frozen_at} ms after; {len(held)} tasks due "
-              f"from a second before the freeze: after the move or their due time p50 {quantile(late, 0.5)} ms, "
-              f"p99 {quantile(late, 0.99)} ms, max {late[-1]} ms")
-        assert quantile(late, 0.99) <= 1000 and late[-1] <= 2000, \
-            f"tasks of the frozen node's shards fired late after the move: p99 {quantile(late, 0.99)} ms, " \
-            f"max {late[-1]} ms; the latest (due after the move, ms late, attempt): " \
-            f"{[(due[t] - moved_at, ms, first[t][1]) for t, ms in sorted(held.items(), key=lambda kv: -kv[1])[:8]]}"
+        print(f"n3 frozen {(thawed_at - frozen_at) / 1000:.1f} s, its shards moved {moved_at - frozen_at} ms after; "
+              f"{len(held)} tasks due from a second before the freeze: after the move or their due time "
+              f"p50 {quantile(late, 0.5)} ms, p99 {quantile(late, 0.99)} ms, max {late[-1]} ms")
+        # Those due by the move fire before n3 wakes: the new owners did not wait for its locks.
+        # (The lateness is reported above, not asserted: it measures the host as much as the code.)
+        waited = {t: first[t][0] - thawed_at for t, d in due.items()
+                  if frozen_at - 1000 <= d <= moved_at and first[t][0] >= thawed_at}
+        assert not waited, \
+            f"{len(waited)} tasks of the frozen node's shards, due by the move, fired only once it woke " \
+            f"{thawed_at - moved_at} ms after the move; the latest (ms after it woke, attempt): " \
+            f"{[(ms, first[t][1]) for t, ms in sorted(waited.items(), key=lambda kv: -kv[1])[:8]]}"
     finally:
         collector.close()
 

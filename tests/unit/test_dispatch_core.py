@@ -18,6 +18,8 @@ from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.memory.flow import Flow
 from delayq.nodes.memory.keyholds import RECHECK_MS, KeyHolds
 from delayq.nodes.dispatch.dispatcher import Dispatcher
+from delayq.nodes.dispatch.lease import boottime
+from delayq.nodes.dispatch.pauses import PauseWatch
 from delayq.nodes.dispatch.wiring import Claims, DispatchSettings, Memory, Outcomes, Publishing
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.outcomes.outages import OutageGrace
@@ -25,6 +27,7 @@ from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.nodes.validation import ServiceSpec
+from delayq.errors import StoreUnavailable
 from delayq.store.controls import Controls
 from delayq.store.values import Transition
 from delayq.testing.fakes import ClaimTable, Exchanges, ManualClock, Outbox, Services
@@ -75,10 +78,11 @@ class Core:
     `deadlines`, each claim's deadline goes to the real Deadlines (no outage: none is held)."""
 
     def __init__(self, *services: ServiceSpec, controls: dict[str, Controls] | None = None,
-                 deadlines: bool = False) -> None:
+                 deadlines: bool = False, outbox: Outbox | None = None, registry: Services | None = None,
+                 settings: DispatchSettings = DispatchSettings(batch=100), **claims) -> None:
         self.clock = ManualClock()
         self.table = ClaimTable({1: ("n1", 1), 2: ("n1", 1), 3: ("n2", 1)})
-        self.outbox, self.exchanges = Outbox(), Exchanges()
+        self.outbox, self.exchanges = outbox or Outbox(), Exchanges()
         self.hints: list[Entry] = []
         self.ownership = Ownership("n1")
         self.flow = None if controls is None else Flow(self.ownership, now_ms=self.clock.now_ms)
@@ -100,12 +104,12 @@ class Core:
         metrics = Metrics()
         self.recorder = Recorder(self.table, self.memory, self.ownership, self.results, metrics, self.clock,
                                  RecordSettings(publish_retry_ms=RETRY_MS))
-        self.services = Services(*services)
-        self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock)),
+        self.services = registry or Services(*services)
+        self.dispatcher = Dispatcher(Claims(self.table, self.ownership, Unsettled(self.table, self.clock), **claims),
                                      Memory(self.memory, self.flow, keys=self.keys),
                                      Publishing(self.outbox, self.services, self.exchanges, "delayq"),
                                      Outcomes(self.recorder, self.results, self.deadlines), metrics, self.clock,
-                                     DispatchSettings(batch=100))
+                                     settings)
 
     def submit(self, task_id: str, shard: int = 1, in_ms: int = 0, topic: str = "t", key: bytes | None = None,
                keep_one: bool = False) -> Entry:
@@ -542,3 +546,104 @@ def test_a_fire_and_forget_attempt_frees_its_key_at_the_broker_s_confirm():
     core.recorder.record_waiting()                    # the confirm finishes a: nothing else will
     core.fire()                                       # no time passed
     assert core.row("a").status is Status.FINISHED and core.outbox.message_ids == ["b:1"]
+
+
+# ---- catching up: claim leases under the node's own backlog ----------------------------------------
+
+
+class SlowOutbox(Outbox):
+    """A publisher that takes `per_message_s` of real time per message before it writes a batch
+    (a node whose CPUs are shared), and confirms at once."""
+
+    def __init__(self, per_message_s: float) -> None:
+        super().__init__()
+        self.per_message_s, self.published = per_message_s, 0
+
+    def publish(self, batch, on_outcome, veto=None) -> None:
+        end = time.monotonic() + self.per_message_s * len(batch)
+        while time.monotonic() < end:       # busy, as a loaded node is
+            pass
+        super().publish(batch, on_outcome, veto)
+        self.published += len(batch)
+        self.answer(CONFIRMED)
+
+
+@pytest.mark.timeout(30)
+def test_a_large_overdue_backlog_is_claimed_at_the_pace_the_node_publishes_and_no_claim_expires(caplog):
+    # Full claims of 500, two at a time, as a node's bulk lane makes them; 2 ms a message: two
+    # claims' worth take 2 s to write, past the 1.5 s lease. Each claim must be no larger than
+    # what is written within its lease.
+    outbox = SlowOutbox(0.002)
+    core = Core(outbox=outbox, settings=DispatchSettings(batch=500, claimers=2))
+    for i in range(20):                                 # the node at work before: its pace is known
+        core.submit(f"w{i}")
+    core.fire()
+    core.recorder.record_waiting()
+    for i in range(2000):                               # then an outage's backlog, overdue
+        core.submit(f"t{i}", in_ms=-5000 + i)
+    with caplog.at_level(logging.INFO):
+        core.dispatcher.start()
+        try:
+            deadline = time.monotonic() + 20
+            while outbox.published < 2020 and time.monotonic() < deadline:
+                core.recorder.record_waiting()
+                time.sleep(0.01)
+        finally:
+            core.dispatcher.stop()
+        core.recorder.record_waiting()
+    unpublished = [r.getMessage() for r in caplog.records if "not publishing" in r.getMessage()]
+    assert unpublished == []
+    assert outbox.published == 2020
+    assert all(core.row(f"t{i}").attempt == 1 and core.row(f"t{i}").dispatched for i in range(2000))
+
+
+def test_a_claim_that_outlived_its_lease_behind_the_node_s_own_work_is_not_blamed_on_a_pause(caplog):
+    core = Core(settings=DispatchSettings(batch=100, lease_ms=50))
+    core.submit("a")
+    core.dispatcher.claim(core.memory.take_due(100, timeout=0))
+    time.sleep(0.06)                                    # the node busy elsewhere: the lease lapses
+    with caplog.at_level(logging.WARNING):
+        core.dispatcher.release_due()
+    said = [r.getMessage() for r in caplog.records if "not publishing" in r.getMessage()]
+    assert len(said) == 1 and "paused" not in said[0] and "backlog" in said[0], said
+    core.recorder.record_waiting()
+    assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
+
+
+def test_a_claim_that_outlived_its_lease_while_the_node_was_stopped_says_so(caplog):
+    watch = PauseWatch()
+    core = Core(settings=DispatchSettings(batch=100, lease_ms=50), pauses=watch)
+    core.submit("a")
+    core.dispatcher.claim(core.memory.take_due(100, timeout=0))
+    stopped = boottime()
+    time.sleep(0.06)
+    watch.noted(stopped, boottime())                    # what the watch's thread sees of a SIGSTOP
+    with caplog.at_level(logging.WARNING):
+        core.dispatcher.release_due()
+    said = [r.getMessage() for r in caplog.records if "not publishing" in r.getMessage()]
+    assert len(said) == 1 and "paused" in said[0], said
+
+
+class ServicesAway(Services):
+    """The service registry with MySQL away: a topic not cached cannot be looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = True
+
+    def find(self, topic: str):
+        if self.away:
+            raise StoreUnavailable("MySQL unavailable: (2003, \"Can't connect\")")
+        return super().find(topic)
+
+
+def test_a_claim_whose_service_cannot_be_read_goes_back_unsent_and_fires_once_it_can():
+    core = Core(registry=ServicesAway())
+    core.memory.offer_written([core.table.add("a", 1, core.clock.now, ttr_ms=0)])   # nothing times it out
+    core.fire()
+    core.recorder.record_waiting()
+    assert core.outbox.message_ids == []
+    assert (core.row("a").status, core.row("a").attempt) == (Status.DELAY, 0)
+    core.services.away = False
+    core.fire()
+    assert core.outbox.message_ids == ["a:1"]

@@ -1,6 +1,6 @@
 """ClaimLease: a claim may be published only within its lease, with no session break since, and
 while its shard is still ours at the epoch it was claimed under."""
-from delayq.nodes.dispatch.lease import BROKEN, EXPIRED, MOVED, ClaimLease, boottime
+from delayq.nodes.dispatch.lease import BROKEN, MOVED, WAITED, ClaimLease, boottime
 from delayq.nodes.cluster.ownership import Ownership
 
 
@@ -25,7 +25,7 @@ def test_a_claim_is_current_within_its_lease_and_not_after():
     clock.t += 1.5
     assert lease.current(taken, [1, 2])
     clock.t += 0.001
-    assert lease.refusal(taken, [1]) == EXPIRED
+    assert lease.refusal(taken, [1]) == WAITED
 
 
 def test_a_session_suspension_since_the_claim_ends_it_even_after_resuming():
@@ -65,7 +65,7 @@ def test_split_keeps_the_current_claims_and_sorts_the_others_by_reason():
     assert lease.refusal_of([(t, taken) for t in tasks]) == MOVED
     clock.t += 2
     current, refused = lease.split([(t, taken) for t in tasks])
-    assert current == [] and [t.name for t in refused[EXPIRED]] == ["a", "b", "c"]
+    assert current == [] and [t.name for t in refused[WAITED]] == ["a", "b", "c"]
 
 
 class Task:

@@ -1,0 +1,35 @@
+"""The conformance suite (delayq.testing.conformance) on the production classes against the real
+MariaDB and RabbitMQ; tests/unit/test_conformance_fakes.py runs the same expectations on the
+in-memory fakes."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.records import RecordStoreExpectations
+from delayq.testing.conformance.tables import RealTasks
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+
+
+@pytest.fixture(scope="module")
+def real_tasks(database) -> Iterator[RealTasks]:
+    tasks = RealTasks(database)
+    yield tasks
+    tasks.close()
+
+
+@pytest.fixture(params=["real"])
+def tasks(real_tasks: RealTasks) -> RealTasks:
+    real_tasks.clear()
+    return real_tasks
+
+
+class TestClaimStore(ClaimStoreExpectations):
+    pass
+
+
+class TestRecordStore(RecordStoreExpectations):
+    pass

@@ -1,0 +1,25 @@
+"""The conformance suite (delayq.testing.conformance) on the in-memory fakes the unit tests run
+the node's core on; tests/integration/test_conformance_real.py runs the same expectations on
+MariaDB and RabbitMQ."""
+from __future__ import annotations
+
+import pytest
+
+from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.records import RecordStoreExpectations
+from delayq.testing.conformance.tables import FakeTasks
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@pytest.fixture(params=["fake"])
+def tasks(request) -> FakeTasks:
+    return FakeTasks()
+
+
+class TestClaimStore(ClaimStoreExpectations):
+    pass
+
+
+class TestRecordStore(RecordStoreExpectations):
+    pass

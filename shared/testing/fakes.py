@@ -13,9 +13,10 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
 epoch, attempt + 1, and of a capped topic's earliest tasks up to its room, counted in the claim as
 delayq.store.inflight does; no second attempt of a KEEP_IF_ACTIVE key in flight, the task left
-DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional on READY and the attempt; every published
-message one outcome, to its batch's handler) and nothing more. The integration tests prove the same paths on
-the real MySQL and RabbitMQ.
+DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional on READY and the attempt; a fire-and-forget
+attempt overdue to another node only after delayq.store.tasks.UNCONFIRMED_GRACE_MS; every published
+message one outcome, to its batch's handler) and nothing more. delayq.testing.conformance holds
+them to it: the same expectations run on these and on the real MySQL and RabbitMQ.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.overdue import Attempt, AttemptDeadline
+from delayq.store.tasks import UNCONFIRMED_GRACE_MS
 from delayq.store.values import Claim, Claimed, Entry, KeyWait
 
 
@@ -105,7 +107,8 @@ class ClaimTable:
                 waits.append(KeyWait(e, r.topic, r.key))
                 continue
             r.status, r.attempt, r.owner, r.claimed_ms = Status.READY, r.attempt + 1, owner, now_ms
-            r.deadline_ms = now_ms + r.ttr_ms
+            # A fire-and-forget attempt (ttr 0) has the grace of an unconfirmed one, as in MySQL.
+            r.deadline_ms = now_ms + (r.ttr_ms if r.ttr_ms > 0 else UNCONFIRMED_GRACE_MS)
             flying.add(r.flight_key)
             out.append(Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt, r.payload, r.ttr_ms, 3, r.key))
         if self.lose_next_answer:
@@ -154,6 +157,9 @@ class ClaimTable:
                 r.status, r.due_ms, r.owner = Status.DELAY, due_ms, None
                 r.attempt = c.attempt if sent else c.attempt - 1
                 n += 1
+            if r and sent:
+                # It may have reached a queue: its execlog row (UNCONFIRMED) says it was dispatched.
+                r.dispatched.setdefault(c.attempt, now_ms)
         return n
 
     def expired(self, shards: Sequence[int] | set[int], now_ms: int, limit: int, owner: str) -> list[Attempt]:

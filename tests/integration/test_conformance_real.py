@@ -8,6 +8,7 @@ from typing import Iterator
 import pytest
 
 from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
 from delayq.testing.conformance.tables import RealTasks
 
@@ -32,4 +33,8 @@ class TestClaimStore(ClaimStoreExpectations):
 
 
 class TestRecordStore(RecordStoreExpectations):
+    pass
+
+
+class TestOverdue(OverdueExpectations):
     pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
 from delayq.testing.conformance.tables import FakeTasks
 
@@ -22,4 +23,8 @@ class TestClaimStore(ClaimStoreExpectations):
 
 
 class TestRecordStore(RecordStoreExpectations):
+    pass
+
+
+class TestOverdue(OverdueExpectations):
     pass

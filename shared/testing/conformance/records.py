@@ -42,6 +42,15 @@ class RecordStoreExpectations:
         [again] = tasks.claims.claim([tasks_entry("a", t + 1000)], ME, {1: 7}, t + 1000).claimed
         assert (again.attempt, again.due_ms) == (2, t + 1000)
 
+    def test_a_publish_that_may_have_arrived_is_in_the_history_and_one_that_never_left_is_not(self, tasks: TaskTable):
+        # A time-out of an attempt never recorded as dispatched says so (UNRECORDED); one that
+        # may have reached a queue was dispatched as far as its history goes.
+        t = now()
+        maybe, never = claimed(tasks, NewRow("maybe", 1, t), t), claimed(tasks, NewRow("never", 1, t), t)
+        tasks.claims.release([maybe], t + 1000, True, ME, t)
+        tasks.claims.release([never], t + 1000, False, ME, t)
+        assert (tasks.dispatched("maybe", 1), tasks.dispatched("never", 1)) == (True, False)
+
     def test_a_release_of_an_attempt_no_longer_current_changes_nothing(self, tasks: TaskTable):
         t = now()
         first = claimed(tasks, NewRow("a", 1, t), t)

@@ -205,13 +205,19 @@ class Outbox:
         self.vetoed: list[tuple[Outgoing, str]] = []
 
     def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
+        # As the publisher: nothing to write asks no veto, and a batch with no connection to
+        # write to never gets as far as asking it.
+        if not batch:
+            return
+        if not self.ready:
+            for msg in batch:
+                on_outcome(msg.ref, NOT_SENT, "broker not connected")
+            return
         why = veto() if veto is not None else None
         for msg in batch:
             if why is not None:
                 self.vetoed.append((msg, why))
                 on_outcome(msg.ref, VETOED, why)
-            elif not self.ready:
-                on_outcome(msg.ref, NOT_SENT, "broker not connected")
             else:
                 self.sent.append(Sent(msg, on_outcome))
 

@@ -8,6 +8,8 @@ from typing import Iterator
 import pytest
 
 from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.outbox import OutboxExpectations
+from delayq.testing.conformance.outboxes import RealOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
 from delayq.testing.conformance.tables import RealTasks
@@ -28,6 +30,21 @@ def tasks(real_tasks: RealTasks) -> RealTasks:
     return real_tasks
 
 
+@pytest.fixture(scope="module")
+def real_outboxes() -> Iterator[RealOutboxes]:
+    outboxes = RealOutboxes()
+    outboxes.start()
+    yield outboxes
+    outboxes.stop()
+
+
+@pytest.fixture(params=["real"])
+def outboxes(real_outboxes: RealOutboxes) -> Iterator[RealOutboxes]:
+    real_outboxes.bind()
+    yield real_outboxes
+    real_outboxes.unbind()
+
+
 class TestClaimStore(ClaimStoreExpectations):
     pass
 
@@ -37,4 +54,8 @@ class TestRecordStore(RecordStoreExpectations):
 
 
 class TestOverdue(OverdueExpectations):
+    pass
+
+
+class TestOutbox(OutboxExpectations):
     pass

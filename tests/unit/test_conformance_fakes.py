@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.outbox import OutboxExpectations
+from delayq.testing.conformance.outboxes import FakeOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
 from delayq.testing.conformance.tables import FakeTasks
@@ -18,6 +20,11 @@ def tasks(request) -> FakeTasks:
     return FakeTasks()
 
 
+@pytest.fixture(params=["fake"])
+def outboxes(request) -> FakeOutboxes:
+    return FakeOutboxes()
+
+
 class TestClaimStore(ClaimStoreExpectations):
     pass
 
@@ -27,4 +34,8 @@ class TestRecordStore(RecordStoreExpectations):
 
 
 class TestOverdue(OverdueExpectations):
+    pass
+
+
+class TestOutbox(OutboxExpectations):
     pass

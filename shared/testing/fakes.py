@@ -2,9 +2,9 @@
 confirm -> record runs in a unit test in milliseconds, no server involved:
 
     ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
-    ClaimTable   job_delay_task and job_shard as far as claims, releases, records and time-outs
-                 go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore, and
-                 delayq.store.overdue.OverdueRows)
+    ClaimTable   job_delay_task and job_shard as far as window scans, claims, releases, records and
+                 time-outs go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore, the loader's
+                 scans of delayq.store.tasks.TaskStore, and delayq.store.overdue.OverdueRows)
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec
@@ -21,7 +21,7 @@ them to it: the same expectations run on these and on the real MySQL and RabbitM
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from delayq.access.grants import Client
 from delayq.errors import StoreUnavailable
@@ -87,6 +87,25 @@ class ClaimTable:
     def _check(self) -> None:
         if self.down:
             raise StoreUnavailable("MySQL unavailable: (2003, \"Can't connect\")")
+
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0,
+                 skip: Iterable[str] = ()) -> list[Entry]:
+        """delayq.store.tasks.TaskStore.scan_due: the loader's window scan."""
+        self._check()
+        shards, skip = set(shards), set(skip)
+        return self._due(lambda r: r.shard_id in shards and from_ms <= r.due_ms < before_ms
+                         and r.topic not in skip, limit)
+
+    def scan_topic(self, shards: Iterable[int], topic: str, before_ms: int, limit: int) -> list[Entry]:
+        """delayq.store.tasks.TaskStore.scan_topic: a limited topic's earliest tasks."""
+        self._check()
+        shards = set(shards)
+        return self._due(lambda r: r.shard_id in shards and r.topic == topic and r.due_ms < before_ms, limit)
+
+    def _due(self, wanted: Callable[[Row], bool], limit: int) -> list[Entry]:
+        found = sorted((r for r in self.rows.values() if r.status is Status.DELAY and wanted(r)),
+                       key=lambda r: r.due_ms)
+        return [Entry(r.task_id, r.shard_id, r.due_ms, topic=r.topic) for r in found[:limit]]
 
     def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int,
               caps: Mapping[str, int] | None = None) -> Claim:

@@ -12,6 +12,7 @@ from delayq.testing.conformance.outbox import OutboxExpectations
 from delayq.testing.conformance.outboxes import RealOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
+from delayq.testing.conformance.scans import WindowScanExpectations
 from delayq.testing.conformance.tables import RealTasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -58,4 +59,8 @@ class TestOverdue(OverdueExpectations):
 
 
 class TestOutbox(OutboxExpectations):
+    pass
+
+
+class TestWindowScans(WindowScanExpectations):
     pass

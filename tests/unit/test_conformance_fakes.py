@@ -10,6 +10,7 @@ from delayq.testing.conformance.outbox import OutboxExpectations
 from delayq.testing.conformance.outboxes import FakeOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
+from delayq.testing.conformance.scans import WindowScanExpectations
 from delayq.testing.conformance.tables import FakeTasks
 
 pytestmark = pytest.mark.timeout(10)
@@ -38,4 +39,8 @@ class TestOverdue(OverdueExpectations):
 
 
 class TestOutbox(OutboxExpectations):
+    pass
+
+
+class TestWindowScans(WindowScanExpectations):
     pass

@@ -5,6 +5,7 @@ cannot drift from what it stands for (river's one driver test suite for every dr
     claims     ClaimStore: delayq.testing.fakes.ClaimTable  / delayq.store.tasks.TaskStore
     records    RecordStore: the same two
     overdue    the attempts in flight: ClaimTable           / delayq.store.overdue.OverdueRows
+    scans      the loader's window scans: ClaimTable        / TaskStore
     outbox     Outbox: delayq.testing.fakes.Outbox          / delayq.nodes.amqp.publisher.ConfirmedPublisher
 
 Each module holds a class of expectations that asks for one fixture (`tasks`, a

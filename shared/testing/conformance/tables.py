@@ -4,13 +4,13 @@ or in MySQL (`RealTasks`, on a database of delayq.testing.database and the produ
 delayq.store.tasks.TaskStore and delayq.store.overdue.OverdueRows).
 
 An expectation writes rows and shard grants through `TaskTable`, calls the port under test
-(`claims`, `overdue`) as the dispatch core does, and reads back what a user would find: a row's
+(`claims`, `overdue`, `scans`) as the dispatch core does, and reads back what a user would find: a row's
 status, attempt and due time, whether an attempt's dispatch is recorded.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from sqlalchemy import Engine
 
@@ -57,12 +57,24 @@ class ClaimsAndRecords(ClaimStore, RecordStore, Protocol):
     """The store the dispatcher claims in and the recorder records in."""
 
 
+class WindowScans(Protocol):
+    """TaskStore as delayq.nodes.memory.loader.Loader reads it."""
+
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0,
+                 skip: Iterable[str] = ()) -> list[Entry]: ...
+
+    def scan_topic(self, shards: Iterable[int], topic: str, before_ms: int, limit: int) -> list[Entry]: ...
+
+
 class TaskTable(Protocol):
     @property
     def claims(self) -> ClaimsAndRecords: ...
 
     @property
     def overdue(self) -> Overdue: ...
+
+    @property
+    def scans(self) -> WindowScans: ...
 
     def add(self, row: NewRow) -> Entry:
         """A DELAY task at attempt 0; its entry as memory would hold it."""
@@ -92,6 +104,10 @@ class FakeTasks:
 
     @property
     def overdue(self) -> ClaimTable:
+        return self.table
+
+    @property
+    def scans(self) -> ClaimTable:
         return self.table
 
     def add(self, row: NewRow) -> Entry:
@@ -130,6 +146,10 @@ class RealTasks:
     @property
     def overdue(self) -> OverdueRows:
         return self._overdue
+
+    @property
+    def scans(self) -> TaskStore:
+        return self._claims
 
     def clear(self) -> None:
         with self._admin.begin() as conn:

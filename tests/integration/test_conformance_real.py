@@ -8,6 +8,8 @@ from typing import Iterator
 import pytest
 
 from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.lookup import LookupExpectations
+from delayq.testing.conformance.lookups import RealLookups
 from delayq.testing.conformance.outbox import OutboxExpectations
 from delayq.testing.conformance.outboxes import RealOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
@@ -46,6 +48,13 @@ def outboxes(real_outboxes: RealOutboxes) -> Iterator[RealOutboxes]:
     real_outboxes.unbind()
 
 
+@pytest.fixture(params=["real"])
+def lookups(database) -> Iterator[RealLookups]:
+    lookups = RealLookups(database)
+    yield lookups
+    lookups.close()
+
+
 class TestClaimStore(ClaimStoreExpectations):
     pass
 
@@ -63,4 +72,8 @@ class TestOutbox(OutboxExpectations):
 
 
 class TestWindowScans(WindowScanExpectations):
+    pass
+
+
+class TestLookups(LookupExpectations):
     pass

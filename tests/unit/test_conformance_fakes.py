@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from delayq.testing.conformance.claims import ClaimStoreExpectations
+from delayq.testing.conformance.lookup import LookupExpectations
+from delayq.testing.conformance.lookups import FakeLookups
 from delayq.testing.conformance.outbox import OutboxExpectations
 from delayq.testing.conformance.outboxes import FakeOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
@@ -26,6 +28,11 @@ def outboxes(request) -> FakeOutboxes:
     return FakeOutboxes()
 
 
+@pytest.fixture(params=["fake"])
+def lookups(request) -> FakeLookups:
+    return FakeLookups()
+
+
 class TestClaimStore(ClaimStoreExpectations):
     pass
 
@@ -43,4 +50,8 @@ class TestOutbox(OutboxExpectations):
 
 
 class TestWindowScans(WindowScanExpectations):
+    pass
+
+
+class TestLookups(LookupExpectations):
     pass

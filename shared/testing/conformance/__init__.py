@@ -7,10 +7,13 @@ cannot drift from what it stands for (river's one driver test suite for every dr
     overdue    the attempts in flight: ClaimTable           / delayq.store.overdue.OverdueRows
     scans      the loader's window scans: ClaimTable        / TaskStore
     outbox     Outbox: delayq.testing.fakes.Outbox          / delayq.nodes.amqp.publisher.ConfirmedPublisher
+    lookup     ServiceFinder, ExchangeVerdicts, the clients: fakes.Services, Exchanges, Clients /
+               ServiceRegistry, delayq.nodes.amqp.exchanges.ExchangeGuard, delayq.store.clients.ClientStore
 
-Each module holds a class of expectations that asks for one fixture (`tasks`, a
-tables.TaskTable, or `outboxes`, an outboxes.Outboxes); tests/unit/test_conformance_fakes.py gives
-it the fakes, tests/integration/test_conformance_real.py the real services. An expectation is
-something the dispatch core relies on (delayq.nodes.dispatch, delayq.nodes.outcomes), asserted on
-what a user would find: a row's status, attempt and due time, a message's outcome.
+Each of those modules holds a class of expectations that asks for one fixture, built by its
+harness module: `tasks` (tables.TaskTable), `outboxes` (outboxes.Outboxes) or `lookups`
+(lookups.Lookups). tests/unit/test_conformance_fakes.py gives the classes the fakes,
+tests/integration/test_conformance_real.py the real services. An expectation is something the
+core relies on (delayq.nodes.dispatch, delayq.nodes.outcomes, delayq.nodes.memory.loader),
+asserted on what a user would find: a row's status, attempt and due time, a message's outcome.
 """

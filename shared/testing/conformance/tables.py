@@ -181,7 +181,7 @@ class RealTasks:
             conn.exec_driver_sql(
                 "INSERT INTO job_callback_service (topic, exchange, routing_key, max_retries, backoff, "
                 "retry_backoff_ms, retry_backoff_max_ms, ttr_ms, enabled, misfire_policy, created_ms, updated_ms, "
-                "max_in_flight) VALUES (%s, 'delayq', %s, 3, 'FIXED', 1000, 1000, 3000, 1, 'FIRE', 0, 0, %s)",
+                "max_in_flight) VALUES (%s, 'delayq', %s, 3, 'fixed', 1000, 1000, 3000, 1, 'fire', 0, 0, %s)",
                 (topic, topic, max_in_flight))
 
     def row(self, task_id: str) -> RowState | None:

@@ -1,0 +1,61 @@
+"""What the dispatch core and Access rely on from their lookups, held by the fakes of
+delayq.testing.fakes and by the real classes alike:
+
+- a topic's callback service is found as it was registered, by another node too, and a disabled
+  one is found disabled (the dispatcher decides what to do with its tasks), an unknown one is None;
+- an exchange delayq can route by is usable (None), one of another type is unusable with a
+  reason, listed by `unusable()` and checked again within the first back-off;
+- the clients load with the version they were read at, and a change moves the version.
+"""
+from __future__ import annotations
+
+import uuid
+
+from delayq.access.grants import Permission
+from delayq.nodes.validation import ServiceSpec
+from delayq.testing.conformance.lookups import Lookups
+
+FIRST_BACKOFF_S = 2.0       # delayq.nodes.amqp.exchanges: an unusable exchange's first re-check
+
+
+def topic() -> str:
+    return f"conformance.{uuid.uuid4().hex[:10]}"
+
+
+class LookupExpectations:
+    """Run by a test class that provides the fixture `lookups`, a Lookups."""
+
+    def test_a_service_is_found_as_another_node_registered_it(self, lookups: Lookups):
+        name = topic()
+        assert lookups.services.find(name) is None
+        spec = ServiceSpec(name, "billing", "invoices.due", max_retries=5, backoff="fixed", retry_backoff_ms=200,
+                           retry_backoff_max_ms=400, ttr_ms=0, dead_letter_exchange="billing.dead",
+                           misfire_threshold_ms=30_000, misfire_policy="fail")
+        lookups.register(spec)
+        assert lookups.services.find(name) == spec
+
+    def test_a_disabled_service_is_found_disabled(self, lookups: Lookups):
+        spec = ServiceSpec(topic(), "delayq", "r", enabled=False)
+        lookups.register(spec)
+        found = lookups.services.find(spec.topic)
+        assert found is not None and not found.enabled
+
+    def test_an_exchange_of_another_type_is_unusable_and_checked_again_soon(self, lookups: Lookups):
+        name = lookups.unroutable_exchange()
+        why = lookups.exchanges.verdict(name)
+        assert why
+        assert lookups.exchanges.unusable().get(name) == why
+        assert 0 < lookups.exchanges.retry_in(name) <= FIRST_BACKOFF_S
+
+    def test_a_topic_exchange_is_usable(self, lookups: Lookups):
+        assert lookups.exchanges.verdict("delayq") is None
+        assert "delayq" not in lookups.exchanges.unusable()
+
+    def test_clients_load_at_their_version_and_a_change_moves_it(self, lookups: Lookups):
+        before = lookups.clients.version()
+        assert lookups.clients.load()[0] == before
+        name = f"c-{uuid.uuid4().hex[:8]}"
+        lookups.add_client(name, (("submit", "orders.*"),))
+        version, clients = lookups.clients.load()
+        assert version == lookups.clients.version() != before
+        assert (clients[name].revoked, set(clients[name].grants)) == (False, {(Permission.SUBMIT, "orders.*")})

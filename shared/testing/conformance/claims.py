@@ -83,6 +83,23 @@ class ClaimStoreExpectations:
         assert sorted(c.task_id for c in claim.claimed) == ["b", "c"]
         assert tasks.row("a") == RowState(Status.DELAY, 0, t + 60_000)
 
+    def test_a_task_re_timed_earlier_is_claimed_at_its_own_due_time(self, tasks: TaskTable):
+        t = now()
+        tasks.grant(1, ME, 7)
+        tasks.add(NewRow("a", 1, t - 5000))
+        [c] = tasks.claims.claim([Entry("a", 1, t, topic="t")], ME, {1: 7}, t).claimed
+        assert c.due_ms == t - 5000
+
+    def test_a_capped_topic_with_no_room_claims_nothing_and_defers_all(self, tasks: TaskTable):
+        t = now()
+        tasks.grant(1, ME, 7)
+        tasks.cap("capped", 1)
+        tasks.claims.claim([tasks.add(NewRow("flying", 1, t, topic="capped"))], ME, {1: 7}, t, {"capped": 1})
+        waiting = [tasks.add(NewRow(f"w{i}", 1, t, topic="capped")) for i in range(2)]
+        claim = tasks.claims.claim(waiting, ME, {1: 7}, t, {"capped": 1})
+        assert (claim.claimed, sorted(e.task_id for e in claim.deferred), dict(claim.rooms)) == \
+            ([], ["w0", "w1"], {"capped": (1, 0)})
+
     def test_a_capped_topic_keeps_its_earliest_tasks_up_to_its_room(self, tasks: TaskTable):
         t = now()
         tasks.grant(1, ME, 7)
@@ -110,6 +127,15 @@ class ClaimStoreExpectations:
         # The attempt in flight ends (put back unsent): the waiting task can be claimed.
         assert tasks.claims.release(won, t + 5000, False, ME, t) == 1
         assert [c.task_id for c in tasks.claims.claim([second], ME, {1: 7}, t).claimed] == ["second"]
+
+    def test_of_two_tasks_of_one_keep_if_active_key_in_one_claim_one_is_claimed(self, tasks: TaskTable):
+        # Which one is the store's choice; the dispatcher holds the other back either way.
+        t = now()
+        tasks.grant(1, ME, 7)
+        both = [tasks.add(NewRow(task_id, 1, t, key=b"k", keep_one=True)) for task_id in ("x", "y")]
+        claim = tasks.claims.claim(both, ME, {1: 7}, t)
+        assert len(claim.claimed) == 1 and len(claim.waits) == 1
+        assert {claim.claimed[0].task_id, claim.waits[0].entry.task_id} == {"x", "y"}
 
     def test_an_undone_claim_gives_the_attempt_back(self, tasks: TaskTable):
         t = now()

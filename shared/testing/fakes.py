@@ -5,6 +5,8 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
     ClaimTable   job_delay_task and job_shard as far as window scans, claims, releases, records and
                  time-outs go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore, the loader's
                  scans of delayq.store.tasks.TaskStore, and delayq.store.overdue.OverdueRows)
+    TaskInserts  new tasks written by the submit path (delayq.store.submits.TaskWriter, groups that
+                 hold no key)
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from delayq.access.grants import Client
-from delayq.errors import StoreUnavailable
+from delayq.errors import Conflict, StoreUnavailable
 from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.front.caller import Caller, serving
@@ -32,7 +34,7 @@ from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, 
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.overdue import Attempt, AttemptDeadline
 from delayq.store.tasks import UNCONFIRMED_GRACE_MS
-from delayq.store.values import Claim, Claimed, Entry, KeyWait
+from delayq.store.values import Claim, Claimed, Entry, KeyWait, NewTask, Outcome as Written, Submitted
 
 
 class ManualClock:
@@ -206,6 +208,37 @@ class ClaimTable:
                     r.status = Status.FINISHED
                     done.append(c)
         return done
+
+
+class TaskInserts:
+    """delayq.store.submits.TaskWriter.insert_groups for groups that hold no key: new tasks by
+    id (`rows`), a client's id seen before answered as it was written, or the group's Conflict
+    when its content differs; each call one statement (`statements`)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, NewTask] = {}
+        self.statements = 0
+
+    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Exception]:
+        self.statements += 1
+        out: list[list[Submitted] | Exception] = []
+        for group in groups:
+            seen = dict(self.rows)          # a group sees earlier groups' tasks, and its own
+            answers: list[Submitted] = []
+            for t in group:
+                before = seen.get(t.task_id)
+                if before is not None and before.spec_hash != t.spec_hash:
+                    out.append(Conflict(t.task_id, "exists with different content"))
+                    break
+                if before is not None:
+                    answers.append(Submitted(t.task_id, before.shard_id, before.due_ms, False, Written.DEDUPLICATED))
+                else:
+                    seen[t.task_id] = t
+                    answers.append(Submitted(t.task_id, t.shard_id, t.due_ms, True))
+            else:
+                self.rows = seen
+                out.append(answers)
+        return out
 
 
 @dataclass

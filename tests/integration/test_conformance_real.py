@@ -15,6 +15,7 @@ from delayq.testing.conformance.outboxes import RealOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
 from delayq.testing.conformance.scans import WindowScanExpectations
+from delayq.testing.conformance.submits import InsertExpectations
 from delayq.testing.conformance.tables import RealTasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -76,4 +77,8 @@ class TestWindowScans(WindowScanExpectations):
 
 
 class TestLookups(LookupExpectations):
+    pass
+
+
+class TestInserts(InsertExpectations):
     pass

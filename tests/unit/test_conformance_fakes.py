@@ -13,6 +13,7 @@ from delayq.testing.conformance.outboxes import FakeOutboxes
 from delayq.testing.conformance.overdue import OverdueExpectations
 from delayq.testing.conformance.records import RecordStoreExpectations
 from delayq.testing.conformance.scans import WindowScanExpectations
+from delayq.testing.conformance.submits import InsertExpectations
 from delayq.testing.conformance.tables import FakeTasks
 
 pytestmark = pytest.mark.timeout(10)
@@ -54,4 +55,8 @@ class TestWindowScans(WindowScanExpectations):
 
 
 class TestLookups(LookupExpectations):
+    pass
+
+
+class TestInserts(InsertExpectations):
     pass

@@ -6,6 +6,7 @@ cannot drift from what it stands for (river's one driver test suite for every dr
     records    RecordStore: the same two
     overdue    the attempts in flight: ClaimTable           / delayq.store.overdue.OverdueRows
     scans      the loader's window scans: ClaimTable        / TaskStore
+    submits    new tasks without keys: fakes.TaskInserts    / delayq.store.submits.TaskWriter
     outbox     Outbox: delayq.testing.fakes.Outbox          / delayq.nodes.amqp.publisher.ConfirmedPublisher
     lookup     ServiceFinder, ExchangeVerdicts, the clients: fakes.Services, Exchanges, Clients /
                ServiceRegistry, delayq.nodes.amqp.exchanges.ExchangeGuard, delayq.store.clients.ClientStore
@@ -14,6 +15,7 @@ Each of those modules holds a class of expectations that asks for one fixture, b
 harness module: `tasks` (tables.TaskTable), `outboxes` (outboxes.Outboxes) or `lookups`
 (lookups.Lookups). tests/unit/test_conformance_fakes.py gives the classes the fakes,
 tests/integration/test_conformance_real.py the real services. An expectation is something the
-core relies on (delayq.nodes.dispatch, delayq.nodes.outcomes, delayq.nodes.memory.loader),
-asserted on what a user would find: a row's status, attempt and due time, a message's outcome.
+core relies on (delayq.nodes.dispatch, delayq.nodes.outcomes, delayq.nodes.memory.loader, the
+submit path), asserted on what a user would find: a row's status, attempt and due time, a
+message's outcome.
 """

@@ -1,10 +1,11 @@
 """The two tables a conformance expectation sets up and looks at — job_delay_task (with its
 execlog and backlog) and job_shard — in memory (`FakeTasks`, on delayq.testing.fakes.ClaimTable)
 or in MySQL (`RealTasks`, on a database of delayq.testing.database and the production
-delayq.store.tasks.TaskStore and delayq.store.overdue.OverdueRows).
+delayq.store.tasks.TaskStore, delayq.store.overdue.OverdueRows and delayq.store.submits.TaskWriter;
+in memory, new tasks go to delayq.testing.fakes.TaskInserts).
 
 An expectation writes rows and shard grants through `TaskTable`, calls the port under test
-(`claims`, `overdue`, `scans`) as the dispatch core does, and reads back what a user would find: a row's
+(`claims`, `overdue`, `scans`, `inserts`) as the dispatch core does, and reads back what a user would find: a row's
 status, attempt and due time, whether an attempt's dispatch is recorded.
 """
 from __future__ import annotations
@@ -20,9 +21,10 @@ from delayq.nodes.dispatch.ports import ClaimStore, RecordStore
 from delayq.store.overdue import Attempt, AttemptDeadline, OverdueRows
 from delayq.store.sqltext import insert_tasks
 from delayq.store.tasks import TaskStore
-from delayq.store.values import Entry, NewTask
+from delayq.store.submits import TaskWriter
+from delayq.store.values import Entry, NewTask, Submitted
 from delayq.testing.database import Database
-from delayq.testing.fakes import ClaimTable
+from delayq.testing.fakes import ClaimTable, TaskInserts
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ class ClaimsAndRecords(ClaimStore, RecordStore, Protocol):
     """The store the dispatcher claims in and the recorder records in."""
 
 
+class Inserts(Protocol):
+    """delayq.store.submits.TaskWriter as the submit path writes through it."""
+
+    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Exception]: ...
+
+
 class WindowScans(Protocol):
     """TaskStore as delayq.nodes.memory.loader.Loader reads it."""
 
@@ -75,6 +83,12 @@ class TaskTable(Protocol):
 
     @property
     def scans(self) -> WindowScans: ...
+
+    @property
+    def inserts(self) -> Inserts: ...
+
+    def written(self, task_id: str) -> tuple[int, int] | None:
+        """(shard, due time) of a task the submit path wrote (None: none)."""
 
     def add(self, row: NewRow) -> Entry:
         """A DELAY task at attempt 0; its entry as memory would hold it."""
@@ -97,6 +111,7 @@ class FakeTasks:
 
     def __init__(self) -> None:
         self.table = ClaimTable({})
+        self.new = TaskInserts()
 
     @property
     def claims(self) -> ClaimTable:
@@ -109,6 +124,14 @@ class FakeTasks:
     @property
     def scans(self) -> ClaimTable:
         return self.table
+
+    @property
+    def inserts(self) -> TaskInserts:
+        return self.new
+
+    def written(self, task_id: str) -> tuple[int, int] | None:
+        t = self.new.rows.get(task_id)
+        return None if t is None else (t.shard_id, t.due_ms)
 
     def add(self, row: NewRow) -> Entry:
         return self.table.add(row.task_id, row.shard_id, row.due_ms, row.topic, row.ttr_ms, row.key, row.keep_one)
@@ -137,6 +160,8 @@ class RealTasks:
         self._admin = _engine(database.url)
         self._node = _engine(database.node_url)
         self._claims = TaskStore(self._node)
+        self._autocommit = dbm.make_engine(config.load({"DELAYQ_MYSQL_URL": database.node_url}).mysql, autocommit=True)
+        self._inserts = TaskWriter(self._autocommit)
         self._overdue = OverdueRows(self._node)
 
     @property
@@ -151,6 +176,16 @@ class RealTasks:
     def scans(self) -> TaskStore:
         return self._claims
 
+    @property
+    def inserts(self) -> TaskWriter:
+        return self._inserts
+
+    def written(self, task_id: str) -> tuple[int, int] | None:
+        with self._admin.connect() as conn:
+            found = conn.exec_driver_sql("SELECT shard_id, due_ms FROM job_delay_task WHERE task_id = %s",
+                                         (task_id,)).first()
+        return None if found is None else (found[0], found[1])
+
     def clear(self) -> None:
         with self._admin.begin() as conn:
             for table in ("job_delay_task", "job_delay_task_execlog", "job_delay_task_backlog", "job_callback_service"):
@@ -158,8 +193,8 @@ class RealTasks:
             conn.exec_driver_sql("UPDATE job_shard SET owner = NULL, epoch = 0")
 
     def close(self) -> None:
-        self._admin.dispose()
-        self._node.dispose()
+        for engine in (self._admin, self._node, self._autocommit):
+            engine.dispose()
 
     def add(self, row: NewRow) -> Entry:
         task = NewTask(row.task_id, row.topic, row.shard_id, row.due_ms, b"", bytes(16), 3, row.ttr_ms,

@@ -9,7 +9,7 @@ confirm -> record runs in a unit test in milliseconds, no server involved:
                  hold no key)
     Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
     Exchanges    the exchange guard's verdicts, set by the test
-    Services     topic -> ServiceSpec
+    Services     topic -> ServiceSpec, and its flow controls
     Clients      the clients and grants Access reads (delayq.store.clients.ClientStore)
 
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from delayq.access.grants import Client
-from delayq.errors import Conflict, StoreUnavailable
+from delayq.errors import Conflict, StoreUnavailable, UnknownTopic
 from delayq.lifecycle import Status
 from delayq.nodes.amqp.frames import Outgoing
 from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
 from delayq.nodes.validation import ServiceSpec
+from delayq.store.controls import NONE as NO_CONTROLS, Controls
 from delayq.store.overdue import Attempt, AttemptDeadline
 from delayq.store.tasks import UNCONFIRMED_GRACE_MS
 from delayq.store.values import Claim, Claimed, Entry, KeyWait, NewTask, Outcome as Written, Submitted
@@ -305,11 +306,27 @@ class Exchanges:
 
 
 class Services:
+    """delayq.nodes.cluster.services.ServiceRegistry's reads: the services, by topic, and the flow
+    controls a test sets (`limits`, by topic; a registered topic without any has none)."""
+
     def __init__(self, *services: ServiceSpec):
         self.by_topic = {s.topic: s for s in services}
+        self.limits: dict[str, Controls] = {}
 
     def find(self, topic: str) -> ServiceSpec | None:
         return self.by_topic.get(topic)
+
+    def get(self, topic: str) -> ServiceSpec:
+        svc = self.by_topic.get(topic)
+        if svc is None or not svc.enabled:
+            raise UnknownTopic(topic, disabled=svc is not None)
+        return svc
+
+    def controls(self, topic: str) -> Controls:
+        return self.limits.get(topic, NO_CONTROLS)
+
+    def all_controls(self) -> dict[str, Controls]:
+        return {**{topic: NO_CONTROLS for topic in self.by_topic}, **self.limits}
 
 
 class Clients:

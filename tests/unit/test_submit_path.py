@@ -9,7 +9,6 @@ from typing import Sequence
 from thrift.Thrift import TApplicationException
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import UnknownTopic
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.errors import CallAnswers
@@ -20,25 +19,9 @@ from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.validation import Limits, ServiceSpec
 from delayq.store.controls import Controls
-from delayq.testing.fakes import ManualClock, TaskInserts
+from delayq.testing.fakes import ManualClock, Services, TaskInserts
 
 NOW = 1_700_000_000_000
-
-
-class Services:
-    """The service registry's reads, from memory."""
-
-    def __init__(self, *services: ServiceSpec, rated: Sequence[str] = ()):
-        self._by_topic = {s.topic: s for s in services}
-        self._rated = set(rated)
-
-    def get(self, topic: str) -> ServiceSpec:
-        if topic not in self._by_topic:
-            raise UnknownTopic(topic)
-        return self._by_topic[topic]
-
-    def controls(self, topic: str) -> Controls:
-        return Controls(max_fire_rate=10.0) if topic in self._rated else Controls()
 
 
 def _path(*, rated: Sequence[str] = ()):
@@ -48,8 +31,8 @@ def _path(*, rated: Sequence[str] = ()):
     queue = DelayQueue(clock, shards=[0, 1])
     queue.horizon_ms = NOW + 60_000        # as the loader leaves it: it read the window
     placing = Placing(queue, ownership, window_ms=60_000)
-    services = Services(ServiceSpec("t", "x", "t", max_retries=2, ttr_ms=5_000),
-                        ServiceSpec("r", "x", "r"), rated=rated)
+    services = Services(ServiceSpec("t", "x", "t", max_retries=2, ttr_ms=5_000), ServiceSpec("r", "x", "r"))
+    services.limits = {topic: Controls(max_fire_rate=10.0) for topic in rated}
     writer = TaskInserts()
     access = Access(None, Metrics(), enabled=False)  # type: ignore[arg-type] - never read while disabled
     path = SubmitPath(SubmitGate(access), NewTasks(services, placing, SubmitRules(Limits(100, 86_400_000), 8)),

@@ -3,6 +3,8 @@ delayq.testing.fakes and by the real classes alike:
 
 - a topic's callback service is found as it was registered, by another node too, and a disabled
   one is found disabled (the dispatcher decides what to do with its tasks), an unknown one is None;
+  only an enabled one is got (the submit path), a refusal saying whether the topic is disabled;
+- a topic's flow controls read as an operator set them, and every registered topic has some;
 - an exchange delayq can route by is usable (None), one of another type is unusable with a
   reason, listed by `unusable()` and checked again within the first back-off;
 - the clients load with the version they were read at, and a change moves the version.
@@ -11,8 +13,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from delayq.access.grants import Permission
+from delayq.errors import UnknownTopic
 from delayq.nodes.validation import ServiceSpec
+from delayq.store.controls import NONE as NO_CONTROLS
 from delayq.testing.conformance.lookups import Lookups
 
 FIRST_BACKOFF_S = 2.0       # delayq.nodes.amqp.exchanges: an unusable exchange's first re-check
@@ -39,6 +45,28 @@ class LookupExpectations:
         lookups.register(spec)
         found = lookups.services.find(spec.topic)
         assert found is not None and not found.enabled
+
+    def test_only_an_enabled_service_is_got_and_a_refusal_says_which_it_is(self, lookups: Lookups):
+        enabled, disabled = ServiceSpec(topic(), "delayq", "r"), ServiceSpec(topic(), "delayq", "r", enabled=False)
+        for spec in (enabled, disabled):
+            lookups.register(spec)
+        assert lookups.services.get(enabled.topic) == enabled
+        for name, said_disabled in ((disabled.topic, True), (topic(), False)):
+            with pytest.raises(UnknownTopic) as refused:
+                lookups.services.get(name)
+            assert (refused.value.topic, refused.value.disabled) == (name, said_disabled)
+
+    def test_a_topics_flow_controls_read_as_set_and_every_topic_has_some(self, lookups: Lookups):
+        limited, free = ServiceSpec(topic(), "delayq", "r"), ServiceSpec(topic(), "delayq", "r")
+        for spec in (limited, free):
+            lookups.register(spec)
+        lookups.set_controls(limited.topic, {"max_fire_rate": 50.0, "max_in_flight": 3, "paused": True})
+        set_ = lookups.services.controls(limited.topic)
+        assert (set_.max_fire_rate, set_.max_in_flight, set_.paused) == (50.0, 3, True)
+        assert not lookups.services.controls(free.topic).limited
+        assert lookups.services.controls(topic()) == NO_CONTROLS
+        every = lookups.services.all_controls()
+        assert every[limited.topic] == set_ and not every[free.topic].limited
 
     def test_an_exchange_of_another_type_is_unusable_and_checked_again_soon(self, lookups: Lookups):
         name = lookups.unroutable_exchange()

@@ -9,7 +9,8 @@ node, an exchange RabbitMQ holds of a type delayq cannot route by, a client adde
 from __future__ import annotations
 
 import uuid
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Mapping, Protocol
 
 import pika
 
@@ -22,6 +23,7 @@ from delayq.nodes.cluster.services import ServiceRegistry
 from delayq.nodes.dispatch.ports import ExchangeVerdicts, ServiceFinder
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.clients import ClientStore
+from delayq.store.controls import ControlStore, Controls, checked
 from delayq.testing.database import Database
 from delayq.testing.fakes import Clients, Exchanges, Services
 from delayq.testing.services import AMQP_URL
@@ -33,9 +35,19 @@ class ClientReads(Protocol):
     def load(self) -> tuple[str, dict[str, Client]]: ...
 
 
+class ServiceReads(ServiceFinder, Protocol):
+    """ServiceRegistry as the submit path, the dispatcher and the flow read it."""
+
+    def get(self, topic: str) -> ServiceSpec: ...
+
+    def controls(self, topic: str) -> Controls: ...
+
+    def all_controls(self) -> dict[str, Controls]: ...
+
+
 class Lookups(Protocol):
     @property
-    def services(self) -> ServiceFinder: ...
+    def services(self) -> ServiceReads: ...
 
     @property
     def exchanges(self) -> ExchangeVerdicts: ...
@@ -45,6 +57,9 @@ class Lookups(Protocol):
 
     def register(self, service: ServiceSpec) -> None:
         """Another node registers (or changes) the service."""
+
+    def set_controls(self, topic: str, changes: Mapping[str, Any]) -> None:
+        """An operator changes the topic's flow controls, and the node has read them again."""
 
     def unroutable_exchange(self) -> str:
         """The name of an exchange that exists as a fanout exchange."""
@@ -71,6 +86,9 @@ class FakeLookups:
 
     def register(self, service: ServiceSpec) -> None:
         self._services.by_topic[service.topic] = service
+
+    def set_controls(self, topic: str, changes: Mapping[str, Any]) -> None:
+        self._services.limits[topic] = replace(self._services.controls(topic), **checked(changes))
 
     def unroutable_exchange(self) -> str:
         name = f"conformance.{uuid.uuid4().hex[:10]}"
@@ -109,6 +127,10 @@ class RealLookups:
 
     def register(self, service: ServiceSpec) -> None:
         self._other_node.upsert(service)
+
+    def set_controls(self, topic: str, changes: Mapping[str, Any]) -> None:
+        ControlStore(self._admin).change(topic, changes)
+        self._services.refresh()        # as the services watch does when their change counter moves
 
     def unroutable_exchange(self) -> str:
         name = f"conformance.{uuid.uuid4().hex[:10]}"

@@ -1,54 +1,24 @@
-"""In-memory stand-ins for what the node's dispatch core talks to, so that claim -> publish ->
-confirm -> record runs in a unit test in milliseconds, no server involved:
-
-    ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
-    ClaimTable   job_delay_task and job_shard as far as window scans, claims, releases, records and
-                 time-outs go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore, the loader's
-                 scans of delayq.store.tasks.TaskStore, and delayq.store.overdue.OverdueRows)
-    TaskInserts  new tasks written by the submit path (delayq.store.submits.TaskWriter, groups that
-                 hold no key)
-    Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
-    Exchanges    the exchange guard's verdicts, set by the test
-    Services     topic -> ServiceSpec, and its flow controls
-    Clients      the clients and grants Access reads (delayq.store.clients.ClientStore)
+"""MySQL's task tables in memory: job_delay_task and job_shard as the node's core claims, releases,
+records, scans and times out (`ClaimTable`), and the submit path's new tasks (`TaskInserts`).
 
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
 epoch, attempt + 1, and of a capped topic's earliest tasks up to its room, counted in the claim as
 delayq.store.inflight does; no second attempt of a KEEP_IF_ACTIVE key in flight, the task left
-DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional on READY and the attempt; a fire-and-forget
-attempt overdue to another node only after delayq.store.tasks.UNCONFIRMED_GRACE_MS; every published
-message one outcome, to its batch's handler) and nothing more. delayq.testing.conformance holds
-them to it: the same expectations run on these and on the real MySQL and RabbitMQ.
+DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional
+on READY and the attempt; a fire-and-forget attempt overdue to another node only after
+delayq.store.tasks.UNCONFIRMED_GRACE_MS; a client's id seen before answered as it was written)
+and nothing more: delayq.testing.conformance holds them to MySQL.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from delayq.access.grants import Client
-from delayq.errors import Conflict, StoreUnavailable, UnknownTopic
+from delayq.errors import Conflict, StoreUnavailable
 from delayq.lifecycle import Status
-from delayq.nodes.amqp.frames import Outgoing
-from delayq.nodes.front.caller import Caller, serving
-from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
-from delayq.nodes.validation import ServiceSpec
-from delayq.store.controls import NONE as NO_CONTROLS, Controls
 from delayq.store.overdue import Attempt, AttemptDeadline
 from delayq.store.tasks import UNCONFIRMED_GRACE_MS
 from delayq.store.values import Claim, Claimed, Entry, KeyWait, NewTask, Outcome as Written, Submitted
-
-
-class ManualClock:
-    """delayq.clock.Clock, set by the test: `now` in epoch ms; monotonic() follows it."""
-
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000.0
 
 
 @dataclass
@@ -240,113 +210,3 @@ class TaskInserts:
                 self.rows = seen
                 out.append(answers)
         return out
-
-
-@dataclass
-class Sent:
-    message: Outgoing
-    on_outcome: Outcome
-
-
-class Outbox:
-    """A publisher that takes every batch at once and settles its messages when the test says:
-    `answer(CONFIRMED)` for everything sent, or `answer(FAILED, ids)` for some."""
-
-    def __init__(self) -> None:
-        self.ready = True
-        self.sent: list[Sent] = []
-        self.vetoed: list[tuple[Outgoing, str]] = []
-
-    def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
-        # As the publisher: nothing to write asks no veto, and a batch with no connection to
-        # write to never gets as far as asking it.
-        if not batch:
-            return
-        if not self.ready:
-            for msg in batch:
-                on_outcome(msg.ref, NOT_SENT, "broker not connected")
-            return
-        why = veto() if veto is not None else None
-        for msg in batch:
-            if why is not None:
-                self.vetoed.append((msg, why))
-                on_outcome(msg.ref, VETOED, why)
-            else:
-                self.sent.append(Sent(msg, on_outcome))
-
-    def answer(self, outcome: str = CONFIRMED, message_ids: Sequence[str] | None = None,
-               reason: str | None = None) -> int:
-        """Settle the messages sent (those with these message ids, or all) with one outcome."""
-        chosen = [s for s in self.sent if message_ids is None or s.message.message_id in message_ids]
-        self.sent = [s for s in self.sent if s not in chosen]
-        for s in chosen:
-            s.on_outcome(s.message.ref, outcome, reason or {FAILED: "nacked by the broker",
-                                                            UNROUTABLE: "no queue bound"}.get(outcome))
-        return len(chosen)
-
-    @property
-    def message_ids(self) -> list[str]:
-        return [s.message.message_id for s in self.sent]
-
-
-class Exchanges:
-    """The exchange guard as the dispatcher asks it: why an exchange may not be used (None: it may)."""
-
-    def __init__(self) -> None:
-        self.bad: dict[str, str] = {}
-
-    def verdict(self, exchange: str) -> str | None:
-        return self.bad.get(exchange)
-
-    def retry_in(self, exchange: str) -> float:
-        return 1.0
-
-    def unusable(self) -> dict[str, str]:
-        return dict(self.bad)
-
-
-class Services:
-    """delayq.nodes.cluster.services.ServiceRegistry's reads: the services, by topic, and the flow
-    controls a test sets (`limits`, by topic; a registered topic without any has none)."""
-
-    def __init__(self, *services: ServiceSpec):
-        self.by_topic = {s.topic: s for s in services}
-        self.limits: dict[str, Controls] = {}
-
-    def find(self, topic: str) -> ServiceSpec | None:
-        return self.by_topic.get(topic)
-
-    def get(self, topic: str) -> ServiceSpec:
-        svc = self.by_topic.get(topic)
-        if svc is None or not svc.enabled:
-            raise UnknownTopic(topic, disabled=svc is not None)
-        return svc
-
-    def controls(self, topic: str) -> Controls:
-        return self.limits.get(topic, NO_CONTROLS)
-
-    def all_controls(self) -> dict[str, Controls]:
-        return {**{topic: NO_CONTROLS for topic in self.by_topic}, **self.limits}
-
-
-class Clients:
-    """delayq.store.clients.ClientStore as Access reads it: these clients, at a version a test
-    bumps (with `clients` changed) to make Access load them again."""
-
-    def __init__(self, *clients: Client):
-        self.clients = {c.name: c for c in clients}
-        self.version_ = "1"
-
-    def version(self) -> str:
-        return self.version_
-
-    def load(self) -> tuple[str, dict[str, Client]]:
-        return self.version_, dict(self.clients)
-
-
-def call_as(name: str | None) -> None:
-    """This thread serves calls of the client `name` (None: a caller with no identity), as the
-    CallPool sets its caller before each call."""
-    caller = Caller(("127.0.0.1", 1))
-    caller.name, caller.credential = name, "digest"
-    serving(caller)

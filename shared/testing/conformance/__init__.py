@@ -8,8 +8,9 @@ cannot drift from what it stands for (river's one driver test suite for every dr
     scans      the loader's window scans: ClaimTable        / TaskStore
     submits    new tasks without keys: fakes.TaskInserts    / delayq.store.submits.TaskWriter
     outbox     Outbox: delayq.testing.fakes.Outbox          / delayq.nodes.amqp.publisher.ConfirmedPublisher
-    lookup     ServiceFinder, ExchangeVerdicts, the clients: fakes.Services, Exchanges, Clients /
-               ServiceRegistry, delayq.nodes.amqp.exchanges.ExchangeGuard, delayq.store.clients.ClientStore
+    lookup     ServiceFinder, ExchangeVerdicts, the clients, the tenants: fakes.Services, Exchanges,
+               Clients, Tenants / ServiceRegistry, delayq.nodes.amqp.exchanges.ExchangeGuard,
+               delayq.store.clients.ClientStore, delayq.store.tenants.TenantStore
 
 Each of those modules holds a class of expectations that asks for one fixture, built by its
 harness module: `tasks` (tables.TaskTable), `outboxes` (outboxes.Outboxes) or `lookups`

@@ -7,7 +7,9 @@ delayq.testing.fakes and by the real classes alike:
 - a topic's flow controls read as an operator set them, and every registered topic has some;
 - an exchange delayq can route by is usable (None), one of another type is unusable with a
   reason, listed by `unusable()` and checked again within the first back-off;
-- the clients load with the version they were read at, and a change moves the version.
+- the clients load with the version they were read at, and a change moves the version;
+- the tenants load with their quotas and the topics given to them; a topic's live tasks are
+  counted, topics with none left out.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from delayq.access.grants import Permission
 from delayq.errors import UnknownTopic
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.controls import NONE as NO_CONTROLS
+from delayq.store.tenants import Tenant
 from delayq.testing.conformance.lookups import Lookups
 
 FIRST_BACKOFF_S = 2.0       # delayq.nodes.amqp.exchanges: an unusable exchange's first re-check
@@ -87,3 +90,21 @@ class LookupExpectations:
         version, clients = lookups.clients.load()
         assert version == lookups.clients.version() != before
         assert (clients[name].revoked, set(clients[name].grants)) == (False, {(Permission.SUBMIT, "orders.*")})
+
+    def test_tenants_load_with_their_quotas_and_topics(self, lookups: Lookups):
+        mine, theirs = topic(), topic()
+        for name in (mine, theirs):
+            lookups.register(ServiceSpec(name, "delayq", "r"))
+        name = f"t-{uuid.uuid4().hex[:8]}"
+        lookups.add_tenant(Tenant(name, max_pending=10, max_submit_rate=2.5), [mine])
+        tenants, topics = lookups.tenants.load()
+        assert tenants[name] == Tenant(name, max_pending=10, max_submit_rate=2.5)
+        assert (topics.get(mine), topics.get(theirs)) == (name, None)
+
+    def test_a_topics_live_tasks_are_counted_and_topics_with_none_left_out(self, lookups: Lookups):
+        busy, idle = topic(), topic()
+        for name in (busy, idle):
+            lookups.register(ServiceSpec(name, "delayq", "r"))
+        lookups.submit(busy, 3)
+        assert lookups.tenants.pending([busy, idle]) == {busy: 3}
+        assert lookups.tenants.pending([]) == {}

@@ -1,16 +1,18 @@
 """The lookups the node's core makes — a topic's callback service (ServiceFinder), an exchange's
-verdict (ExchangeVerdicts), the clients and their version (Access's ClientStore reads) — in
-memory (delayq.testing.fakes: Services, Exchanges, Clients, set by the test) or on the real
-service (ServiceRegistry and ClientStore on MySQL, ExchangeGuard on RabbitMQ).
+verdict (ExchangeVerdicts), the clients and their version (Access's ClientStore reads), the
+tenants and their topics' live tasks (the quotas' TenantStore reads) — in memory
+(delayq.testing.fakes: Services, Exchanges, Clients, Tenants, set by the test) or on the real
+service (ServiceRegistry, ClientStore and TenantStore on MySQL, ExchangeGuard on RabbitMQ).
 
 `Lookups` says how an expectation makes the world it looks up: a service registered by another
-node, an exchange RabbitMQ holds of a type delayq cannot route by, a client added by an operator.
+node, an exchange RabbitMQ holds of a type delayq cannot route by, a client or a tenant added by an
+operator, tasks submitted.
 """
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
-from typing import Any, Mapping, Protocol
+from dataclasses import asdict, replace
+from typing import Any, Iterable, Mapping, Protocol
 
 import pika
 
@@ -24,8 +26,11 @@ from delayq.nodes.dispatch.ports import ExchangeVerdicts, ServiceFinder
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.clients import ClientStore
 from delayq.store.controls import ControlStore, Controls, checked
+from delayq.store.sqltext import insert_tasks
+from delayq.store.tenants import Tenant, TenantStore
+from delayq.store.values import NewTask
 from delayq.testing.database import Database
-from delayq.testing.fakes import Clients, Exchanges, Services
+from delayq.testing.fakes import Clients, Exchanges, Services, Tenants
 from delayq.testing.services import AMQP_URL
 
 
@@ -45,6 +50,14 @@ class ServiceReads(ServiceFinder, Protocol):
     def all_controls(self) -> dict[str, Controls]: ...
 
 
+class TenantReads(Protocol):
+    """TenantStore as the quotas read it."""
+
+    def load(self) -> tuple[dict[str, Tenant], dict[str, str]]: ...
+
+    def pending(self, topics: Iterable[str]) -> dict[str, int]: ...
+
+
 class Lookups(Protocol):
     @property
     def services(self) -> ServiceReads: ...
@@ -54,6 +67,9 @@ class Lookups(Protocol):
 
     @property
     def clients(self) -> ClientReads: ...
+
+    @property
+    def tenants(self) -> TenantReads: ...
 
     def register(self, service: ServiceSpec) -> None:
         """Another node registers (or changes) the service."""
@@ -67,10 +83,16 @@ class Lookups(Protocol):
     def add_client(self, name: str, grants: tuple[tuple[str, str], ...]) -> None:
         """An operator adds a client with these grants."""
 
+    def add_tenant(self, tenant: Tenant, topics: Iterable[str]) -> None:
+        """An operator creates the tenant and gives it these (registered) topics."""
+
+    def submit(self, topic: str, count: int) -> None:
+        """`count` live tasks of the topic are written."""
+
 
 class FakeLookups:
     def __init__(self) -> None:
-        self._services, self._exchanges, self._clients = Services(), Exchanges(), Clients()
+        self._services, self._exchanges, self._clients, self._tenants = Services(), Exchanges(), Clients(), Tenants()
 
     @property
     def services(self) -> Services:
@@ -83,6 +105,10 @@ class FakeLookups:
     @property
     def clients(self) -> Clients:
         return self._clients
+
+    @property
+    def tenants(self) -> Tenants:
+        return self._tenants
 
     def register(self, service: ServiceSpec) -> None:
         self._services.by_topic[service.topic] = service
@@ -99,6 +125,13 @@ class FakeLookups:
         self._clients.clients[name] = Client(name, "digest", grants=frozenset(check_grant(*g) for g in grants))
         self._clients.version_ = str(int(self._clients.version_) + 1)
 
+    def add_tenant(self, tenant: Tenant, topics: Iterable[str]) -> None:
+        self._tenants.tenants[tenant.name] = tenant
+        self._tenants.topics.update({topic: tenant.name for topic in topics})
+
+    def submit(self, topic: str, count: int) -> None:
+        self._tenants.live[topic] = self._tenants.live.get(topic, 0) + count
+
 
 class RealLookups:
     """The node's reads (its own MySQL account, its own ServiceRegistry) and an operator's or
@@ -111,6 +144,7 @@ class RealLookups:
         self._services = ServiceRegistry(self._node, SYSTEM_CLOCK)
         self._exchanges = ExchangeGuard(amqp_parameters(AMQP_URL, 5000))
         self._operator, self._clients = ClientStore(self._admin), ClientStore(self._node)
+        self._tenant_admin, self._tenants = TenantStore(self._admin), TenantStore(self._node)
         self._made: list[str] = []
 
     @property
@@ -124,6 +158,10 @@ class RealLookups:
     @property
     def clients(self) -> ClientStore:
         return self._clients
+
+    @property
+    def tenants(self) -> TenantStore:
+        return self._tenants
 
     def register(self, service: ServiceSpec) -> None:
         self._other_node.upsert(service)
@@ -141,6 +179,16 @@ class RealLookups:
 
     def add_client(self, name: str, grants: tuple[tuple[str, str], ...]) -> None:
         self._operator.add(name, grants=grants)
+
+    def add_tenant(self, tenant: Tenant, topics: Iterable[str]) -> None:
+        self._tenant_admin.create(tenant.name, {k: v for k, v in asdict(tenant).items() if k != "name"})
+        self._tenant_admin.assign(tenant.name, topics=topics)
+
+    def submit(self, topic: str, count: int) -> None:
+        due = SYSTEM_CLOCK.now_ms() + 3_600_000
+        with self._admin.begin() as conn:
+            conn.exec_driver_sql(insert_tasks([NewTask(f"{topic}-{uuid.uuid4().hex[:12]}", topic, 0, due, b"",
+                                                       bytes(16), 3, 3000, due) for _ in range(count)]))
 
     def close(self) -> None:
         with pika.BlockingConnection(pika.URLParameters(AMQP_URL)) as conn:

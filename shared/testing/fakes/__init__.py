@@ -11,14 +11,15 @@ record runs in a unit test in milliseconds, no server involved:
     Exchanges    the exchange guard's verdicts, set by the test
     Services     topic -> ServiceSpec, and its flow controls
     Clients      the clients and grants Access reads (delayq.store.clients.ClientStore)
+    Tenants      the tenants and their topics' live tasks the quotas read (delayq.store.tenants.TenantStore)
 
 They keep the contracts the real ones keep and nothing more; delayq.testing.conformance holds
 them to it: the same expectations run on these and on the real MySQL and RabbitMQ.
 """
 from delayq.testing.fakes.broker import Exchanges, Outbox, Sent
 from delayq.testing.fakes.clock import ManualClock
-from delayq.testing.fakes.registry import Clients, Services, call_as
+from delayq.testing.fakes.registry import Clients, Services, Tenants, call_as
 from delayq.testing.fakes.tables import ClaimTable, Row, TaskInserts
 
 __all__ = ["ClaimTable", "Clients", "Exchanges", "ManualClock", "Outbox", "Row", "Sent", "Services", "TaskInserts",
-           "call_as"]
+           "Tenants", "call_as"]

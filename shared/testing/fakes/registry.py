@@ -5,11 +5,14 @@ thread serves (`call_as`). delayq.testing.conformance holds them to MySQL.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from delayq.access.grants import Client
-from delayq.errors import UnknownTopic
+from delayq.errors import StoreUnavailable, UnknownTopic
 from delayq.nodes.front.caller import Caller, serving
 from delayq.nodes.validation import ServiceSpec
 from delayq.store.controls import NONE as NO_CONTROLS, Controls
+from delayq.store.tenants import Tenant
 
 
 class Services:
@@ -49,6 +52,32 @@ class Clients:
 
     def load(self) -> tuple[str, dict[str, Client]]:
         return self.version_, dict(self.clients)
+
+
+class Tenants:
+    """delayq.store.tenants.TenantStore as the quotas read it: the tenants, the topic -> tenant of
+    the topics that have one, and the live tasks of each topic (`live`); `reads` counts the reads
+    of the live tasks, `down` fails every read as MySQL away does."""
+
+    def __init__(self, tenants: Iterable[Tenant] = (), topics: dict[str, str] | None = None,
+                 live: dict[str, int] | None = None):
+        self.tenants = {t.name: t for t in tenants}
+        self.topics, self.live = dict(topics or {}), dict(live or {})
+        self.reads, self.down = 0, False
+
+    def load(self) -> tuple[dict[str, Tenant], dict[str, str]]:
+        self._check()
+        return dict(self.tenants), dict(self.topics)
+
+    def pending(self, topics: Iterable[str]) -> dict[str, int]:
+        """Live tasks per topic, topics with none left out."""
+        self._check()
+        self.reads += 1
+        return {t: self.live[t] for t in set(topics) if self.live.get(t)}
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("MySQL unavailable: (2003, \"Can't connect\")")
 
 
 def call_as(name: str | None) -> None:

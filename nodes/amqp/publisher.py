@@ -19,7 +19,8 @@ outcomes (CONFIRMED, UNROUTABLE, NOT_SENT, VETOED, FAILED) and the ledger of wha
 confirm: delayq.nodes.amqp.confirms.
 
 States: CONNECTING -> READY -> (connection lost) -> CONNECTING ... ; stop() -> STOPPED.
-While not READY, publish() fails messages at once (FAILED) instead of queueing them.
+While not READY, publish() settles messages at once, on the caller's thread, as NOT_SENT (they
+never left the node) instead of queueing them.
 
 Given the parameters of several brokers (the nodes of a RabbitMQ cluster), it connects to the first
 and, after a failed connect or a lost connection, to the next one (wrapping): what was unconfirmed

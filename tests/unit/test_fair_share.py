@@ -13,6 +13,7 @@ from delayq.nodes.memory.fairshare import BACKLOG, BEHIND_MS
 from delayq.nodes.memory.flow import Bucket, Flow
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.store.controls import Controls
+from delayq.testing.fakes import Services
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -273,14 +274,6 @@ class Watch:
             listener()
 
 
-class Services:
-    def __init__(self):
-        self.controls: dict[str, Controls] = {}
-
-    def all_controls(self):
-        return dict(self.controls)
-
-
 class Metrics:
     def topic_gauges(self, figures):
         pass
@@ -289,19 +282,19 @@ class Metrics:
 def test_a_topic_spreads_once_when_it_gets_a_rate_limit_and_not_at_the_first_read():
     from delayq.nodes.memory.flow import follow
     watch, services, spread = Watch(), Services(), []
-    services.controls = {"old": Controls(max_fire_rate=10.0), "capped": Controls(max_in_flight=3)}
+    services.limits = {"old": Controls(max_fire_rate=10.0), "capped": Controls(max_in_flight=3)}
     follow(watch, services, Flow(Ownership("n1")), DelayQueue(Clock()), lambda: None, Metrics(),
            lambda topic: spread.append(topic) or 0)
     watch.changed()                 # the first read: limits set before this node started
     assert spread == []
-    services.controls["new"] = Controls(max_fire_rate=5.0)
-    services.controls["capped"] = Controls(max_in_flight=4)
+    services.limits["new"] = Controls(max_fire_rate=5.0)
+    services.limits["capped"] = Controls(max_in_flight=4)
     watch.changed()
     watch.changed()                 # unchanged: nothing more
     assert spread == ["new"]
-    del services.controls["new"]
+    del services.limits["new"]
     watch.changed()
-    services.controls["new"] = Controls(max_fire_rate=7.0)
+    services.limits["new"] = Controls(max_fire_rate=7.0)
     watch.changed()
     assert spread == ["new", "new"]
 

@@ -9,36 +9,28 @@ from delayq.errors import Unavailable
 from delayq.nodes.memory.delayqueue import DelayQueue, Entry
 from delayq.nodes.memory.loader import Loader, ScanSettings
 from delayq.nodes.cluster.ownership import Ownership
-from delayq.testing.fakes import ManualClock
+from delayq.testing.fakes import ClaimTable, ManualClock
 
 WINDOW, FULL = 60_000, 60_000
 
 
 
 
-class Rows:
-    """job_delay_task reduced to its DELAY rows; records each scan's shards and due-time range."""
+class Rows(ClaimTable):
+    """job_delay_task in memory (delayq.testing.fakes.ClaimTable, held to MySQL's answers by
+    delayq.testing.conformance); records each scan's shards and due-time range."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, Entry] = {}
+        super().__init__({})
         self.scans: list[tuple[tuple[int, ...], int, int]] = []
         self.fail_next = False
-
-    def add(self, task_id: str, due_ms: int, shard: int = 1) -> None:
-        self.rows[task_id] = Entry(task_id, shard, due_ms)
 
     def scan_due(self, shards, before_ms: int, limit: int, from_ms: int = 0, skip=()) -> list[Entry]:
         if self.fail_next:
             self.fail_next = False
             raise Unavailable("MySQL unavailable")
         self.scans.append((tuple(sorted(shards)), from_ms, before_ms))
-        found = sorted((e for e in self.rows.values()
-                        if e.shard_id in set(shards) and from_ms <= e.due_ms < before_ms and e.topic not in skip),
-                       key=lambda e: e.due_ms)
-        return found[:limit]
-
-    def expired(self, shards, now_ms, limit, owner):
-        return []
+        return super().scan_due(shards, before_ms, limit, from_ms, skip)
 
 
 def scan(loader: Loader, rows: Rows) -> list[tuple[tuple[int, ...], int, int]]:
@@ -61,8 +53,8 @@ def setup():
 
 def test_the_first_scan_reads_the_whole_window_and_the_next_only_what_lies_past_the_horizon(setup):
     clock, rows, queue, _, loader = setup
-    rows.add("overdue", clock.now - 10_000)
-    rows.add("soon", clock.now + 1_000)
+    rows.add("overdue", 1, clock.now - 10_000)
+    rows.add("soon", 1, clock.now + 1_000)
     assert scan(loader, rows) == [((1, 2), 0, clock.now + WINDOW)]
     assert len(queue) == 2 and queue.horizon_ms == clock.now + WINDOW
 
@@ -70,7 +62,7 @@ def test_the_first_scan_reads_the_whole_window_and_the_next_only_what_lies_past_
     clock.now += 5_000
     for dispatched in ("overdue", "soon"):
         queue.remove(dispatched)
-    rows.add("came_into_window", first_end + 1_000)
+    rows.add("came_into_window", 1, first_end + 1_000)
     # Past the horizon for every shard, and the loaded part again for a share of them only.
     assert scan(loader, rows) == [((1, 2), first_end, clock.now + WINDOW), ((1,), 0, first_end)]
     assert queue.holds("came_into_window", first_end + 1_000)
@@ -81,7 +73,7 @@ def test_a_row_written_below_the_horizon_behind_the_nodes_back_is_loaded_within_
     ownership.set({s: 1 for s in range(1, 41)}, list(range(1, 41)))
     scan(loader, rows)
     due = clock.now + 30_000
-    rows.add("redriven", due, shard=40)             # e.g. `delayq tasks redrive`: straight into MySQL
+    rows.add("redriven", 40, due)                   # e.g. `delayq tasks redrive`: straight into MySQL
     for passes in range(1, FULL // 5_000 + 1):
         clock.now += 5_000
         scans = scan(loader, rows)
@@ -95,7 +87,7 @@ def test_a_row_written_below_the_horizon_behind_the_nodes_back_is_loaded_within_
 
 def test_the_rolling_re_read_pauses_while_memory_holds_a_backlog_and_then_goes_on(setup):
     clock, rows, queue, _, loader = setup
-    rows.add("late", clock.now + 1_000)
+    rows.add("late", 1, clock.now + 1_000)
     scan(loader, rows)
     clock.now += 5_000                        # "late" is 4 s overdue: the dispatcher is behind
     assert scan(loader, rows) == [((1, 2), clock.now - 5_000 + WINDOW, clock.now + WINDOW)]
@@ -128,7 +120,7 @@ def test_gained_shards_a_reset_horizon_a_rescan_request_and_a_failed_scan_each_m
 def test_incremental_scans_load_the_same_tasks_as_full_ones(setup):
     clock, rows, queue, _, loader = setup
     for i in range(300):
-        rows.add(f"t{i}", clock.now + i * 1_000, shard=1 + i % 2)
+        rows.add(f"t{i}", 1 + i % 2, clock.now + i * 1_000)
     taken = set()
     for _ in range(60):
         loader.scan_once()

@@ -1,15 +1,16 @@
 """Unit tests for tenants and quotas without servers: the quotas' validation
 (delayq.store.tenants), the token bucket and the split of a rate between nodes, and the check of a
-group of submits (delayq.nodes.front.quotas.Quotas with a store in memory and a driven clock)."""
+group of submits (delayq.nodes.front.quotas.Quotas on delayq.testing.fakes.Tenants and a driven clock)."""
 from __future__ import annotations
 
 import pytest
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import QuotaExceeded, StoreUnavailable
+from delayq.errors import QuotaExceeded
 from delayq.nodes.front.quotas import Quotas, TokenBucket, node_share
 from delayq.nodes.metrics import Metrics
 from delayq.store.tenants import Tenant, check_name, checked
+from delayq.testing.fakes import Tenants
 
 NOW_MS = 1_700_000_000_000
 
@@ -25,27 +26,8 @@ class Clock:
         return NOW_MS + int(self.t * 1000)
 
 
-class Store:
-    """TenantStore's reads, from memory; counts how often pending was read."""
-
-    def __init__(self, tenants: list[Tenant], topics: dict[str, str], pending: dict[str, int] | None = None):
-        self.tenants, self.topics, self.live = {t.name: t for t in tenants}, topics, dict(pending or {})
-        self.counts, self.down = 0, False
-
-    def load(self):
-        if self.down:
-            raise StoreUnavailable("MySQL unavailable")
-        return dict(self.tenants), dict(self.topics)
-
-    def pending(self, topics):
-        if self.down:
-            raise StoreUnavailable("MySQL unavailable")
-        self.counts += 1
-        return {t: self.live[t] for t in topics if t in self.live}
-
-
 def make(tenants, topics, pending=None, live=1):
-    store, clock, metrics = Store(tenants, topics, pending), Clock(), Metrics()
+    store, clock, metrics = Tenants(tenants, topics, pending), Clock(), Metrics()
     q = Quotas(store, metrics, clock, live=lambda: live)
     q.reload()
     return q, store, clock, metrics
@@ -122,7 +104,7 @@ def test_topics_without_a_tenant_or_tenants_without_quotas_cost_nothing():
     q, store, _, _ = make([Tenant("free")], {"a": "free"})
     assert q.charge([task("a")] * 1000, True, NOW_MS) is None
     assert q.charge([task("other")], False, NOW_MS) is None
-    assert store.counts == 0
+    assert store.reads == 0
 
 
 def test_payload_and_horizon_are_checked_per_task_with_the_index_in_a_batch():
@@ -140,7 +122,7 @@ def test_payload_and_horizon_are_checked_per_task_with_the_index_in_a_batch():
 
 def test_pending_counts_mysql_plus_what_this_node_accepted_since_and_refuses_a_batch_whole():
     q, store, _, metrics = make([Tenant("acme", max_pending=10)], {"a": "acme", "a2": "acme"}, {"a": 4, "a2": 3})
-    assert store.counts == 1                        # counted before the quota was used
+    assert store.reads == 1                        # counted before the quota was used
     assert q.charge([task()] * 3, True, NOW_MS)     # 7 + 3 = 10
     e = refused(q, [task("a2")])
     assert (e.tenant, e.quota, e.limit, e.index) == ("acme", "pending", 10, None)

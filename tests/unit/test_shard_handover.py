@@ -1,7 +1,8 @@
 """The handover (docs/ARCHITECTURE.md, invariant 8): whatever a node writes back as DELAY for a
 shard it no longer owns, and what its memory held of a shard it just lost, reaches the shard's
 new owner as hints; claims whose answer MySQL lost are undone. In memory: the queue, the
-ownership, the recorder and the unsettled claims run against small fakes, time set by the test."""
+ownership, the recorder and the unsettled claims run against small fakes (MySQL's tasks as
+delayq.testing.fakes.ClaimTable), time set by the test."""
 from __future__ import annotations
 
 import logging
@@ -9,6 +10,7 @@ import logging
 import pytest
 
 from delayq.errors import Unavailable
+from delayq.lifecycle import Status
 from delayq.nodes.memory.delayqueue import HANDOVER_LOOKBACK_S, DelayQueue, Entry
 from delayq.nodes.memory.hints import Handover
 from delayq.nodes.dispatch.attempts import RETURNED, Attempt, Settled
@@ -20,7 +22,7 @@ from delayq.nodes.outcomes.recorder import RecordSettings, Recorder
 from delayq.nodes.dispatch.unsettled import Unsettled
 from delayq.store.values import Claimed
 
-from delayq.testing.fakes import ManualClock
+from delayq.testing.fakes import ClaimTable, ManualClock
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -91,47 +93,42 @@ def test_the_handover_keeps_only_what_is_due_within_the_window_and_keeps_order_w
 # ---- claims whose answer was lost --------------------------------------------------------------
 
 
-class Store:
-    """TaskStore's unclaim and release, recorded; `down` makes them fail as MySQL away does."""
+def claimed(table: ClaimTable, clock: ManualClock, *rows: tuple[str, int, int]) -> list[Claimed]:
+    """These (task id, shard, due) rows written and claimed by n1 now, holding their shards at epoch 1."""
+    for task_id, shard, due_ms in rows:
+        table.shards[shard] = ("n1", 1)
+        table.add(task_id, shard, due_ms)
+    entries = [Entry(task_id, shard, due_ms) for task_id, shard, due_ms in rows]
+    return table.claim(entries, "n1", {shard: 1 for _, shard, _ in rows}, clock.now).claimed
 
-    def __init__(self) -> None:
-        self.down = False
-        self.unclaimed: list[tuple[tuple[str, ...], str, int]] = []
-        self.released: list[tuple[list[str], int, bool]] = []
 
-    def unclaim(self, task_ids, owner, claimed_ms, now_ms) -> int:
-        if self.down:
-            raise Unavailable("MySQL unavailable")
-        self.unclaimed.append((tuple(task_ids), owner, claimed_ms))
-        return len(task_ids)
-
-    def release(self, claimed, due_ms, sent, node_id, now_ms) -> int:
-        if self.down:
-            raise Unavailable("MySQL unavailable")
-        self.released.append(([c.task_id for c in claimed], due_ms, sent))
-        return len(claimed)
+def state(table: ClaimTable, task_id: str) -> tuple[Status, int, int]:
+    """What MySQL would show of the task: status, attempt, due time."""
+    row = table.rows[task_id]
+    return row.status, row.attempt, row.due_ms
 
 
 def test_a_claim_without_an_answer_is_undone_once_mysql_answers(clock):
-    store = Store()
-    unsettled = Unsettled(store, clock)
-    unsettled.note([Entry("a", 1, 5), Entry("b", 2, 6)], "n1@s", 999)
-    store.down = True
+    table = ClaimTable({})
+    claimed(table, clock, ("a", 1, 5), ("b", 2, 6))      # committed; its answer never came
+    unsettled = Unsettled(table, clock)
+    unsettled.note([Entry("a", 1, 5), Entry("b", 2, 6)], "n1", clock.now)
+    table.down = True
     with pytest.raises(Unavailable):
         unsettled.settle()
-    assert unsettled.pending and store.unclaimed == []
-    store.down = False
+    assert unsettled.pending and state(table, "a") == (Status.READY, 1, 5)
+    table.down = False
     assert unsettled.settle() == 2
-    assert store.unclaimed == [(("a", "b"), "n1@s", 999)] and not unsettled.pending
+    assert (state(table, "a"), state(table, "b")) == ((Status.DELAY, 0, 5), (Status.DELAY, 0, 6))
+    assert not unsettled.pending
 
 
 # ---- claims handed back -------------------------------------------------------------------------
 
 
-def returned(task_id: str, shard: int, due_ms: int, why: str) -> Settled:
+def returned(task: Claimed, why: str) -> Settled:
     """A claimed attempt the dispatcher did not publish (its claim no longer current)."""
-    task = Claimed(task_id, "t", shard, due_ms, 1, b"", 3000, 3)
-    return Settled(Attempt(task, Lease(0.0, 0, "n1", {shard: 1}), due_ms), RETURNED, why, due_ms)
+    return Settled(Attempt(task, Lease(0.0, 0, "n1", {task.shard_id: 1}), task.due_ms), RETURNED, why, task.due_ms)
 
 
 def recorder(clock, queue, ownership, store) -> Recorder:
@@ -141,23 +138,26 @@ def recorder(clock, queue, ownership, store) -> Recorder:
 
 def test_claims_of_a_moved_shard_go_back_at_their_due_time_to_the_new_owner_logged_at_info(
         clock, queue, handed, caplog):
-    store, ownership = Store(), Ownership("n1")
+    table, ownership = ClaimTable({}), Ownership("n1")
+    x, y = claimed(table, clock, ("x", 2, clock.now - 3), ("y", 1, clock.now + 7))
     ownership.set({1: 1}, [1, 2])
     queue.own({1})
-    rec = recorder(clock, queue, ownership, store)
-    rec.put([returned("x", 2, clock.now - 3, MOVED), returned("y", 1, clock.now + 7, MOVED)])
+    rec = recorder(clock, queue, ownership, table)
+    rec.put([returned(x, MOVED), returned(y, MOVED)])
     with caplog.at_level(logging.INFO, logger="delayq.nodes.outcomes.recorder"):
         rec._record([rec._inbox.get_nowait() for _ in range(2)])
-    assert store.released == [(["x"], clock.now - 3, False), (["y"], clock.now + 7, False)]
+    # Back to DELAY at their due time, with the attempt that never left given back.
+    assert (state(table, "x"), state(table, "y")) == ((Status.DELAY, 0, clock.now - 3), (Status.DELAY, 0, clock.now + 7))
     assert [e.task_id for e in handed] == ["x"] and queue.holds("y", clock.now + 7)
     assert [r.levelname for r in caplog.records] == ["INFO"]
     assert "handed back 2 claims of shards [1, 2]" in caplog.records[0].getMessage()
 
 
 def test_claims_refused_for_a_broken_session_are_a_warning(clock, queue, caplog):
-    store, ownership = Store(), Ownership("n1")
-    rec = recorder(clock, queue, ownership, store)
-    rec.put([returned("x", 1, clock.now, BROKEN)])
+    table, ownership = ClaimTable({}), Ownership("n1")
+    x, = claimed(table, clock, ("x", 1, clock.now))
+    rec = recorder(clock, queue, ownership, table)
+    rec.put([returned(x, BROKEN)])
     with caplog.at_level(logging.INFO, logger="delayq.nodes.outcomes.recorder"):
         rec._record([rec._inbox.get_nowait()])
     assert [r.levelname for r in caplog.records] == ["WARNING"]

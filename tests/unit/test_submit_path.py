@@ -1,6 +1,7 @@
 """Unit tests of the submit path without servers (delayq.nodes.front.submitpath, .newtasks,
 .writes): a group of calls each answered on its own, the conversion of TaskSpecs into NewTasks,
-and what reaches memory after the commit. The store's writer is a fake in memory."""
+and what reaches memory after the commit. The store's writer is delayq.testing.fakes.TaskInserts,
+held to TaskWriter's answers by delayq.testing.conformance."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -8,7 +9,6 @@ from typing import Sequence
 from thrift.Thrift import TApplicationException
 
 from delayq.client.gen.delayq_thrift import ttypes
-from delayq.errors import Conflict, UnknownTopic
 from delayq.nodes.cluster.ownership import Ownership
 from delayq.nodes.front.access import Access
 from delayq.nodes.front.errors import CallAnswers
@@ -19,47 +19,9 @@ from delayq.nodes.memory.delayqueue import DelayQueue
 from delayq.nodes.metrics import Metrics
 from delayq.nodes.validation import Limits, ServiceSpec
 from delayq.store.controls import Controls
-from delayq.store.values import NewTask, Submitted
-from delayq.testing.fakes import ManualClock
+from delayq.testing.fakes import ManualClock, Services, TaskInserts
 
 NOW = 1_700_000_000_000
-
-
-class Services:
-    """The service registry's reads, from memory."""
-
-    def __init__(self, *services: ServiceSpec, rated: Sequence[str] = ()):
-        self._by_topic = {s.topic: s for s in services}
-        self._rated = set(rated)
-
-    def get(self, topic: str) -> ServiceSpec:
-        if topic not in self._by_topic:
-            raise UnknownTopic(topic)
-        return self._by_topic[topic]
-
-    def controls(self, topic: str) -> Controls:
-        return Controls(max_fire_rate=10.0) if topic in self._rated else Controls()
-
-
-class Writer:
-    """TaskWriter.insert_groups in memory: a client's id seen before is answered as it was, or a
-    Conflict when its content differs."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, NewTask] = {}
-        self.statements = 0
-
-    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list:
-        self.statements += 1
-        out: list = []
-        for group in groups:
-            seen = [self.rows.get(t.task_id) for t in group]
-            if any(s is not None and s.spec_hash != t.spec_hash for s, t in zip(seen, group)):
-                out.append(Conflict(group[0].task_id, "exists with different content"))
-                continue
-            out.append([Submitted(t.task_id, t.shard_id, t.due_ms, s is None) for s, t in zip(seen, group)])
-            self.rows.update({t.task_id: t for s, t in zip(seen, group) if s is None})
-        return out
 
 
 def _path(*, rated: Sequence[str] = ()):
@@ -69,9 +31,9 @@ def _path(*, rated: Sequence[str] = ()):
     queue = DelayQueue(clock, shards=[0, 1])
     queue.horizon_ms = NOW + 60_000        # as the loader leaves it: it read the window
     placing = Placing(queue, ownership, window_ms=60_000)
-    services = Services(ServiceSpec("t", "x", "t", max_retries=2, ttr_ms=5_000),
-                        ServiceSpec("r", "x", "r"), rated=rated)
-    writer = Writer()
+    services = Services(ServiceSpec("t", "x", "t", max_retries=2, ttr_ms=5_000), ServiceSpec("r", "x", "r"))
+    services.limits = {topic: Controls(max_fire_rate=10.0) for topic in rated}
+    writer = TaskInserts()
     access = Access(None, Metrics(), enabled=False)  # type: ignore[arg-type] - never read while disabled
     path = SubmitPath(SubmitGate(access), NewTasks(services, placing, SubmitRules(Limits(100, 86_400_000), 8)),
                       writer, placing, CallAnswers(Metrics()), clock)  # type: ignore[arg-type]

@@ -1,49 +1,24 @@
-"""In-memory stand-ins for what the node's dispatch core talks to, so that claim -> publish ->
-confirm -> record runs in a unit test in milliseconds, no server involved:
-
-    ManualClock  time that moves only when the test moves it (both the wall and the monotonic clock)
-    ClaimTable   job_delay_task and job_shard as far as claims, releases, records and time-outs
-                 go (delayq.nodes.dispatch.ports.ClaimStore and RecordStore, and
-                 delayq.store.overdue.OverdueRows)
-    Outbox       a publisher whose broker answers when the test says (delayq.nodes.dispatch.ports.Outbox)
-    Exchanges    the exchange guard's verdicts, set by the test
-    Services     topic -> ServiceSpec
-    Clients      the clients and grants Access reads (delayq.store.clients.ClientStore)
+"""MySQL's task tables in memory: job_delay_task and job_shard as the node's core claims, releases,
+records, scans and times out (`ClaimTable`), and the submit path's new tasks (`TaskInserts`).
 
 They keep the contracts the real ones keep (a claim only of DELAY rows of shards held at their
 epoch, attempt + 1, and of a capped topic's earliest tasks up to its room, counted in the claim as
 delayq.store.inflight does; no second attempt of a KEEP_IF_ACTIVE key in flight, the task left
-DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional on READY and the attempt; every published
-message one outcome, to its batch's handler) and nothing more. The integration tests prove the same paths on
-the real MySQL and RabbitMQ.
+DELAY and answered as waiting, as delayq.store.oneflight's unique key does; a release conditional
+on READY and the attempt; a fire-and-forget attempt overdue to another node only after
+delayq.store.tasks.UNCONFIRMED_GRACE_MS; a client's id seen before answered as it was written)
+and nothing more: delayq.testing.conformance holds them to MySQL.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from delayq.access.grants import Client
-from delayq.errors import StoreUnavailable
+from delayq.errors import Conflict, StoreUnavailable
 from delayq.lifecycle import Status
-from delayq.nodes.amqp.frames import Outgoing
-from delayq.nodes.front.caller import Caller, serving
-from delayq.nodes.amqp.confirms import CONFIRMED, FAILED, NOT_SENT, UNROUTABLE, VETOED, Outcome
-from delayq.nodes.validation import ServiceSpec
 from delayq.store.overdue import Attempt, AttemptDeadline
-from delayq.store.values import Claim, Claimed, Entry, KeyWait
-
-
-class ManualClock:
-    """delayq.clock.Clock, set by the test: `now` in epoch ms; monotonic() follows it."""
-
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000.0
+from delayq.store.tasks import UNCONFIRMED_GRACE_MS
+from delayq.store.values import Claim, Claimed, Entry, KeyWait, NewTask, Outcome as Written, Submitted
 
 
 @dataclass
@@ -86,6 +61,25 @@ class ClaimTable:
         if self.down:
             raise StoreUnavailable("MySQL unavailable: (2003, \"Can't connect\")")
 
+    def scan_due(self, shards: Iterable[int], before_ms: int, limit: int, from_ms: int = 0,
+                 skip: Iterable[str] = ()) -> list[Entry]:
+        """delayq.store.tasks.TaskStore.scan_due: the loader's window scan."""
+        self._check()
+        shards, skip = set(shards), set(skip)
+        return self._due(lambda r: r.shard_id in shards and from_ms <= r.due_ms < before_ms
+                         and r.topic not in skip, limit)
+
+    def scan_topic(self, shards: Iterable[int], topic: str, before_ms: int, limit: int) -> list[Entry]:
+        """delayq.store.tasks.TaskStore.scan_topic: a limited topic's earliest tasks."""
+        self._check()
+        shards = set(shards)
+        return self._due(lambda r: r.shard_id in shards and r.topic == topic and r.due_ms < before_ms, limit)
+
+    def _due(self, wanted: Callable[[Row], bool], limit: int) -> list[Entry]:
+        found = sorted((r for r in self.rows.values() if r.status is Status.DELAY and wanted(r)),
+                       key=lambda r: r.due_ms)
+        return [Entry(r.task_id, r.shard_id, r.due_ms, topic=r.topic) for r in found[:limit]]
+
     def claim(self, entries: Sequence[Entry], owner: str, fence: Mapping[int, int], now_ms: int,
               caps: Mapping[str, int] | None = None) -> Claim:
         self._check()
@@ -105,7 +99,8 @@ class ClaimTable:
                 waits.append(KeyWait(e, r.topic, r.key))
                 continue
             r.status, r.attempt, r.owner, r.claimed_ms = Status.READY, r.attempt + 1, owner, now_ms
-            r.deadline_ms = now_ms + r.ttr_ms
+            # A fire-and-forget attempt (ttr 0) has the grace of an unconfirmed one, as in MySQL.
+            r.deadline_ms = now_ms + (r.ttr_ms if r.ttr_ms > 0 else UNCONFIRMED_GRACE_MS)
             flying.add(r.flight_key)
             out.append(Claimed(r.task_id, r.topic, r.shard_id, r.due_ms, r.attempt, r.payload, r.ttr_ms, 3, r.key))
         if self.lose_next_answer:
@@ -154,6 +149,9 @@ class ClaimTable:
                 r.status, r.due_ms, r.owner = Status.DELAY, due_ms, None
                 r.attempt = c.attempt if sent else c.attempt - 1
                 n += 1
+            if r and sent:
+                # It may have reached a queue: its execlog row (UNCONFIRMED) says it was dispatched.
+                r.dispatched.setdefault(c.attempt, now_ms)
         return n
 
     def expired(self, shards: Sequence[int] | set[int], now_ms: int, limit: int, owner: str) -> list[Attempt]:
@@ -183,89 +181,32 @@ class ClaimTable:
         return done
 
 
-@dataclass
-class Sent:
-    message: Outgoing
-    on_outcome: Outcome
-
-
-class Outbox:
-    """A publisher that takes every batch at once and settles its messages when the test says:
-    `answer(CONFIRMED)` for everything sent, or `answer(FAILED, ids)` for some."""
+class TaskInserts:
+    """delayq.store.submits.TaskWriter.insert_groups for groups that hold no key: new tasks by
+    id (`rows`), a client's id seen before answered as it was written, or the group's Conflict
+    when its content differs; each call one statement (`statements`)."""
 
     def __init__(self) -> None:
-        self.ready = True
-        self.sent: list[Sent] = []
-        self.vetoed: list[tuple[Outgoing, str]] = []
+        self.rows: dict[str, NewTask] = {}
+        self.statements = 0
 
-    def publish(self, batch: list[Outgoing], on_outcome: Outcome, veto: Callable[[], str | None] | None = None) -> None:
-        why = veto() if veto is not None else None
-        for msg in batch:
-            if why is not None:
-                self.vetoed.append((msg, why))
-                on_outcome(msg.ref, VETOED, why)
-            elif not self.ready:
-                on_outcome(msg.ref, NOT_SENT, "broker not connected")
+    def insert_groups(self, groups: Sequence[Sequence[NewTask]]) -> list[list[Submitted] | Exception]:
+        self.statements += 1
+        out: list[list[Submitted] | Exception] = []
+        for group in groups:
+            seen = dict(self.rows)          # a group sees earlier groups' tasks, and its own
+            answers: list[Submitted] = []
+            for t in group:
+                before = seen.get(t.task_id)
+                if before is not None and before.spec_hash != t.spec_hash:
+                    out.append(Conflict(t.task_id, "exists with different content"))
+                    break
+                if before is not None:
+                    answers.append(Submitted(t.task_id, before.shard_id, before.due_ms, False, Written.DEDUPLICATED))
+                else:
+                    seen[t.task_id] = t
+                    answers.append(Submitted(t.task_id, t.shard_id, t.due_ms, True))
             else:
-                self.sent.append(Sent(msg, on_outcome))
-
-    def answer(self, outcome: str = CONFIRMED, message_ids: Sequence[str] | None = None,
-               reason: str | None = None) -> int:
-        """Settle the messages sent (those with these message ids, or all) with one outcome."""
-        chosen = [s for s in self.sent if message_ids is None or s.message.message_id in message_ids]
-        self.sent = [s for s in self.sent if s not in chosen]
-        for s in chosen:
-            s.on_outcome(s.message.ref, outcome, reason or {FAILED: "nacked by the broker",
-                                                            UNROUTABLE: "no queue bound"}.get(outcome))
-        return len(chosen)
-
-    @property
-    def message_ids(self) -> list[str]:
-        return [s.message.message_id for s in self.sent]
-
-
-class Exchanges:
-    """The exchange guard as the dispatcher asks it: why an exchange may not be used (None: it may)."""
-
-    def __init__(self) -> None:
-        self.bad: dict[str, str] = {}
-
-    def verdict(self, exchange: str) -> str | None:
-        return self.bad.get(exchange)
-
-    def retry_in(self, exchange: str) -> float:
-        return 1.0
-
-    def unusable(self) -> dict[str, str]:
-        return dict(self.bad)
-
-
-class Services:
-    def __init__(self, *services: ServiceSpec):
-        self.by_topic = {s.topic: s for s in services}
-
-    def find(self, topic: str) -> ServiceSpec | None:
-        return self.by_topic.get(topic)
-
-
-class Clients:
-    """delayq.store.clients.ClientStore as Access reads it: these clients, at a version a test
-    bumps (with `clients` changed) to make Access load them again."""
-
-    def __init__(self, *clients: Client):
-        self.clients = {c.name: c for c in clients}
-        self.version_ = "1"
-
-    def version(self) -> str:
-        return self.version_
-
-    def load(self) -> tuple[str, dict[str, Client]]:
-        return self.version_, dict(self.clients)
-
-
-def call_as(name: str | None) -> None:
-    """This thread serves calls of the client `name` (None: a caller with no identity), as the
-    CallPool sets its caller before each call."""
-    caller = Caller(("127.0.0.1", 1))
-    caller.name, caller.credential = name, "digest"
-    serving(caller)
+                self.rows = seen
+                out.append(answers)
+        return out

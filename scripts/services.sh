@@ -176,8 +176,10 @@ mysql_start() {
         $SUDO "$(command -v mariadb-install-db || command -v mysql_install_db)" --user=mysql --datadir=/var/lib/mysql >>"$STATE_DIR/mariadb-start.log" 2>&1 \
             || die "mysql: mysql_install_db failed (log: $STATE_DIR/mariadb-start.log)"
     fi
+    # By its pid file: the replicated topology's Galera members run the same binary, and
+    # start-stop-daemon matching the binary alone takes one of them for this server.
     $SUDO start-stop-daemon --start --oknodo --background --output "$STATE_DIR/mariadbd.out" \
-        --exec /usr/sbin/mariadbd -- --user=mysql --port="$MYSQL_PORT"
+        --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd -- --user=mysql --port="$MYSQL_PORT"
 }
 
 mysql_fix_root() {  # let root@localhost log in over TCP with an empty password (Debian: unix_socket only)

@@ -42,8 +42,8 @@ handshake's cryptography is the costly part of a connection, and anyone can star
 past its budget of handshakes (HandshakeBudget, there with why a budget) has its new connections
 closed as they are accepted, before any handshake and before one could take another's place at the
 connection limit (`handshake_budget`; the address told to `tls.refused`). The frame cap, timeouts
-and connection limit hold as without TLS. A verified client certificate's common name is noted on the
-connection's caller (delayq.nodes.front.access looks it up at its first call).
+and connection limit hold as without TLS. A verified client certificate's common name is noted on
+the connection's caller (delayq.nodes.front.access looks it up at its first call).
 
 `stop()` closes the listener and every connection and joins the I/O thread. The inboxes belong to
 whoever made them (delayq.nodes.main), which stops them after the server.

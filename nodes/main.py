@@ -53,6 +53,7 @@ from delayq.nodes.front.handler import Handler
 from delayq.nodes.front.keycalls import KeyCalls
 from delayq.nodes.front.inboxes import CallPool
 from delayq.nodes.front.connection import ConnectionLimits
+from delayq.nodes.front.handshakes import HandshakeBudget, TlsPort
 from delayq.nodes.front.server import ThriftServer
 from delayq.nodes.front.service import Service
 from delayq.nodes.front.newtasks import NewTasks, SubmitRules
@@ -245,8 +246,12 @@ class NodeRuntime:
         self.server = ThriftServer({"submit": self.submits, "submitBatch": self.submits}, self.calls,
                                    s.node.host, s.node.port, ConnectionLimits.of(s.limits, identities=not sec.insecure),
                                    max_connections=s.limits.thrift_workers, closed=lambda reason: self.metrics.thrift_closed.labels(reason).inc(),
-                                   tls=None if sec.insecure else server_context(
-                                       sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file, sec.tls_client_cert))
+                                   tls=None if sec.insecure else TlsPort(
+                                       server_context(sec.tls_cert_file, sec.tls_key_file, sec.tls_ca_file,
+                                                      sec.tls_client_cert),
+                                       budget=HandshakeBudget(sec.tls_handshake_burst, sec.tls_handshakes_per_s)
+                                       if sec.tls_handshakes_per_s else None,
+                                       refused=self.audit.refused_connection))
         self.metrics.gauges(self.probes.gauges, self.probes.counters)
         # The HTTP port speaks TLS too when the node has a certificate (the console needs it). It
         # asks for a client certificate as the Thrift port does, never requires one: a browser

@@ -41,7 +41,8 @@ class Metrics:
         self.thrift_closed = Counter("delayq_thrift_connections_closed_total",
                                      "Thrift connections the node closed, by reason (idle, first_frame_timeout, "
                                      "frame_timeout, reply_not_read, evicted, refused, frame_too_large, "
-                                     "unreadable, tls_handshake, internal_error, error, stopping).", ["reason"], registry=r)
+                                     "unreadable, tls_handshake, tls_handshake_timeout, handshake_budget, internal_error, error, "
+                                     "stopping).", ["reason"], registry=r)
         self.refusals = Counter("delayq_refusals_total",
                                 "Calls refused for want of an identity or a permission, by reason (unauthenticated, "
                                 "bad_token, revoked, rotated, unknown_certificate, unknown_reporter, forbidden, hidden). Failed TLS "

@@ -106,6 +106,8 @@ class SecuritySettings:
     tls_client_cert: str
     clients_poll_ms: int
     refusal_audit_ms: int
+    tls_handshakes_per_s: int
+    tls_handshake_burst: int
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,13 @@ def check(s: Settings) -> None:
         "DELAYQ_MAX_FRAME_BYTES": s.limits.max_frame_bytes,
         "DELAYQ_ZK_SESSION_TIMEOUT_MS": s.zk.session_timeout_ms,
         "DELAYQ_REFUSAL_AUDIT_MS": s.security.refusal_audit_ms,
+        "DELAYQ_TLS_HANDSHAKE_BURST": s.security.tls_handshake_burst,
     }
     for env, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{env} must be positive, got {value}")
+    if s.security.tls_handshakes_per_s < 0:
+        raise ConfigError(f"DELAYQ_TLS_HANDSHAKES_PER_S must be 0 (no limit) or more, got {s.security.tls_handshakes_per_s}")
     if s.limits.max_unauthenticated_frame_bytes < 1024:
         raise ConfigError("DELAYQ_MAX_UNAUTHENTICATED_FRAME_BYTES must be at least 1024 (an authenticate call "
                           "with its token must fit)")

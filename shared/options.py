@@ -205,6 +205,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DELAYQ_REFUSAL_AUDIT_MS", "security", "refusal_audit_ms", int, 60_000,
             "Calls refused for want of a client identity are recorded in the audit log as an address's first, "
             "then as one row of their count per address this often (each is counted in delayq_refusals_total)."),
+    Setting("DELAYQ_TLS_HANDSHAKES_PER_S", "security", "tls_handshakes_per_s", int, 20,
+            "New TLS connections a peer address may open on the Thrift port, a second, on average; past its "
+            "DELAYQ_TLS_HANDSHAKE_BURST, one more is closed before its handshake (0: no limit). Clients behind "
+            "one proxy or NAT address share it."),
+    Setting("DELAYQ_TLS_HANDSHAKE_BURST", "security", "tls_handshake_burst", int, 200,
+            "New TLS connections a peer address may open on the Thrift port at once (a client pool reconnecting "
+            "after a node restart), before DELAYQ_TLS_HANDSHAKES_PER_S holds it back."),
     Setting("DELAYQ_HTTP_HOST", "http", "host", str, lambda raw: raw["DELAYQ_HOST"],
             "Address of the metrics and health HTTP server (default: DELAYQ_HOST)."),
     Setting("DELAYQ_HTTP_PORT", "http", "port", int, lambda raw: raw["DELAYQ_PORT"] + 1000,

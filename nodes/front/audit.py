@@ -14,7 +14,10 @@ A call refused for want of an identity (no token, a bad one, a certificate namin
 not a client's action, and anyone who can reach the port can make them by the thousand: an
 address's first is recorded, the rest as one row of their count per `refusal_interval_ms`
 (delayq.nodes.front.refusals; every refusal is counted in delayq_refusals_total all the same).
-`flush` records the counts still open (the node stops).
+Connections refused before their TLS handshake (an address past its budget of handshakes,
+delayq.nodes.front.handshakes) are counted in the same summaries (`refused_connection`, called on
+the server's I/O thread, which must not wait on MySQL: the count is written by the next audited
+call's look). `flush` records the counts still open (the node stops).
 """
 from __future__ import annotations
 
@@ -126,6 +129,12 @@ class Audit:
         outcome = (f"refused: {caller.refusal}" if caller is not None and caller.refusal
                    else _outcome(method, result, error))
         self._record(Entry(now, actor, address, method, on, outcome))
+
+    def refused_connection(self, address: str) -> None:
+        """A connection from address closed before its handshake: counted, never written here."""
+        now = self._clock.now_ms()
+        with self._lock:
+            self._tally.count(address, now)
 
     def flush(self) -> None:
         """Record the refusals counted and not yet recorded."""

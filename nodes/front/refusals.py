@@ -14,6 +14,10 @@ first.
           "60 ..." at 120, 180 and 240 s, and at the first look past 300 s (or at `flush`, when
           the node stops): 6 rows for 300 calls
 
+A connection refused before it could make a call (delayq.nodes.front.handshakes: an address past
+its budget of TLS handshakes) is only counted (`count`), in the same window as the address's
+calls: it has no call to record, and it is counted on the server's I/O thread, which writes no row.
+
 At most `max_addresses` are told apart: past that, new addresses share one tally (OTHERS), so
 that a spread of sources costs memory and rows no more than one address more.
 """
@@ -66,6 +70,14 @@ class RefusalTally:
             return True, due
         window.count += 1
         return False, due
+
+    def count(self, address: str, now_ms: int) -> None:
+        """A refusal from address now, only counted: its summary comes at the next look past the
+        interval."""
+        if address not in self._windows and len(self._windows) >= self._max:
+            address = OTHERS
+        window = self._windows.setdefault(address, _Window(now_ms))
+        window.count += 1
 
     def due(self, now_ms: int) -> list[Summary]:
         """The summaries of the windows an interval old by now; those with nothing counted end."""

@@ -34,12 +34,16 @@ a reply makes room (delayq.nodes.front.connection). Closed, each counted by `clo
 Why not the thrift package's servers: docs/ARCHITECTURE.md, "Library internals". This server uses
 only thrift's public API (the accelerated binary protocol and the generated Processor).
 
-TLS (`tls`, an ssl.SSLContext): each accepted socket is wrapped and its handshake driven by the
-I/O thread without blocking; a client that stalls in it is closed after `first_frame_timeout`
-like one that sends nothing (`tls_handshake_timeout`), one that fails it at once (`tls_handshake`:
-plaintext sent to a TLS port, a certificate from another CA, ...). The frame cap, timeouts and
-connection limit hold as without TLS. A verified client certificate's common name is noted on the
-connection's caller (delayq.nodes.front.access looks it up at its first call).
+TLS (`tls`, a delayq.nodes.front.handshakes.TlsPort): each accepted socket is wrapped and its
+handshake driven by the I/O thread without blocking; a client that stalls in it is closed after
+`first_frame_timeout` like one that sends nothing (`tls_handshake_timeout`), one that fails it at
+once (`tls_handshake`: plaintext sent to a TLS port, a certificate from another CA, ...). A
+handshake's cryptography is the costly part of a connection, and anyone can start one: an address
+past its budget of handshakes (HandshakeBudget, there with why a budget) has its new connections
+closed as they are accepted, before any handshake and before one could take another's place at the
+connection limit (`handshake_budget`; the address told to `tls.refused`). The frame cap, timeouts
+and connection limit hold as without TLS. A verified client certificate's common name is noted on
+the connection's caller (delayq.nodes.front.access looks it up at its first call).
 
 `stop()` closes the listener and every connection and joins the I/O thread. The inboxes belong to
 whoever made them (delayq.nodes.main), which stops them after the server.
@@ -56,6 +60,7 @@ from typing import Callable, Mapping, cast
 
 from delayq.access.tls import common_name
 from delayq.nodes.front.connection import Call, Connection, ConnectionLimits
+from delayq.nodes.front.handshakes import TlsPort
 from delayq.nodes.front.inboxes import Inbox, InlineInbox, method_of
 from delayq.nodes.front.openconns import OpenConnections
 
@@ -69,7 +74,7 @@ _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 class ThriftServer:
     def __init__(self, inboxes: Mapping[str, Inbox], default: Inbox, host: str, port: int, limits: ConnectionLimits,
                  *, max_connections: int, closed: Callable[[str], None] = lambda reason: None,
-                 tls: ssl.SSLContext | None = None):
+                 tls: TlsPort | None = None):
         self._inboxes = {name.encode(): inbox for name, inbox in inboxes.items()}
         self._default = default
         self._host, self._port = host, port
@@ -190,6 +195,9 @@ class ThriftServer:
                 self._sel.unregister(self._listener)
                 self._listening = False
                 return
+            if self._tls is not None and not self._within_budget(peer):
+                sock.close()
+                continue
             if not self._conns.make_room(peer):
                 log.warning("refusing a connection from %s: %d connections open, each authenticated or with a call "
                             "in progress",
@@ -201,11 +209,22 @@ class ThriftServer:
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if self._tls is not None:
-                    sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                    sock = self._tls.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             except OSError:
                 sock.close()        # reset before it was served
                 continue
             self._conns.add(Connection(self, sock, peer, self._limits, time.monotonic(), tls=self._tls is not None))
+
+    def _within_budget(self, peer) -> bool:
+        assert self._tls is not None
+        budget = self._tls.budget
+        if budget is None or budget.admit(str(peer[0]), time.monotonic()):
+            return True
+        # Not logged one by one: a peer looping on the port would fill the log. Counted, and
+        # summarised per address in the audit log.
+        self._closed("handshake_budget")
+        self._tls.refused(str(peer[0]))
+        return False
 
     def _serve(self, conn: Connection, mask: int) -> None:
         """One connection's events. Whatever goes wrong with it closes it, not the server."""

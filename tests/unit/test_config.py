@@ -302,3 +302,8 @@ def test_zookeeper_over_tls_is_verified_host_name_included_and_plaintext_by_defa
 def test_zookeeper_tls_settings_that_do_not_fit_are_refused(env, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         load(env)
+
+
+@pytest.mark.parametrize("env, value", [("DELAYQ_TLS_HANDSHAKES_PER_S", "-1"), ("DELAYQ_TLS_HANDSHAKE_BURST", "0")])
+def test_a_negative_handshake_rate_or_an_empty_burst_is_refused(env, value):
+    assert env in config_error(environ={env: value})

@@ -35,3 +35,13 @@ def test_past_the_addresses_told_apart_new_ones_share_one_tally():
     tally = RefusalTally(interval_ms=60_000, max_addresses=2)
     assert [tally.note(f"10.0.0.{i}", i)[0] for i in range(100)] == [True, True, True] + [False] * 97
     assert tally.flush(1000) == [Summary(OTHERS, 97, 2, 1000)]
+
+
+def test_connections_refused_before_a_call_are_only_counted_in_the_address_s_summary():
+    tally = RefusalTally(interval_ms=60_000)
+    for second in range(100):
+        tally.count("10.0.0.7", second * 10)
+    assert tally.note("10.0.0.7", 1000) == (False, [])          # a call after them: counted with them
+    assert tally.due(60_000) == [Summary("10.0.0.7", 101, 0, 60_000)]
+    tally.count("10.0.0.8", 61_000)
+    assert tally.flush(62_000) == [Summary("10.0.0.8", 1, 61_000, 62_000)]

@@ -12,6 +12,7 @@ from thrift.transport import TTransport
 from delayq.access.tls import server_context
 from delayq.client.security import ClientSecurity
 from delayq.nodes.front.caller import current
+from delayq.nodes.front.handshakes import HandshakeBudget, TlsPort
 from delayq.ops.certs import dev_set
 from delayq.testing import security
 from tests.conftest import wait_until
@@ -26,9 +27,11 @@ def certs(tmp_path_factory):
 
 
 class TlsFront(Front):
-    def __init__(self, handler, certs, **limits):
-        super().__init__(handler, tls=server_context(str(certs / "node.pem"), str(certs / "node.key"),
-                                                     str(certs / "ca.pem"), "optional"), **limits)
+    def __init__(self, handler, certs, budget: HandshakeBudget | None = None, **limits):
+        self.refused: list[str] = []
+        super().__init__(handler, tls=TlsPort(server_context(str(certs / "node.pem"), str(certs / "node.key"),
+                                                             str(certs / "ca.pem"), "optional"),
+                                              budget, self.refused.append), **limits)
         self.security = ClientSecurity(ca_file=str(certs / "ca.pem"))
 
 
@@ -118,3 +121,23 @@ def test_a_client_certificate_is_noted_on_the_connection(certs):
         finally:
             transport.close()
     assert seen == ["cert-client"]
+
+
+def test_an_address_past_its_handshake_budget_is_closed_before_its_handshake_and_counted(certs):
+    # A budget of 3 with next to no refill: the 4th connection from 127.0.0.1 within the test.
+    with TlsFront(Handler(), certs, budget=HandshakeBudget(3, 0.001)) as front:
+        transports = []
+        try:
+            for i in range(3):
+                client, transport = front.client()
+                transports.append(transport)
+                assert client.get(str(i)).taskId == str(i)
+            tls = front.security.context()
+            with socket.create_connection(("127.0.0.1", front.server.port), timeout=5) as raw:
+                with pytest.raises((ssl.SSLError, OSError)):      # closed with no ServerHello
+                    tls.wrap_socket(raw, server_hostname="127.0.0.1")
+            wait_until(lambda: front.refused == ["127.0.0.1"], 5, what="the refusal to be reported")
+            assert front.closed == ["handshake_budget"]
+        finally:
+            for t in transports:
+                t.close()
